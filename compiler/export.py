@@ -1,0 +1,97 @@
+"""`onnx_from_decoder`: export one decoder to ONNX with dynamic S (new tokens) and P (past length).
+
+The exported graph follows compiler/graph_io.py. Weights go to `<name>.onnx.data` (external data) and
+the IR version is pinned so that ONNX Runtime and TensorRT's parser accept the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import SpecrtError
+from ..models import Decoder
+from . import graph_io
+
+ONNX_OPSET = 18
+ONNX_IR_VERSION = 10
+
+
+class _FlatDecoder(nn.Module):
+    """Adapts the decoder contract to flat positional ONNX inputs/outputs."""
+
+    def __init__(self, decoder: Decoder) -> None:
+        super().__init__()
+        self.decoder = decoder
+        self.num_layers = decoder.config.num_layers
+
+    def forward(self, input_ids, position_ids, past):
+        # past: tuple of 2L tensors (key, value per layer), each [1, P, Hkv, D]
+        out = self.decoder(input_ids, position_ids, past[0::2], past[1::2])
+        flat = [out.logits, out.hidden_states]
+        for k, v in zip(out.new_keys, out.new_values):
+            flat += [k, v]
+        return tuple(flat)
+
+
+def sample_inputs(decoder: Decoder, new_tokens: int, past_len: int, seed: int = 0):
+    """Random inputs in the graph's layout: (input_ids [1,S], position_ids [1,S], past tuple)."""
+    c = decoder.config
+    gen = torch.Generator().manual_seed(seed)
+    dtype = next(decoder.parameters()).dtype
+    ids = torch.randint(0, c.vocab_size, (1, new_tokens), generator=gen)
+    pos = torch.arange(past_len, past_len + new_tokens)[None]
+    past = tuple(
+        torch.randn(1, past_len, c.num_kv_heads, c.head_dim, generator=gen).to(dtype)
+        for _ in range(2 * c.num_layers)
+    )
+    return ids, pos, past
+
+
+class ExportError(SpecrtError):
+    exit_code = 1
+
+
+def onnx_from_decoder(decoder: Decoder, path: Path) -> Path:
+    """Export `decoder` to `path` (+ `path.data`). Returns the path of the .onnx file."""
+    import onnx
+
+    path = Path(path)
+    flat = _FlatDecoder(decoder).eval()
+    c = decoder.config
+    s_dim = torch.export.Dim("new_tokens", min=1, max=65536)
+    p_dim = torch.export.Dim("past_len", min=0, max=1 << 20)
+    dynamic = ({1: s_dim}, {1: s_dim}, tuple({1: p_dim} for _ in range(2 * c.num_layers)))
+    args = sample_inputs(decoder, new_tokens=3, past_len=5)
+    tmp = path.with_suffix(".tmp.onnx")
+    try:
+        with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # e.g. "torchvision is not installed"
+            program = torch.onnx.export(
+                flat,
+                args,
+                dynamo=True,
+                opset_version=ONNX_OPSET,
+                input_names=graph_io.input_names(c.num_layers),
+                output_names=graph_io.output_names(c.num_layers),
+                dynamic_shapes=dynamic,
+                optimize=False,
+                verbose=False,
+            )
+            program.save(str(tmp), external_data=True)
+    except Exception as exc:
+        raise ExportError(f"ONNX export of {c.architecture} failed: {type(exc).__name__}: {exc}") from exc
+    model = onnx.load(str(tmp), load_external_data=True)
+    model.ir_version = ONNX_IR_VERSION
+    for f in (tmp, Path(str(tmp) + ".data")):
+        f.unlink(missing_ok=True)
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=path.name + ".data", size_threshold=1024)
+    return path

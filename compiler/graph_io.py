@@ -1,0 +1,44 @@
+"""The fixed graph I/O naming scheme (DESIGN.md, "Graph I/O"). TensorRT profiles and bindings key on it.
+
+inputs : input_ids [1, S] int64, position_ids [1, S] int64,
+         past_key.{i}, past_value.{i} [1, P, Hkv, D]         (i = 0 .. L-1)
+outputs: logits [1, S, V] fp32, hidden_states [1, S, hidden],
+         new_key.{i}, new_value.{i} [1, S, Hkv, D]            (only the S new rows)
+"""
+
+from __future__ import annotations
+
+INPUT_IDS = "input_ids"
+POSITION_IDS = "position_ids"
+LOGITS = "logits"
+HIDDEN_STATES = "hidden_states"
+
+
+def past_key(i: int) -> str:
+    return f"past_key.{i}"
+
+
+def past_value(i: int) -> str:
+    return f"past_value.{i}"
+
+
+def new_key(i: int) -> str:
+    return f"new_key.{i}"
+
+
+def new_value(i: int) -> str:
+    return f"new_value.{i}"
+
+
+def input_names(num_layers: int) -> list[str]:
+    names = [INPUT_IDS, POSITION_IDS]
+    for i in range(num_layers):
+        names += [past_key(i), past_value(i)]
+    return names
+
+
+def output_names(num_layers: int) -> list[str]:
+    names = [LOGITS, HIDDEN_STATES]
+    for i in range(num_layers):
+        names += [new_key(i), new_value(i)]
+    return names

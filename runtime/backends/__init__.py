@@ -1,0 +1,78 @@
+"""Backends: one runner per model, all with the contract in base.py.
+
+    "ort"     ONNX Runtime, CPU provider (the embedded default)
+    "torch"   PyTorch reference (the exported modules themselves)
+    "trt"     TensorRT engines from the bundle (NVIDIA GPU; see trt_runner.py)
+    "auto"    trt when the bundle has engines and TensorRT + a GPU are present, else ort, else torch
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from ...errors import BackendUnavailable, InvalidArgument
+from ...models.config import DecoderConfig, RopeConfig
+from .base import Runner
+
+BACKENDS = ("auto", "ort", "torch", "trt", "ort-cuda", "ort-trt")
+
+
+def decoder_config(entry: dict[str, Any]) -> DecoderConfig:
+    raw = dict(entry["decoder_config"])
+    raw["rope"] = RopeConfig(**raw["rope"])
+    raw["eos_token_ids"] = tuple(raw.get("eos_token_ids") or ())
+    return DecoderConfig(**raw)
+
+
+def ort_available() -> bool:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_backend(backend: str, manifest) -> str:
+    if backend not in BACKENDS:
+        raise InvalidArgument(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend != "auto":
+        return backend
+    if manifest.get("engines"):
+        from .trt_runner import trt_unavailable_reason
+
+        reason = trt_unavailable_reason(manifest)
+        if reason is None:
+            return "trt"
+        warnings.warn(f"bundle has TensorRT engines but {reason}; falling back to ONNX Runtime", stacklevel=3)
+    if ort_available():
+        return "ort"
+    warnings.warn("ONNX Runtime is not installed; using the PyTorch reference backend", stacklevel=3)
+    return "torch"
+
+
+def create_runner(manifest, role: str, backend: str, *, capacity: int, max_short_tokens: int,
+                  threads: int | None = None, want_hidden: bool = False, device: str | None = None) -> Runner:
+    entry = manifest.models[role]
+    config = decoder_config(entry)
+    onnx_path = manifest.path(entry["onnx"])
+    if backend == "ort":
+        from .ort_runner import OrtRunner
+
+        return OrtRunner(onnx_path, config, capacity, max_short_tokens, device=device or "cpu",
+                         threads=threads, want_hidden=want_hidden)
+    if backend in ("ort-cuda", "ort-trt"):
+        from .ort_gpu_runner import OrtGpuRunner
+
+        return OrtGpuRunner(onnx_path, config, capacity, max_short_tokens, provider=backend.split("-")[1],
+                            device=device or "cuda:0", want_hidden=want_hidden)
+    if backend == "torch":
+        from .torch_runner import TorchRunner
+
+        return TorchRunner(onnx_path, config, capacity, device=device or "cpu", threads=threads,
+                           want_hidden=want_hidden)
+    if backend == "trt":
+        from .trt_runner import TrtRunner
+
+        return TrtRunner(manifest, role, config, capacity, device=device or "cuda:0", want_hidden=want_hidden)
+    raise BackendUnavailable(f"backend {backend!r} is not available")

@@ -1,0 +1,81 @@
+"""PyTorch reference runner: the very modules that were exported, with weights read back from the ONNX file.
+
+The exporter keeps parameter names (`decoder.<hf name>`) as ONNX initializers, so the bundle needs no
+second copy of the weights. CPU by default, CUDA when asked for and present.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...errors import BackendUnavailable, BundleError
+from ...models import Decoder, build_decoder
+from ...models.config import DecoderConfig
+from ..kv_cache import KVCache
+from .base import Runner
+
+PREFIX = "decoder."
+
+
+def decoder_from_onnx(onnx_path: Path, config: DecoderConfig) -> Decoder:
+    """Rebuild the PyTorch decoder from the named initializers of an exported graph."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(onnx_path), load_external_data=True)
+    tensors = {
+        init.name[len(PREFIX):]: torch.from_numpy(numpy_helper.to_array(init).copy())
+        for init in model.graph.initializer
+        if init.name.startswith(PREFIX)
+    }
+    decoder = build_decoder(config)
+    if config.tie_word_embeddings:  # the exporter names a tied weight after one of its users
+        shared = tensors.get("lm_head.weight")
+        for embed in ("model.embed_tokens.weight", "transformer.wte.weight"):
+            if embed in decoder.hf_state_dict_keys() and embed not in tensors and shared is not None:
+                tensors[embed] = shared
+    try:
+        decoder.load_hf_state_dict(tensors)
+    except Exception as exc:
+        raise BundleError(f"{onnx_path}: cannot rebuild the PyTorch module from the graph's weights: {exc}") from None
+    return decoder.eval()
+
+
+class TorchRunner(Runner):
+    name = "torch"
+
+    def __init__(self, onnx_path: Path, config: DecoderConfig, capacity: int, device: str = "cpu",
+                 threads: int | None = None, want_hidden: bool = False, decoder: Decoder | None = None) -> None:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise BackendUnavailable(f"torch device {device!r} requested but CUDA is not available")
+        if threads:
+            torch.set_num_threads(threads)
+        self.config = config
+        self.device = torch.device(device)
+        self.want_hidden = want_hidden
+        self.decoder = (decoder or decoder_from_onnx(onnx_path, config)).to(self.device)
+        self.cache = KVCache(config.num_layers, capacity, config.num_kv_heads, config.head_dim,
+                             lambda shape: torch.zeros(shape, dtype=torch.float32, device=self.device))
+        self._positions = torch.arange(capacity, device=self.device)[None, :]
+
+    @torch.inference_mode()
+    def forward(self, token_ids: np.ndarray) -> np.ndarray:
+        self.check(token_ids)
+        s, p = token_ids.size, self.cache.length
+        ids = torch.from_numpy(np.ascontiguousarray(token_ids, dtype=np.int64))[None, :].to(self.device)
+        c = self.cache
+        out = self.decoder(ids, self._positions[:, p:p + s],
+                           [k[:, :p] for k in c.keys], [v[:, :p] for v in c.values])
+        for i in range(self.config.num_layers):
+            c.keys[i][:, p:p + s] = out.new_keys[i]
+            c.values[i][:, p:p + s] = out.new_values[i]
+        c.length = p + s
+        self.hidden_states = out.hidden_states[0].float().cpu().numpy() if self.want_hidden else None
+        return out.logits[0].cpu().numpy()
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "device": str(self.device), "torch": torch.__version__}

@@ -1,0 +1,111 @@
+"""The speculative decoding loop (the orchestrator): prefill, then draft -> verify -> accept per step.
+
+Invariants, with `tokens[:n]` the committed sequence (prompt + emitted):
+* the target cache holds positions [0, n - 1): the last committed token is "pending" and is the first
+  token of the next verify pass [tokens[n-1], d_1 .. d_k] at positions n-1 .. n-1+k;
+* after j accepted drafts the target cache is truncated to n - 1 + j + 1 positions (O(1) rollback);
+* k is clamped so that even a fully accepted step (k drafts + bonus) stays within max_new_tokens and
+  the compiled context, and emitted tokens are cut after the first EOS.
+Per step the loop does O(k * V) work outside the backends, nothing proportional to the context.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import numpy as np
+
+from .acceptance import greedy_accept, rejection_sample
+from .backends.base import Runner
+from .proposers.base import Proposer
+from .sampling import SamplingParams, sample, warp
+from .stats import GenerationStats
+
+PREFILL_CHUNK = 256
+
+
+def prefill(runner: Runner, token_ids: np.ndarray, chunk: int = PREFILL_CHUNK) -> np.ndarray:
+    """Feed token_ids in chunks (bounded logits memory); return the last position's logits [V]."""
+    logits = None
+    for start in range(0, token_ids.size, chunk):
+        logits = runner.forward(token_ids[start:start + chunk])
+    return logits[-1]
+
+
+def pick_token(logits_row: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
+    if params.greedy:
+        return int(logits_row.argmax())
+    return sample(warp(logits_row[None, :], params)[0], rng)
+
+
+def decode(target: Runner, proposer: Proposer | None, policy, prompt_ids: np.ndarray, *,
+           max_new_tokens: int, max_draft_tokens: int, params: SamplingParams, rng: np.random.Generator,
+           eos_ids: frozenset[int], stats: GenerationStats) -> Iterator[list[int]]:
+    """Yield the emitted tokens of each step (1 + accepted drafts, cut at EOS / limits)."""
+    capacity = target.capacity
+    tokens = np.empty(capacity, dtype=np.int64)  # committed sequence, preallocated
+    n = prompt_ids.size
+    tokens[:n] = prompt_ids
+    started = time.perf_counter()
+    target.reset()
+    first = pick_token(prefill(target, tokens[:n]), params, rng)
+    stats.target_calls += (n + PREFILL_CHUNK - 1) // PREFILL_CHUNK
+    stats.prefill_seconds = time.perf_counter() - started
+    tokens[n] = first
+    n += 1
+    stats.new_tokens = 1
+    yield [first]
+    if first in eos_ids:
+        stats.finish_reason = "stop"
+        return
+    if proposer is not None:
+        proposer.start(tokens, n)
+    while True:
+        remaining = max_new_tokens - stats.new_tokens
+        room = capacity - n
+        if remaining <= 0 or room <= 0:
+            stats.finish_reason = "length"
+            return
+        k = policy.next_k() if proposer is not None else 0
+        k = max(0, min(k, max_draft_tokens, remaining - 1, room - 1))
+        t0 = time.perf_counter()
+        if k > 0:
+            proposal = proposer.propose(tokens, n, k)
+            drafts, draft_probs = proposal.token_ids, proposal.probs
+            stats.draft_calls += proposal.calls
+        else:
+            drafts, draft_probs = tokens[:0], None
+        t1 = time.perf_counter()
+        kk = drafts.size
+        tokens[n:n + kk] = drafts  # scratch: overwritten by what is actually emitted below
+        target.truncate(n - 1)
+        logits = target.forward(tokens[n - 1:n + kk])  # [kk + 1, V]
+        stats.target_calls += 1
+        if params.greedy:
+            j, nxt = greedy_accept(drafts, logits)
+        else:
+            q = warp(logits, params)
+            if draft_probs is not None and draft_probs.shape[1] > q.shape[1]:
+                q = np.pad(q, ((0, 0), (0, draft_probs.shape[1] - q.shape[1])))
+            j, nxt = rejection_sample(drafts, draft_probs, q, rng)
+        t2 = time.perf_counter()
+        emitted = [int(t) for t in drafts[:j]] + [nxt]
+        for i, t in enumerate(emitted):
+            if t in eos_ids:
+                emitted = emitted[: i + 1]
+                break
+        tokens[n:n + len(emitted)] = emitted
+        n += len(emitted)
+        target.truncate(n - 1)
+        stats.record_step(k, kk, j)
+        stats.draft_seconds += t1 - t0
+        stats.verify_seconds += t2 - t1
+        if proposer is not None:
+            proposer.observe(n, j)
+            policy.update(k, kk, j, t1 - t0, t2 - t1)
+        stats.new_tokens += len(emitted)
+        yield emitted
+        if emitted[-1] in eos_ids:
+            stats.finish_reason = "stop"
+            return

@@ -1,0 +1,62 @@
+"""Draft-model proposer: a small compiled model drafts k tokens autoregressively on its own runner.
+
+Its KV cache follows the committed tokens lazily: each `propose` first feeds every committed token the
+draft has not seen (normally one; two after a fully accepted step, which is the "catch-up" of d_k; the
+whole prompt on the first call), then k - 1 single-token steps. After verification `observe` rolls the
+draft cache back to the longest prefix that is still committed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backends.base import Runner
+from ..sampling import SamplingParams, sample, warp
+from .base import Proposal
+
+
+class DraftModelProposer:
+    name = "draft"
+
+    def __init__(self, runner: Runner, params: SamplingParams, rng: np.random.Generator,
+                 target_vocab: int, prefill_chunk: int = 256) -> None:
+        self.runner = runner
+        self.params = params
+        self.rng = rng
+        self.vocab = max(target_vocab, runner.vocab_size)  # draft probs padded to the larger vocabulary
+        self.prefill_chunk = prefill_chunk
+        self._tok = np.empty(1, dtype=np.int64)
+
+    def start(self, tokens: np.ndarray, n: int) -> None:
+        self.runner.reset()
+
+    def _pick(self, logits_row: np.ndarray, probs_out: np.ndarray | None, i: int) -> int:
+        if self.params.greedy:
+            return int(logits_row.argmax())
+        p = warp(logits_row[None, :], self.params)[0]
+        probs_out[i, : p.size] = p
+        return sample(p, self.rng)
+
+    def propose(self, tokens: np.ndarray, n: int, k: int) -> Proposal:
+        r = self.runner
+        draft = np.empty(k, dtype=np.int64)
+        probs = None if self.params.greedy else np.zeros((k, self.vocab), dtype=np.float64)
+        calls = 0
+        start = r.length
+        while n - start > self.prefill_chunk:  # long catch-up (first call: the prompt) in chunks
+            r.forward(tokens[start:start + self.prefill_chunk])
+            start += self.prefill_chunk
+            calls += 1
+        logits = r.forward(tokens[start:n])
+        calls += 1
+        draft[0] = self._pick(logits[-1], probs, 0)
+        for i in range(1, k):
+            self._tok[0] = draft[i - 1]
+            logits = r.forward(self._tok)
+            calls += 1
+            draft[i] = self._pick(logits[-1], probs, i)
+        return Proposal(draft, probs, calls)
+
+    def observe(self, n: int, num_accepted: int) -> None:
+        # Valid cached prefix: everything still committed except the pending last token.
+        self.runner.truncate(min(self.runner.length, n - 1))

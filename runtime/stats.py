@@ -1,0 +1,69 @@
+"""Per-call statistics. Conventions (as vLLM states them):
+
+* acceptance_rate = accepted_tokens / drafted_tokens (0 when nothing was drafted)
+* mean_accepted_tokens = 1 + accepted_tokens / verify_steps: tokens emitted per target pass after the
+  prefill, counting the bonus or recovered token (1.0 for plain decoding)
+* accepted_histogram[j] = number of verify steps that accepted exactly j drafts
+* num_speculative_tokens = the k used at the last step (0 when speculation was off)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass
+class GenerationStats:
+    method: str = "none"
+    backend: str = ""
+    num_speculative_tokens: int = 0
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    verify_steps: int = 0
+    accepted_histogram: list[int] = dataclasses.field(default_factory=list)
+    k_history: list[int] = dataclasses.field(default_factory=list)
+    target_calls: int = 0
+    draft_calls: int = 0
+    prefill_seconds: float = 0.0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    elapsed_s: float = 0.0
+    finish_reason: str = ""
+    provider: str = ""
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def mean_accepted_tokens(self) -> float:
+        return 1.0 + self.accepted_tokens / self.verify_steps if self.verify_steps else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """Tokens after the first one per second of decoding (prefill excluded)."""
+        decode_s = self.elapsed_s - self.prefill_seconds
+        return (self.new_tokens - 1) / decode_s if decode_s > 0 and self.new_tokens > 1 else 0.0
+
+    def record_step(self, k: int, drafted: int, accepted: int) -> None:
+        self.verify_steps += 1
+        self.drafted_tokens += drafted
+        self.accepted_tokens += accepted
+        self.k_history.append(k)
+        self.num_speculative_tokens = k
+        if len(self.accepted_histogram) <= accepted:
+            self.accepted_histogram.extend([0] * (accepted + 1 - len(self.accepted_histogram)))
+        self.accepted_histogram[accepted] += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.update(acceptance_rate=self.acceptance_rate, mean_accepted_tokens=self.mean_accepted_tokens,
+                 tokens_per_second=self.tokens_per_second, decode_tokens_per_second=self.decode_tokens_per_second)
+        return d

@@ -1,0 +1,77 @@
+"""The `specrt` command line. Thin: each command parses options and calls one library function.
+
+Exit codes: 0 success, 2 usage errors and bad input, 1 runtime failures. No tracebacks for errors a
+user can cause (set SPECRT_DEBUG=1 to see one anyway).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from typing import Any, Callable
+
+import click
+
+from .errors import SpecrtError
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def handle_errors(fn: Callable) -> Callable:
+    """Turn library errors into one line on stderr and the documented exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SpecrtError as exc:
+            if os.environ.get("SPECRT_DEBUG"):
+                raise
+            fail(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as exc:  # an unexpected failure: still no traceback for the user
+            if os.environ.get("SPECRT_DEBUG"):
+                raise
+            fail(f"{type(exc).__name__}: {exc} (set SPECRT_DEBUG=1 for a traceback)", 1)
+
+    return wrapper
+
+
+def echo_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, default=str))
+
+
+class KType(click.ParamType):
+    """--num-speculative-tokens: an integer or 'auto'."""
+
+    name = "K|auto"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if value == "auto" or isinstance(value, int):
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither an integer nor 'auto'", param, ctx)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="specrt")
+def main() -> None:
+    """specrt: speculative decoding for LLM inference, compiled ahead of time."""
+
+
+def _register() -> None:
+    from .commands import core  # noqa: F401  (commands register themselves on `main`)
+    from .commands import extra  # noqa: F401
+
+
+_register()

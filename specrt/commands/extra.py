@@ -1,0 +1,1 @@
+"""Commands of later issues register here (demo, bench, serve, distill-draft, train-medusa)."""

@@ -1,0 +1,97 @@
+"""`specrt inspect`: a bundle's models, graph I/O, profiles, engines and files, as a dict or a table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .bundle import read_manifest
+
+
+def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | None = None) -> dict[str, Any]:
+    m = read_manifest(bundle, verify_checksums=True)
+    models = {}
+    for role, e in m.models.items():
+        c = e["decoder_config"]
+        models[role] = {
+            "architecture": e["architecture"],
+            "parameters": e["num_parameters"],
+            "layers": c["num_layers"],
+            "hidden_size": c["hidden_size"],
+            "heads": c["num_heads"],
+            "kv_heads": c["num_kv_heads"],
+            "head_dim": c["head_dim"],
+            "vocab_size": e["vocab_size"],
+            "eos_token_ids": e["eos_token_ids"],
+            "dtype": e["dtype"],
+            "onnx": e["onnx"],
+            "inputs": [i["name"] for i in e["inputs"]],
+            "outputs": [o["name"] for o in e["outputs"]],
+            "profiles": {phase: {"input_ids": shapes["input_ids"]} for phase, shapes in e["profiles"].items()},
+            "validation_max_abs_diff": e["validation"]["max_abs_diff"],
+        }
+    out: dict[str, Any] = {
+        "bundle": str(m.root),
+        "format_version": m["format_version"],
+        "specrt_version": m["specrt_version"],
+        "created": m["created"],
+        "max_seq_len": m.max_seq_len,
+        "max_draft_tokens": m.max_draft_tokens,
+        "onnx": m["onnx"],
+        "models": models,
+        "medusa": m.get("medusa"),
+        "engines": m.get("engines") or {},
+        "files": len(m["files"]),
+        "bytes": sum(f["size"] for f in m["files"].values()),
+        "checksums": "ok",
+    }
+    try:
+        from .compiler.trt.support import onnx_support_report
+
+        out["tensorrt_support"] = {role: onnx_support_report(m.path(e["onnx"])) for role, e in m.models.items()}
+    except ImportError:
+        pass
+    if memory:
+        from .compiler.trt.memory import memory_plan
+
+        out["memory"] = memory_plan(m, max_seq_len=max_seq_len)
+    return out
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{summary['bundle']}[/bold]  format v{summary['format_version']}, written by specrt "
+                  f"{summary['specrt_version']} at {summary['created']}")
+    console.print(f"max_seq_len {summary['max_seq_len']}, max_draft_tokens {summary['max_draft_tokens']}, "
+                  f"ONNX opset {summary['onnx']['opset']} IR {summary['onnx']['ir_version']}, "
+                  f"{summary['files']} files, {summary['bytes'] / 2**20:.1f} MiB, checksums {summary['checksums']}")
+    table = Table("role", "architecture", "params", "layers", "hidden", "heads/kv", "vocab", "dtype", "max |ORT-PyTorch|")
+    for role, m in summary["models"].items():
+        table.add_row(role, m["architecture"], f"{m['parameters'] / 1e6:.1f}M", str(m["layers"]), str(m["hidden_size"]),
+                      f"{m['heads']}/{m['kv_heads']}", str(m["vocab_size"]), m["dtype"], f"{m['validation_max_abs_diff']:.1e}")
+    console.print(table)
+    if summary.get("medusa"):
+        console.print(f"medusa heads: {summary['medusa']['num_heads']}")
+    for name, eng in (summary.get("engines") or {}).items():
+        console.print(f"engine {name}: TensorRT {eng.get('tensorrt_version')} on {eng.get('gpu_name')} "
+                      f"(sm {eng.get('compute_capability')}), {eng.get('precision')}")
+    if "tensorrt_support" in summary:
+        for role, rep in summary["tensorrt_support"].items():
+            console.print(f"TensorRT ONNX-parser check ({role}): {'supported' if rep['supported'] else 'NOT supported'}"
+                          + ("" if rep["supported"] else f" — {'; '.join(rep['problems'])}"))
+    if "memory" in summary:
+        mem = summary["memory"]
+        t = Table("device", "model", "weights", "kv cache", "workspace+activations", "total")
+        for row in mem["rows"]:
+            t.add_row(row["device"], row["model"], _gib(row["weights_bytes"]), _gib(row["kv_cache_bytes"]),
+                      _gib(row["workspace_bytes"] + row["activation_bytes"]), _gib(row["total_bytes"]))
+        console.print(t)
+        for dev, total in mem["per_device"].items():
+            console.print(f"{dev}: {_gib(total)} total")
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3f} GiB" if n >= 2**27 else f"{n / 2**20:.1f} MiB"

@@ -1,0 +1,113 @@
+"""`DecoderConfig`: the subset of a Hugging Face `config.json` that the decoders need, validated.
+
+Both the current `rope_parameters` form and the older top-level `rope_theta` / `rope_scaling` form are read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointError
+
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeConfig:
+    theta: float = 10000.0
+    rope_type: str = "default"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+    @classmethod
+    def from_hf(cls, raw: dict[str, Any]) -> "RopeConfig":
+        params = raw.get("rope_parameters")
+        if params is None:  # older form: rope_theta + rope_scaling at the top level
+            params = dict(raw.get("rope_scaling") or {})
+            params.setdefault("rope_theta", raw.get("rope_theta", 10000.0))
+        rope_type = params.get("rope_type", params.get("type", "default")) or "default"
+        if rope_type not in SUPPORTED_ROPE_TYPES:
+            raise CheckpointError(
+                f"unsupported rope scaling type {rope_type!r}; supported: {', '.join(SUPPORTED_ROPE_TYPES)}"
+            )
+        return cls(
+            theta=float(params.get("rope_theta", raw.get("rope_theta", 10000.0))),
+            rope_type=rope_type,
+            factor=float(params.get("factor", 1.0)),
+            low_freq_factor=float(params.get("low_freq_factor", 1.0)),
+            high_freq_factor=float(params.get("high_freq_factor", 4.0)),
+            original_max_position_embeddings=int(params.get("original_max_position_embeddings", 8192)),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderConfig:
+    architecture: str
+    family: str  # "llama" | "qwen" | "gpt2": which module file builds it
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    norm_eps: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    hidden_act: str = "silu"
+    attention_bias: bool = False  # bias on q/k/v (Qwen2: True)
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False  # Qwen3
+    sliding_window: int | None = None
+    rope: RopeConfig = dataclasses.field(default_factory=RopeConfig)
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim"):
+            if getattr(self, name) <= 0:
+                raise CheckpointError(f"config.json: {name} must be positive, got {getattr(self, name)}")
+        if self.num_heads % self.num_kv_heads:
+            raise CheckpointError(
+                f"config.json: num_attention_heads={self.num_heads} is not a multiple of "
+                f"num_key_value_heads={self.num_kv_heads}"
+            )
+
+    @property
+    def kv_shape(self) -> tuple[int, int]:
+        """Per-position shape of one layer's key or value cache: [kv_heads, head_dim]."""
+        return (self.num_kv_heads, self.head_dim)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _ids(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, int):
+        return (value,)
+    return tuple(int(v) for v in value)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} not found") from None
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path} is not valid JSON: {exc}") from None
+
+
+def eos_and_bos(raw: dict[str, Any], generation: dict[str, Any] | None) -> tuple[tuple[int, ...], int | None]:
+    """EOS ids (one or several) and BOS id; generation_config.json wins over config.json."""
+    generation = generation or {}
+    eos = _ids(generation.get("eos_token_id", raw.get("eos_token_id")))
+    bos = generation.get("bos_token_id", raw.get("bos_token_id"))
+    return eos, (int(bos) if isinstance(bos, int) else None)

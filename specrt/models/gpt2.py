@@ -1,0 +1,145 @@
+"""GPT2LMHeadModel: learned absolute positions, LayerNorm, fused qkv (Conv1D: weight is [in, out])."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import CheckpointError
+from .base import Decoder, DecoderOutput
+from .config import DecoderConfig
+from .layers import ACTIVATIONS, attend
+
+
+def parse_config(raw: dict[str, Any], architecture: str) -> DecoderConfig:
+    act = raw.get("activation_function", "gelu_new")
+    if act not in ACTIVATIONS:
+        raise CheckpointError(f"unsupported activation_function {act!r}")
+    if raw.get("scale_attn_by_inverse_layer_idx", False):
+        raise CheckpointError("GPT-2 scale_attn_by_inverse_layer_idx=true is not supported")
+    hidden = raw["n_embd"]
+    heads = raw["n_head"]
+    return DecoderConfig(
+        architecture=architecture,
+        family="gpt2",
+        vocab_size=raw["vocab_size"],
+        hidden_size=hidden,
+        num_layers=raw["n_layer"],
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=hidden // heads,
+        intermediate_size=raw.get("n_inner") or 4 * hidden,
+        norm_eps=raw.get("layer_norm_epsilon", 1e-5),
+        max_position_embeddings=raw.get("n_positions", 1024),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", True)),
+        hidden_act=act,
+    )
+
+
+class Conv1D(nn.Module):
+    """GPT-2's linear layer with the weight stored as [in, out]."""
+
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n_in, n_out))
+        self.bias = nn.Parameter(torch.zeros(n_out))
+
+    def forward(self, x):
+        return torch.matmul(x, self.weight) + self.bias
+
+
+class _Attn(nn.Module):
+    def __init__(self, c: DecoderConfig) -> None:
+        super().__init__()
+        self.c_attn = Conv1D(c.hidden_size, 3 * c.hidden_size)
+        self.c_proj = Conv1D(c.hidden_size, c.hidden_size)
+        self.c = c
+
+    def forward(self, x, k_past, v_past):
+        b, s, _ = x.shape
+        c = self.c
+        q, k, v = self.c_attn(x).split(c.hidden_size, dim=-1)
+        shape = (b, s, c.num_heads, c.head_dim)
+        q, k, v = q.reshape(shape), k.reshape(shape), v.reshape(shape)
+        out = attend(q, k_past, v_past, k, v, c.head_dim**-0.5)
+        return self.c_proj(out), k, v
+
+
+class _MLP(nn.Module):
+    def __init__(self, c: DecoderConfig) -> None:
+        super().__init__()
+        self.c_fc = Conv1D(c.hidden_size, c.intermediate_size)
+        self.c_proj = Conv1D(c.intermediate_size, c.hidden_size)
+        self.act = ACTIVATIONS[c.hidden_act]
+
+    def forward(self, x):
+        return self.c_proj(self.act(self.c_fc(x)))
+
+
+class _Block(nn.Module):
+    def __init__(self, c: DecoderConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(c.hidden_size, eps=c.norm_eps)
+        self.attn = _Attn(c)
+        self.ln_2 = nn.LayerNorm(c.hidden_size, eps=c.norm_eps)
+        self.mlp = _MLP(c)
+
+    def forward(self, x, k_past, v_past):
+        a, k, v = self.attn(self.ln_1(x), k_past, v_past)
+        x = x + a
+        return x + self.mlp(self.ln_2(x)), k, v
+
+
+class _Transformer(nn.Module):
+    def __init__(self, c: DecoderConfig) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.wpe = nn.Embedding(c.max_position_embeddings, c.hidden_size)
+        self.h = nn.ModuleList(_Block(c) for _ in range(c.num_layers))
+        self.ln_f = nn.LayerNorm(c.hidden_size, eps=c.norm_eps)
+
+
+class GPT2Decoder(Decoder):
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.transformer = _Transformer(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.transformer.wte.weight
+
+    def hf_state_dict_keys(self) -> set[str]:
+        keys = set(self.state_dict().keys())
+        if self.config.tie_word_embeddings:
+            keys.discard("lm_head.weight")
+        return keys
+
+    def load_hf_state_dict(self, tensors: dict[str, torch.Tensor]) -> None:
+        # Original GPT-2 checkpoints store the body without the "transformer." prefix.
+        renamed = {}
+        for name, value in tensors.items():
+            if name.endswith(".attn.bias") or name.endswith(".attn.masked_bias"):
+                continue  # causal-mask buffers of old checkpoints
+            if not name.startswith(("transformer.", "lm_head.")):
+                name = "transformer." + name
+            renamed[name] = value
+        super().load_hf_state_dict(renamed)
+
+    def lm_head_weight(self) -> torch.Tensor:
+        return self.lm_head.weight
+
+    def forward(self, input_ids, position_ids, past_keys, past_values) -> DecoderOutput:
+        t = self.transformer
+        x = t.wte(input_ids) + t.wpe(position_ids)
+        new_keys, new_values = [], []
+        for block, k_past, v_past in zip(t.h, past_keys, past_values):
+            x, k, v = block(x, k_past, v_past)
+            new_keys.append(k)
+            new_values.append(v)
+        hidden = t.ln_f(x)
+        return DecoderOutput(self.lm_head(hidden).float(), hidden, tuple(new_keys), tuple(new_values))

@@ -1,0 +1,110 @@
+"""Building blocks shared by every decoder family: norms, rotary embeddings, cache-split attention.
+
+Attention never concatenates the past cache with the new keys/values: it scores the new queries against
+the past block and the new block separately and joins only the scores. The graph therefore reads the
+past cache (attention itself) but writes only the S new rows, which is what lets the runtime bind the
+output straight into its preallocated cache (see DESIGN.md, "KV cache").
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .config import RopeConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., dim]
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_inv_freq(rope: RopeConfig, head_dim: int) -> torch.Tensor:
+    """Inverse frequencies [head_dim // 2], with `linear` or `llama3` scaling applied."""
+    inv_freq = 1.0 / (rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    if rope.rope_type == "linear":
+        inv_freq = inv_freq / rope.factor
+    elif rope.rope_type == "llama3":
+        low_wavelen = rope.original_max_position_embeddings / rope.low_freq_factor
+        high_wavelen = rope.original_max_position_embeddings / rope.high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > low_wavelen, inv_freq / rope.factor, inv_freq)
+        smooth = (rope.original_max_position_embeddings / wavelen - rope.low_freq_factor) / (
+            rope.high_freq_factor - rope.low_freq_factor
+        )
+        smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        inv_freq = torch.where(medium, smoothed, scaled)
+    return inv_freq.float()
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding (the non-interleaved "rotate half" layout used by Llama/Qwen)."""
+
+    def __init__(self, rope: RopeConfig, head_dim: int) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", rope_inv_freq(rope, head_dim), persistent=False)
+
+    def cos_sin(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # position_ids: [B, S] -> cos, sin: [B, S, 1, head_dim]
+        freqs = position_ids.float()[..., None] * self.inv_freq  # [B, S, head_dim/2]
+        emb = torch.cat((freqs, freqs), dim=-1)[:, :, None, :]
+        return emb.cos(), emb.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: [B, S, H, D]
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return (x * cos + rotated * sin).to(x.dtype)
+
+
+def attend(
+    q: torch.Tensor,  # [B, S, Hq, D]
+    k_past: torch.Tensor,  # [B, P, Hkv, D]
+    v_past: torch.Tensor,  # [B, P, Hkv, D]
+    k_new: torch.Tensor,  # [B, S, Hkv, D]
+    v_new: torch.Tensor,  # [B, S, Hkv, D]
+    scale: float,
+) -> torch.Tensor:  # -> [B, S, Hq * D]
+    """Causal attention of S new queries over P past positions plus the S new positions.
+
+    Grouped-query heads are handled by reshaping the queries to [B, Hkv, G*S, D] (query head h uses
+    kv head h // G), so the cache is never repeated.
+    """
+    b, s, hq, d = q.shape
+    hkv = k_new.shape[2]
+    g = hq // hkv
+    qg = q.reshape(b, s, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, g * s, d)
+    kp = k_past.permute(0, 2, 3, 1)  # [B, Hkv, D, P]
+    kn = k_new.permute(0, 2, 3, 1)  # [B, Hkv, D, S]
+    scores_past = torch.matmul(qg, kp) * scale  # [B, Hkv, G*S, P]
+    scores_new = torch.matmul(qg, kn) * scale  # [B, Hkv, G*S, S]
+    row = torch.arange(s, device=q.device).repeat(g)[:, None]  # query's index within the new block
+    col = torch.arange(s, device=q.device)[None, :]
+    scores_new = scores_new.masked_fill(col > row, torch.finfo(scores_new.dtype).min)
+    p_len = scores_past.shape[-1]
+    probs = torch.softmax(torch.cat((scores_past, scores_new), dim=-1).float(), dim=-1).to(q.dtype)
+    out = torch.matmul(probs[..., :p_len], v_past.transpose(1, 2)) + torch.matmul(
+        probs[..., p_len:], v_new.transpose(1, 2)
+    )  # [B, Hkv, G*S, D]
+    return out.reshape(b, hkv, g, s, d).permute(0, 3, 1, 2, 4).reshape(b, s, hq * d)
+
+
+ACTIVATIONS = {
+    "silu": nn.functional.silu,
+    "gelu": nn.functional.gelu,
+    "gelu_new": lambda x: nn.functional.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: nn.functional.gelu(x, approximate="tanh"),
+    "relu": nn.functional.relu,
+}

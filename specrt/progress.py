@@ -1,0 +1,32 @@
+"""Progress display for long steps (rich), on stderr so that --json output stays clean."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Callable, Iterator
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+
+@contextlib.contextmanager
+def step_progress(enabled: bool = True) -> Iterator[Callable[[str], Callable[[], None]]]:
+    """Yields `progress(description) -> done()`: one spinner line per step, ticked when done."""
+    if not enabled:
+        yield lambda description: (lambda: None)
+        return
+    console = Console(stderr=True)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=console, transient=False) as progress:
+
+        def start(description: str) -> Callable[[], None]:
+            task = progress.add_task(description, total=1)
+            t0 = time.perf_counter()
+
+            def done() -> None:
+                progress.update(task, completed=1, description=f"{description} [{time.perf_counter() - t0:.1f}s]")
+
+            return done
+
+        yield start
