@@ -70,8 +70,14 @@ def main() -> None:
 
 
 def _register() -> None:
-    from .commands import core  # noqa: F401  (commands register themselves on `main`)
-    from .commands import extra  # noqa: F401
+    """Import every module of specrt.commands; each adds its commands to `main`."""
+    import importlib
+    import pkgutil
+
+    from . import commands
+
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda i: i.name):
+        importlib.import_module(f"{commands.__name__}.{info.name}")
 
 
 _register()

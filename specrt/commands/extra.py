@@ -1,1 +1,0 @@
-"""Commands of later issues register here (demo, bench, serve, distill-draft, train-medusa)."""

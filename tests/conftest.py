@@ -1,0 +1,67 @@
+"""Shared fixtures: a real tokenizer, tiny transformers checkpoints and compiled bundles (session scope)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from helpers import make_checkpoint, train_tokenizer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("specrt")
+
+
+@pytest.fixture(scope="session")
+def tokenizer_path(workdir) -> Path:
+    return train_tokenizer(workdir / "tok" / "tokenizer.json")
+
+
+@pytest.fixture(scope="session")
+def llama_target(workdir, tokenizer_path) -> Path:
+    return make_checkpoint(workdir / "llama_target", "llama", tokenizer_path, layers=2, seed=0)
+
+
+@pytest.fixture(scope="session")
+def llama_draft(workdir, tokenizer_path) -> Path:
+    """An unrelated random draft (almost everything is rejected)."""
+    return make_checkpoint(workdir / "llama_draft", "llama", tokenizer_path, layers=1, seed=1)
+
+
+@pytest.fixture(scope="session")
+def pair_bundle(workdir, llama_target, llama_draft) -> Path:
+    """target + unrelated draft, compiled once for the whole session."""
+    from specrt.compiler import compile_bundle
+
+    return compile_bundle(llama_target, workdir / "bundles" / "pair", llama_draft, max_seq_len=128,
+                          max_draft_tokens=8)
+
+
+@pytest.fixture(scope="session")
+def self_bundle(workdir, llama_target) -> Path:
+    """target used as its own draft: every draft is accepted."""
+    from specrt.compiler import compile_bundle
+
+    return compile_bundle(llama_target, workdir / "bundles" / "self", llama_target, max_seq_len=128,
+                          max_draft_tokens=8)
+
+
+@pytest.fixture(scope="session")
+def pair_generator(pair_bundle):
+    from specrt.runtime import load
+
+    return load(pair_bundle, backend="ort")
+
+
+@pytest.fixture(scope="session")
+def self_generator(self_bundle):
+    from specrt.runtime import load
+
+    return load(self_bundle, backend="ort")

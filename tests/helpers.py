@@ -1,0 +1,87 @@
+"""Tiny real components for tests: a trained BPE tokenizer and random checkpoints saved by transformers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+TEXT_SOURCES = ("os", "json", "textwrap", "argparse")
+
+
+def corpus_text() -> str:
+    import importlib
+
+    return "\n".join(Path(importlib.import_module(m).__file__).read_text() for m in TEXT_SOURCES)
+
+
+def train_tokenizer(path: Path, vocab_size: int = 320, bos: bool = False) -> Path:
+    """Byte-level BPE trained in a second on stdlib source; EOS is `<eos>` (id 0), optional `<bos>` (id 1)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    special = ["<eos>", "<bos>"] if bos else ["<eos>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([corpus_text()], trainer)
+    if bos:
+        tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path))
+    return path
+
+
+def hf_config(arch: str, vocab: int, layers: int = 2, hidden: int = 64, seed_variant: str = ""):
+    """A transformers config for a tiny model of `arch` (see ARCH_CASES)."""
+    import transformers as tf
+
+    # initializer_range 0.1 (not 0.02): logits spread out, so argmax near-ties are unlikely
+    common = dict(vocab_size=vocab, eos_token_id=0, bos_token_id=None, pad_token_id=None, initializer_range=0.1)
+    if arch == "gpt2":
+        return tf.GPT2Config(n_embd=hidden, n_layer=layers, n_head=4, n_positions=512, **common)
+    kw = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=512, **common)
+    if arch == "llama":
+        return tf.LlamaConfig(**kw)
+    if arch == "llama_tied_llama3":
+        return tf.LlamaConfig(tie_word_embeddings=True, rope_parameters={
+            "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 64}, **kw)
+    if arch == "llama_linear_legacy":
+        return tf.LlamaConfig(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}, **kw)
+    if arch == "mistral":
+        return tf.MistralConfig(sliding_window=4096, **kw)
+    if arch == "qwen2":
+        return tf.Qwen2Config(**kw)
+    if arch == "qwen3":
+        return tf.Qwen3Config(head_dim=32, **kw)
+    raise ValueError(arch)
+
+
+ARCH_CASES = ("llama", "llama_tied_llama3", "llama_linear_legacy", "mistral", "qwen2", "qwen3", "gpt2")
+
+
+def make_checkpoint(path: Path, arch: str, tokenizer: Path, layers: int = 2, hidden: int = 64, seed: int = 0,
+                    shards: bool = False) -> Path:
+    """Save a random `arch` model with transformers (safetensors) plus the tokenizer into `path`."""
+    import shutil
+
+    import torch
+    import transformers as tf
+
+    from tokenizers import Tokenizer
+
+    vocab = Tokenizer.from_file(str(tokenizer)).get_vocab_size()
+    torch.manual_seed(seed)
+    config = hf_config(arch, vocab, layers, hidden)
+    model = tf.AutoModelForCausalLM.from_config(config).eval()
+    model.save_pretrained(str(path), max_shard_size="40KB" if shards else "5GB")
+    shutil.copy(tokenizer, path / "tokenizer.json")
+    if arch == "llama_linear_legacy":  # rewrite the rope block in the older top-level form
+        raw = json.loads((path / "config.json").read_text())
+        rope = raw.pop("rope_parameters")
+        raw["rope_theta"] = rope["rope_theta"]
+        raw["rope_scaling"] = {"type": "linear", "factor": rope["factor"]}
+        (path / "config.json").write_text(json.dumps(raw, indent=2))
+    return path
