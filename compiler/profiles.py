@@ -2,6 +2,11 @@
 
 They are recorded in the manifest for every bundle and become TensorRT optimization profiles (one
 execution context each) when engines are built. The runtime checks every call against them in Python.
+
+S = new tokens per call, P = past length (positions already cached). Prefill covers P > 0 as well:
+the loop prefills long prompts in chunks of at most PREFILL_CHUNK_MAX tokens, and the draft runner
+catches up on accepted tokens in chunks of the same size at any P. Keep runtime/loop.PREFILL_CHUNK and
+the draft proposer's prefill_chunk <= PREFILL_CHUNK_MAX (tests/trt/test_profiles.py checks it).
 """
 
 from __future__ import annotations
@@ -10,14 +15,17 @@ from typing import Any
 
 from . import graph_io
 
+PREFILL_CHUNK_MAX = 256  # largest S of one prefill / catch-up call (bounds TensorRT activation memory)
+PHASE_PREFERENCE = ("decode", "verify", "prefill")  # most specific profile first
+
 
 def profile_ranges(max_seq_len: int, max_draft_tokens: int, max_prefill: int | None = None
                    ) -> dict[str, dict[str, tuple[int, int, int]]]:
     """(min, opt, max) of S (new tokens) and P (past length) per phase."""
-    prefill_max = max_prefill or max_seq_len
+    prefill_max = min(max_prefill or PREFILL_CHUNK_MAX, max_seq_len)
     verify_max = max_draft_tokens + 1
     return {
-        "prefill": {"S": (1, min(128, prefill_max), prefill_max), "P": (0, 0, 0)},
+        "prefill": {"S": (1, min(128, prefill_max), prefill_max), "P": (0, 0, max_seq_len - 1)},
         "decode": {"S": (1, 1, 1), "P": (0, max_seq_len // 2, max_seq_len - 1)},
         "verify": {"S": (2, verify_max, verify_max), "P": (0, max_seq_len // 2, max_seq_len - 2)},
     }
@@ -42,10 +50,28 @@ def profiles_for_model(config: Any, max_seq_len: int, max_draft_tokens: int) -> 
 
 def phase_for(new_tokens: int, past_len: int, max_seq_len: int, max_draft_tokens: int) -> str:
     """Which profile a call with S new tokens and P past positions falls into (ValueError if none)."""
-    for phase, r in profile_ranges(max_seq_len, max_draft_tokens).items():
+    ranges = profile_ranges(max_seq_len, max_draft_tokens)
+    for phase in PHASE_PREFERENCE:
+        r = ranges[phase]
         if r["S"][0] <= new_tokens <= r["S"][2] and r["P"][0] <= past_len <= r["P"][2]:
             return phase
     raise ValueError(
         f"no optimization profile covers S={new_tokens} new tokens at past length {past_len} "
         f"(max_seq_len={max_seq_len}, max_draft_tokens={max_draft_tokens})"
     )
+
+
+def phase_in_profiles(profiles: dict[str, Any], new_tokens: int, past_len: int) -> str:
+    """Like phase_for, but against profiles recorded in a manifest ({phase: {input: {min, opt, max}}})."""
+    for phase in [p for p in PHASE_PREFERENCE if p in profiles] + [p for p in profiles if p not in PHASE_PREFERENCE]:
+        ids, past = profiles[phase][graph_io.INPUT_IDS], profiles[phase].get(graph_io.past_key(0))
+        ok = ids["min"][1] <= new_tokens <= ids["max"][1]
+        if past is not None:
+            ok = ok and past["min"][1] <= past_len <= past["max"][1]
+        if ok:
+            return phase
+    ranges = ", ".join(f"{ph}: S {v[graph_io.INPUT_IDS]['min'][1]}..{v[graph_io.INPUT_IDS]['max'][1]}"
+                       + (f", P {v[graph_io.past_key(0)]['min'][1]}..{v[graph_io.past_key(0)]['max'][1]}"
+                          if graph_io.past_key(0) in v else "")
+                       for ph, v in profiles.items())
+    raise ValueError(f"no optimization profile covers S={new_tokens} new tokens at past length {past_len} ({ranges})")

@@ -181,7 +181,7 @@ class Generator:
 
     def _iterate(self, prompt, max_new_tokens: int, *, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, method: str | None = None,
-                 num_speculative_tokens: int | str = DEFAULT_K, ngram_min: int | None = None,
+                 num_speculative_tokens: int | str | None = None, ngram_min: int | None = None,
                  ngram_max: int | None = None):
         # Validate everything before touching a runner.
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
@@ -190,6 +190,12 @@ class Generator:
         method = method or self.default_method
         if method not in METHODS:
             raise InvalidArgument(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        if method == "draft" and self.draft is None:
+            raise InvalidArgument("method 'draft' needs a bundle compiled with --draft")
+        if method == "medusa" and "medusa" not in self.manifest.data:
+            raise InvalidArgument("method 'medusa' needs a bundle compiled with --medusa")
+        if num_speculative_tokens is None:
+            num_speculative_tokens = min(DEFAULT_K, self.max_draft_tokens)
         k = self._check_k(num_speculative_tokens)
         prompt_ids = self.encode_prompt(prompt)
         options = {key: v for key, v in (("min_n", ngram_min), ("max_n", ngram_max)) if v is not None}

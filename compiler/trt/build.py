@@ -1,0 +1,180 @@
+"""ONNX graph -> serialized TensorRT engine, as small loaders named by input and output (like Polygraphy):
+
+    network_from_onnx(trt, onnx_path, logger)           -> (builder, network, parser)
+    config_for_profiles(trt, builder, network, profiles, options, logger) -> IBuilderConfig
+    engine_from_network(builder, network, config)       -> bytes (the plan)
+    save_engine(plan, path)  /  save_timing_cache(config, path)
+
+`build_engine(...)` chains them for one model; `engine_entry(...)` is the manifest record. TensorRT
+is passed in (never imported at module level), so everything but the native calls is CPU-testable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+from ...errors import BackendError, InvalidArgument
+from ..profiles import PHASE_PREFERENCE
+from .memory import DEFAULT_WORKSPACE
+from .precision import PRECISIONS, half_onnx_from_fp32
+
+HW_COMPAT = {"none": "NONE", "ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}
+PHASE_ORDER = ("prefill", "decode", "verify")  # optimization profile index = position here
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildOptions:
+    precision: str = "fp32"
+    hardware_compat: str = "none"  # manifest spelling: none | ampere_plus | same_compute_capability
+    version_compatible: bool = False
+    workspace: int = DEFAULT_WORKSPACE  # bytes, MemoryPoolType.WORKSPACE limit
+    builder_optimization_level: int | None = None  # 0..5, TensorRT's default (3) when None
+    timing_cache: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise InvalidArgument(f"--precision {self.precision!r}: choose one of {', '.join(PRECISIONS)}")
+        if self.hardware_compat not in HW_COMPAT:
+            raise InvalidArgument(f"--hardware-compat {self.hardware_compat!r}: choose none, ampere-plus or "
+                                  "same-compute-capability")
+        if self.workspace <= 0:
+            raise InvalidArgument(f"--workspace must be positive, got {self.workspace} bytes")
+        if self.builder_optimization_level is not None and not 0 <= self.builder_optimization_level <= 5:
+            raise InvalidArgument(f"--builder-optimization-level must be in 0..5, got {self.builder_optimization_level}")
+
+
+def make_logger(trt, lines: list[str]):
+    """A TensorRT ILogger that keeps warnings and errors in `lines` (for error messages)."""
+
+    class _Logger(trt.ILogger):
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+
+        def log(self, severity, msg) -> None:
+            if int(severity) <= int(trt.ILogger.Severity.WARNING):
+                lines.append(str(msg))
+
+    return _Logger()
+
+
+def polygraphy_profiles(profiles: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Manifest profiles {phase: {input: {min, opt, max}}} -> [(phase, polygraphy Profile)] in PHASE_ORDER."""
+    from polygraphy.backend.trt import Profile
+
+    out = []
+    for phase in PHASE_ORDER:
+        if phase not in profiles:
+            raise InvalidArgument(f"profiles lack the {phase!r} phase (have {sorted(profiles)})")
+        p = Profile()
+        for name, s in profiles[phase].items():
+            p.add(name, tuple(s["min"]), tuple(s["opt"]), tuple(s["max"]))
+        out.append((phase, p))
+    return out
+
+
+def network_from_onnx(trt, onnx_path: Path, logger) -> tuple[Any, Any, Any]:
+    builder = trt.Builder(logger)
+    flags = 0
+    if hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED"):  # TensorRT 10; always on in 11
+        flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    network = builder.create_network(flags)
+    if network is None:
+        raise BackendError("TensorRT create_network returned None")
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(onnx_path)):  # parse_from_file finds the external .data file
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise BackendError(f"TensorRT's ONNX parser rejected {onnx_path.name}: {errors or 'no details'} "
+                           "(see `specrt inspect BUNDLE` for the operator check)")
+    return builder, network, parser
+
+
+def config_for_profiles(trt, builder, network, profiles: dict[str, Any], options: BuildOptions):
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace)
+    if options.builder_optimization_level is not None:
+        config.builder_optimization_level = options.builder_optimization_level
+    if options.hardware_compat != "none":
+        name = HW_COMPAT[options.hardware_compat]
+        if not hasattr(trt.HardwareCompatibilityLevel, name):
+            raise BackendError(f"this TensorRT ({trt.__version__}) has no HardwareCompatibilityLevel.{name}")
+        config.hardware_compatibility_level = getattr(trt.HardwareCompatibilityLevel, name)
+    if options.version_compatible:  # the lean runtime is embedded in the plan (no EXCLUDE_LEAN_RUNTIME)
+        config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE)
+    blob = options.timing_cache.read_bytes() if options.timing_cache and options.timing_cache.exists() else b""
+    cache = config.create_timing_cache(blob)
+    if blob and (cache is None or not config.set_timing_cache(cache, ignore_mismatch=False)):
+        warnings.warn(f"timing cache {options.timing_cache} is from another GPU / TensorRT; starting a new one")
+        blob, cache = b"", config.create_timing_cache(b"")
+    if not blob and (cache is None or not config.set_timing_cache(cache, ignore_mismatch=False)):
+        raise BackendError("TensorRT create_timing_cache / set_timing_cache failed on an empty cache")
+    for phase, profile in polygraphy_profiles(profiles):
+        index = config.add_optimization_profile(profile.to_trt(builder, network))
+        if index != PHASE_ORDER.index(phase):
+            raise BackendError(f"TensorRT add_optimization_profile({phase}) returned {index}, "
+                               f"expected {PHASE_ORDER.index(phase)} (invalid min/opt/max shapes?)")
+    return config
+
+
+def engine_from_network(builder, network, config, log_lines: list[str] | None = None) -> bytes:
+    plan = builder.build_serialized_network(network, config)
+    if plan is None:
+        raise BackendError("TensorRT build_serialized_network returned None: "
+                           + (" | ".join((log_lines or [])[-5:]) or "see the TensorRT log"))
+    return bytes(plan)
+
+
+def save_engine(plan: bytes, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(plan)
+    return path
+
+
+def save_timing_cache(config, path: Path | None) -> None:
+    if path is None:
+        return
+    cache = config.get_timing_cache()
+    if cache is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(bytes(cache.serialize()))
+        tmp.replace(path)
+
+
+def engine_entry(rel_path: str, options: BuildOptions, facts: dict[str, Any]) -> dict[str, Any]:
+    """The manifest record `manifest["engines"][role]` (file checksums live in manifest["files"])."""
+    return {
+        "path": rel_path,
+        "tensorrt_version": facts["tensorrt_version"],
+        "cuda_version": facts["cuda_version"],
+        "gpu_name": facts["gpu_name"],
+        "compute_capability": facts["compute_capability"],
+        "hardware_compatibility_level": options.hardware_compat,
+        "version_compatible": options.version_compatible,
+        "lean_runtime_embedded": options.version_compatible,
+        "precision": options.precision,
+        "workspace_bytes": options.workspace,
+        "builder_optimization_level": options.builder_optimization_level,
+        "profiles": list(PHASE_ORDER),
+    }
+
+
+def build_engine(trt, onnx_path: Path, engine_path: Path, profiles: dict[str, Any], options: BuildOptions) -> None:
+    """fp32 ONNX graph -> (half ONNX graph) -> engine file at `engine_path`; updates the timing cache."""
+    lines: list[str] = []
+    logger = make_logger(trt, lines)
+    with tempfile.TemporaryDirectory(prefix="specrt-half-") as tmp:
+        src = onnx_path
+        if options.precision != "fp32":
+            src = half_onnx_from_fp32(onnx_path, Path(tmp) / f"model.{options.precision}.onnx", options.precision)
+        builder, network, _parser = network_from_onnx(trt, src, logger)
+        config = config_for_profiles(trt, builder, network, profiles, options)
+        plan = engine_from_network(builder, network, config, lines)
+    save_engine(plan, engine_path)
+    save_timing_cache(config, options.timing_cache)
+
+
+assert set(PHASE_ORDER) == set(PHASE_PREFERENCE)

@@ -1,0 +1,165 @@
+"""`specrt compile` options for TensorRT engines and GPU memory budgets, and the compile step they add.
+
+Wiring (specrt/commands/core.py):
+
+    @main.command("compile")
+    @click.option(...)                      # the existing options
+    @trt_compile_options                    # adds the options below; passes them as trt_options=dict
+    @handle_errors
+    def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, as_json, trt_options):
+        extra += prepare_trt_compile(trt_options, target=target, draft=draft, output=output,
+                                     max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens)
+
+`prepare_trt_compile` fails before any work: no TensorRT / GPU with --backend trt, bad option values,
+or a memory plan over --gpu-memory-budget (computed from the checkpoint configs, no TensorRT needed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from ...errors import BackendUnavailable, InvalidArgument
+from .memory import DEFAULT_WORKSPACE, check_budget, model_row, parse_size, plan_from_rows, safetensors_parameters
+
+Step = Callable[[Path, dict], None]
+OPTION_NAMES = ("backend", "precision", "hardware_compat", "version_compatible", "workspace",
+                "builder_optimization_level", "timing_cache", "gpu_memory_budget")
+
+
+class SizeType(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if value is None or isinstance(value, int):
+            return value
+        try:
+            return parse_size(value)
+        except InvalidArgument as exc:
+            self.fail(str(exc), param, ctx)
+
+
+_OPTIONS = [
+    click.option("--backend", "backend", type=click.Choice(["onnx", "trt"]), default="onnx", show_default=True,
+                 help="onnx: ONNX graphs only. trt: also build TensorRT engines (NVIDIA GPU + TensorRT)."),
+    click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), default="fp32", show_default=True,
+                 help="Engine precision (the ONNX graph is converted; logits stay fp32)."),
+    click.option("--hardware-compat", type=click.Choice(["none", "ampere-plus", "same-compute-capability"]),
+                 default="none", show_default=True, help="Engines that also run on other GPUs."),
+    click.option("--version-compatible", is_flag=True,
+                 help="Engines that run on later TensorRT versions (embeds the lean runtime)."),
+    click.option("--workspace", type=SizeType(), default=None, help="TensorRT workspace limit, e.g. 4GiB (default 1GiB)."),
+    click.option("--builder-optimization-level", type=click.IntRange(0, 5), default=None,
+                 help="TensorRT builder optimization level 0-5 (default 3)."),
+    click.option("--timing-cache", type=click.Path(path_type=Path), default=None,
+                 help="TensorRT timing cache file (default: <bundle>.timing-cache next to the bundle)."),
+    click.option("--gpu-memory-budget", type=SizeType(), default=None,
+                 help="Refuse before building when both models do not fit, e.g. 20GiB."),
+]
+
+
+def trt_compile_options(fn: Callable) -> Callable:
+    """Click decorator: adds the options above and passes them to `fn` as one kwarg `trt_options`."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        trt_options = {name: kwargs.pop(name, None) for name in OPTION_NAMES}
+        return fn(*args, trt_options=trt_options, **kwargs)
+
+    wrapper.__click_params__ = list(getattr(fn, "__click_params__", []))
+    for option in reversed(_OPTIONS):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def build_options(options: dict[str, Any], bundle: Path | None = None):
+    """CLI option dict -> BuildOptions (validated). The timing cache defaults to <bundle>.timing-cache."""
+    from .build import BuildOptions
+
+    cache = options.get("timing_cache")
+    if cache is None and bundle is not None:
+        bundle = Path(bundle)
+        cache = bundle.with_name(bundle.name + ".timing-cache")
+    return BuildOptions(
+        precision=options.get("precision") or "fp32",
+        hardware_compat=(options.get("hardware_compat") or "none").replace("-", "_"),
+        version_compatible=bool(options.get("version_compatible")),
+        workspace=options.get("workspace") or DEFAULT_WORKSPACE,
+        builder_optimization_level=options.get("builder_optimization_level"),
+        timing_cache=Path(cache) if cache is not None else None,
+    )
+
+
+def check_trt_available(device: str = "cuda:0") -> None:
+    """BackendUnavailable (one line) unless TensorRT imports and a CUDA GPU is visible."""
+    from . import INSTALL_HINT, cuda_device_error, import_trt
+
+    import_trt()
+    reason = cuda_device_error(device)
+    if reason:
+        raise BackendUnavailable(f"--backend trt needs an NVIDIA GPU: {reason}; {INSTALL_HINT}")
+
+
+def check_budget_before_build(options: dict[str, Any], target: Path, draft: Path | None, max_seq_len: int,
+                              max_draft_tokens: int) -> dict[str, Any] | None:
+    """With --gpu-memory-budget: plan both models on one GPU from their checkpoints; raise if over."""
+    budget = options.get("gpu_memory_budget")
+    if budget is None:
+        return None
+    from ...checkpoint import open_checkpoint
+
+    trt = options.get("backend") == "trt"
+    precision = (options.get("precision") or "fp32") if trt else "fp32"
+    workspace = (options.get("workspace") or DEFAULT_WORKSPACE) if trt else 0
+    rows = []
+    for role, path in (("target", target), ("draft", draft)):
+        if path is None:
+            continue
+        ck = open_checkpoint(path)
+        params = safetensors_parameters(ck.weight_files)
+        b = 4 if precision == "fp32" else 2
+        rows.append(model_row(role, dataclasses.asdict(ck.config), params * b, precision, max_seq_len,
+                              max_draft_tokens, workspace))
+    plan = plan_from_rows(rows)
+    check_budget(plan, budget)
+    return plan
+
+
+def trt_extra_steps(options: dict[str, Any], max_seq_len: int, max_draft_tokens: int,
+                    bundle: Path | None = None) -> list[Step]:
+    """The compile steps for --backend trt: one engine per model, recorded in manifest["engines"]."""
+    if (options.get("backend") or "onnx") != "trt":
+        return []
+    opts = build_options(options, bundle)
+
+    def build_engines(tmp: Path, manifest: dict) -> None:
+        from . import import_trt
+        from .build import build_engine, engine_entry
+        from .compat import installed_facts
+
+        trt = import_trt()
+        o = opts
+        if o.timing_cache is None:  # no bundle path given: derive it from the temporary directory's name
+            name = tmp.name.lstrip(".").split(".tmp-")[0]
+            o = dataclasses.replace(o, timing_cache=tmp.parent / f"{name}.timing-cache")
+        facts = installed_facts("cuda:0")
+        for role, entry in manifest["models"].items():
+            rel = f"{role}/model.{o.precision}.engine"
+            build_engine(trt, tmp / entry["onnx"], tmp / rel, entry["profiles"], o)
+            manifest["engines"][role] = engine_entry(rel, o, facts)
+
+    return [build_engines]
+
+
+def prepare_trt_compile(options: dict[str, Any], *, target: Path, draft: Path | None, output: Path,
+                        max_seq_len: int, max_draft_tokens: int) -> list[Step]:
+    """Everything `specrt compile` needs before the export starts; returns the extra steps."""
+    steps = trt_extra_steps(options, max_seq_len, max_draft_tokens, bundle=output)  # validates the options
+    if steps:
+        check_trt_available()
+    check_budget_before_build(options, target, draft, max_seq_len, max_draft_tokens)
+    return steps

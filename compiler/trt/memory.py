@@ -1,0 +1,140 @@
+"""Memory planning per model and device, and the `--gpu-memory-budget` check. Pure Python (no GPU).
+
+Per model (all in bytes, b = bytes per element of the engine precision: 4 fp32, 2 fp16/bf16):
+
+    weights      ONNX external-data size * b / 4 (the bundle graph is fp32), or parameters * b
+    kv_cache     2 * layers * (max_seq_len + max_draft_tokens + 1) * kv_heads * head_dim * b
+                 (keys + values, full context plus k + 1 rows of verify headroom)
+    workspace    the engine's --workspace (manifest), else DEFAULT_WORKSPACE
+    activations  estimate for the largest call S = min(max_seq_len, PREFILL_CHUNK_MAX):
+                 S * vocab * 4                          logits (fp32)
+               + S * hidden * b                         hidden_states output
+               + S * (4 * hidden + 2 * intermediate) * b  one layer's q/k/v/o and MLP temporaries
+               + heads * S * max_seq_len * 4            one layer's attention scores (fp32 softmax)
+    total        the sum
+
+It is an estimate (TensorRT's own activation memory depends on tactics), meant to catch plans that
+cannot fit before spending minutes building engines.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ...errors import CheckpointError, InvalidArgument
+from ..profiles import PREFILL_CHUNK_MAX
+
+DEFAULT_WORKSPACE = 1 << 30
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2}
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(text: str | int) -> int:
+    """'20GiB' / '512MiB' / '4GB' / '1.5g' / '1048576' -> bytes."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in _UNITS:
+        raise InvalidArgument(f"size {text!r}: expected a number with an optional unit (e.g. 20GiB, 512MiB, 4GB)")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def format_size(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def dtype_bytes(precision: str) -> int:
+    if precision not in DTYPE_BYTES:
+        raise InvalidArgument(f"precision {precision!r}: choose one of fp32, fp16, bf16")
+    return DTYPE_BYTES[precision]
+
+
+def kv_cache_bytes(c: Mapping[str, Any], max_seq_len: int, max_draft_tokens: int, b: int) -> int:
+    return 2 * c["num_layers"] * (max_seq_len + max_draft_tokens + 1) * c["num_kv_heads"] * c["head_dim"] * b
+
+
+def activation_bytes(c: Mapping[str, Any], max_seq_len: int, b: int) -> int:
+    s = min(max_seq_len, PREFILL_CHUNK_MAX)
+    return (s * c["vocab_size"] * 4 + s * c["hidden_size"] * b
+            + s * (4 * c["hidden_size"] + 2 * c["intermediate_size"]) * b
+            + c["num_heads"] * s * max_seq_len * 4)
+
+
+def model_row(role: str, c: Mapping[str, Any], weights_bytes: int, precision: str, max_seq_len: int,
+              max_draft_tokens: int, workspace: int | None = None, device: str = "cuda:0") -> dict[str, Any]:
+    b = dtype_bytes(precision)
+    row = {"device": device, "model": role, "precision": precision, "weights_bytes": int(weights_bytes),
+           "kv_cache_bytes": kv_cache_bytes(c, max_seq_len, max_draft_tokens, b),
+           "workspace_bytes": int(DEFAULT_WORKSPACE if workspace is None else workspace),
+           "activation_bytes": activation_bytes(c, max_seq_len, b)}
+    row["total_bytes"] = sum(v for k, v in row.items() if k.endswith("_bytes"))
+    return row
+
+
+def plan_from_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    per_device: dict[str, int] = {}
+    for r in rows:
+        per_device[r["device"]] = per_device.get(r["device"], 0) + r["total_bytes"]
+    return {"rows": rows, "per_device": per_device}
+
+
+def memory_plan(manifest, max_seq_len: int | None = None, devices: Mapping[str, str] | None = None,
+                precision: str | None = None, workspace: int | None = None) -> dict[str, Any]:
+    """Plan for a bundle: {"rows": [...], "per_device": {device: bytes}}. `devices`: role -> "cuda:N"."""
+    n = max_seq_len or manifest.max_seq_len
+    k = manifest.max_draft_tokens
+    engines = manifest.get("engines") or {}
+    rows = []
+    for role, e in manifest.models.items():
+        eng = engines.get(role) or {}
+        prec = precision or eng.get("precision") or e.get("dtype", "float32")
+        data = manifest.path(e["onnx_data"]) if e.get("onnx_data") else None
+        fp32_bytes = data.stat().st_size if data is not None and data.exists() else 4 * e["num_parameters"]
+        weights = fp32_bytes * dtype_bytes(prec) // 4
+        ws = workspace if workspace is not None else eng.get("workspace_bytes")
+        rows.append(model_row(role, e["decoder_config"], weights, prec, n, k, ws,
+                              (devices or {}).get(role, "cuda:0")))
+    return plan_from_rows(rows)
+
+
+def safetensors_parameters(files: Iterable[Path]) -> int:
+    """Number of parameters in safetensors files, from their headers only (no weights are read)."""
+    total = 0
+    for f in files:
+        with open(f, "rb") as fh:
+            try:
+                (size,) = struct.unpack("<Q", fh.read(8))
+                header = json.loads(fh.read(size))
+            except (struct.error, json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise CheckpointError(f"{f} is not a safetensors file: {exc}") from None
+        for name, meta in header.items():
+            if name != "__metadata__":
+                count = 1
+                for d in meta["shape"]:
+                    count *= d
+                total += count
+    return total
+
+
+def check_budget(plan: Mapping[str, Any], budget_bytes: int) -> None:
+    """Raise InvalidArgument, with the numbers, when a device's planned total exceeds the budget."""
+    over = {d: t for d, t in plan["per_device"].items() if t > budget_bytes}
+    if not over:
+        return
+    parts = []
+    for dev, total in over.items():
+        rows = "; ".join(
+            f"{r['model']}: weights {format_size(r['weights_bytes'])}, kv cache {format_size(r['kv_cache_bytes'])}, "
+            f"workspace {format_size(r['workspace_bytes'])}, activations {format_size(r['activation_bytes'])}"
+            for r in plan["rows"] if r["device"] == dev)
+        parts.append(f"{dev} needs {format_size(total)} ({rows})")
+    raise InvalidArgument(
+        f"memory plan exceeds --gpu-memory-budget {format_size(budget_bytes)}: {' | '.join(parts)}. Fix: lower "
+        "--max-seq-len, use --precision fp16 or bf16, a smaller --workspace, or put the draft on another GPU"
+    )

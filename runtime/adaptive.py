@@ -1,0 +1,99 @@
+"""`AdaptiveK`: speculation length chosen per step to maximise predicted tokens per second (NOTES §1).
+
+Model, with a = per-token acceptance probability, c = seconds per draft token, V(k) = seconds of a
+verify pass over k + 1 tokens (V(0) = a plain decode step):
+
+    expected tokens per step  E(k) = (1 - a^(k+1)) / (1 - a)
+    tokens per second         R(k) = E(k) / (k * c + V(k))
+
+Estimates are exponential moving averages over steps: `a` from accepted / (accepted + rejections)
+(a step that stops at a rejection counts one rejection), `c` from draft time per draft token, and V(k)
+per k, with a least-squares line through the measured k for unmeasured ones. The controller starts
+with one plain step (to measure V(0)) and one step at `initial_k`, then picks argmax_k R(k). It turns
+speculation off (k = 0) when no k beats plain decoding by `margin`, and while off it probes with a
+small k every `probe_every` steps (again at once after a fully accepted probe), so an easier stretch
+later in the text is noticed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class AdaptiveK:
+    def __init__(self, max_k: int, initial_k: int = 4, alpha: float = 0.25, margin: float = 1.05,
+                 probe_every: int = 12, probe_k: int = 2, prior_acceptance: float = 0.6) -> None:
+        self.max_k = max_k
+        self.initial_k = min(initial_k, max_k)
+        self.alpha = alpha
+        self.margin = margin
+        self.probe_every = probe_every
+        self.probe_k = min(probe_k, max_k)
+        self.verify_cost: list[float | None] = [None] * (max_k + 1)  # EMA seconds per verify, by k
+        self.draft_cost: float | None = None  # EMA seconds per draft token
+        self.acc_num, self.acc_den = prior_acceptance, 1.0  # EMA of accepted and of accepted + rejections
+        self.steps = 0
+        self.off_steps = 0
+        self.last_probe_full = False
+
+    # -------------------------------------------------------------------------------- estimates
+    def _ema(self, old: float | None, new: float) -> float:
+        return new if old is None else (1 - self.alpha) * old + self.alpha * new
+
+    @property
+    def acceptance(self) -> float:
+        return min(max(self.acc_num / self.acc_den, 0.0), 0.999) if self.acc_den > 0 else 0.0
+
+    def verify_estimate(self) -> np.ndarray:
+        """V(k) for k = 0..max_k: measured where available, else a least-squares line."""
+        ks = [k for k, v in enumerate(self.verify_cost) if v is not None]
+        vs = [self.verify_cost[k] for k in ks]
+        if len(ks) >= 2:
+            slope, intercept = np.polyfit(ks, vs, 1)
+            slope = max(slope, 0.0)
+        else:
+            slope, intercept = 0.0, vs[0] if vs else 1.0
+        line = intercept + slope * np.arange(self.max_k + 1)
+        out = np.array([v if v is not None else line[k] for k, v in enumerate(self.verify_cost)], dtype=float)
+        return np.maximum(out, 1e-9)
+
+    def predicted_rates(self) -> np.ndarray:
+        """R(k) for k = 0..max_k, tokens per second."""
+        a = self.acceptance
+        k = np.arange(self.max_k + 1)
+        expected = (1 - a ** (k + 1)) / (1 - a)
+        cost = k * (self.draft_cost or 0.0) + self.verify_estimate()
+        return expected / cost
+
+    def best_k(self) -> int:
+        rates = self.predicted_rates()
+        k = int(rates.argmax())
+        if k > 0 and rates[k] < self.margin * rates[0]:
+            return 0
+        return k
+
+    # ----------------------------------------------------------------------------- the protocol
+    def next_k(self) -> int:
+        if self.steps == 0:
+            return 0
+        if self.steps == 1:
+            return self.initial_k
+        k = self.best_k()
+        if k > 0:
+            self.off_steps = 0
+            return k
+        self.off_steps += 1
+        if self.last_probe_full or self.off_steps >= self.probe_every:
+            self.off_steps = 0
+            return self.probe_k
+        return 0
+
+    def update(self, k: int, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
+        self.steps += 1
+        self.verify_cost[drafted] = self._ema(self.verify_cost[drafted], verify_s)
+        if drafted > 0:
+            self.draft_cost = self._ema(self.draft_cost, draft_s / drafted)
+            rejections = 1 if accepted < drafted else 0
+            self.acc_num = (1 - self.alpha) * self.acc_num + self.alpha * accepted
+            self.acc_den = (1 - self.alpha) * self.acc_den + self.alpha * (accepted + rejections)
+            self.last_probe_full = accepted == drafted and self.best_k() == 0

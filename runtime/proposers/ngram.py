@@ -1,0 +1,73 @@
+"""Prompt-lookup (n-gram) proposer: no second model.
+
+Proposes the continuation of the longest suffix n-gram (max_n down to min_n tokens) of the committed
+sequence that occurred earlier in prompt + generated text. Match rule: the LATEST earlier occurrence
+wins (recent context is the better predictor in edited or repeated text). Candidates stop before the
+first EOS; the loop clamps k at the context and max_new_tokens limits.
+
+The n-gram tables are hash maps updated incrementally as tokens are committed, so a step costs
+O(max_n - min_n + 1) look-ups, independent of the context length. A deterministic proposal is a point
+mass, so `probs` is None and the acceptance rule stays lossless for sampling too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import InvalidArgument
+from .base import Proposal
+
+DEFAULT_MIN_N = 1
+DEFAULT_MAX_N = 3
+
+
+class NgramProposer:
+    name = "ngram"
+
+    def __init__(self, eos_ids: frozenset[int] = frozenset(), min_n: int = DEFAULT_MIN_N,
+                 max_n: int = DEFAULT_MAX_N) -> None:
+        if not 1 <= min_n <= max_n:
+            raise InvalidArgument(f"n-gram sizes must satisfy 1 <= ngram_min <= ngram_max, got {min_n}, {max_n}")
+        self.eos_ids = eos_ids
+        self.min_n, self.max_n = min_n, max_n
+        self.tables: dict[int, dict[tuple[int, ...], int]] = {}
+        self.indexed = 0  # tokens[:indexed] are in the tables (as n-grams that have a continuation)
+        self._tokens: np.ndarray | None = None
+
+    def start(self, tokens: np.ndarray, n: int) -> None:
+        self.tables = {size: {} for size in range(self.min_n, self.max_n + 1)}
+        self.indexed = 0
+        self._tokens = tokens
+        self._index(tokens, n)
+
+    def _index(self, tokens: np.ndarray, n: int) -> None:
+        """Record every n-gram ending at e (exclusive) for e < n, i.e. those followed by tokens[e]."""
+        for e in range(max(self.indexed, 1), n):
+            for size, table in self.tables.items():
+                if e >= size:
+                    table[tuple(tokens[e - size:e].tolist())] = e  # latest occurrence wins
+        self.indexed = max(self.indexed, n - 1)
+
+    def match(self, tokens: np.ndarray, n: int) -> int | None:
+        """Start of the continuation of the longest matching suffix n-gram, or None."""
+        for size in range(self.max_n, self.min_n - 1, -1):
+            if n < size:
+                continue
+            start = self.tables[size].get(tuple(tokens[n - size:n].tolist()))
+            if start is not None:
+                return start
+        return None
+
+    def propose(self, tokens: np.ndarray, n: int, k: int) -> Proposal:
+        start = self.match(tokens, n)
+        if start is None:
+            return Proposal(tokens[:0].copy())
+        cand = tokens[start:min(start + k, n)].copy()
+        for i, t in enumerate(cand.tolist()):
+            if t in self.eos_ids:
+                cand = cand[:i]
+                break
+        return Proposal(cand)
+
+    def observe(self, n: int, num_accepted: int) -> None:
+        self._index(self._tokens, n)

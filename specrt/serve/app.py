@@ -1,0 +1,108 @@
+"""`create_app(bundle_or_generators, ...)` -> a FastAPI app serving the OpenAI API with speculative decoding.
+
+    app = create_app("artifacts/demo", max_concurrency=2, max_queue=64, api_key="secret")
+    uvicorn.run(app, host="127.0.0.1", port=8000)
+
+Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from .config import ServeConfig
+from .errors import install_handlers
+from .metrics import CONTENT_TYPE
+from .middleware import ApiKeyAuth, BodyLimit, RequestMetrics
+from .schemas import ChatRequest, CompletionRequest
+from .service import Service
+
+
+def threads_per_slot(max_concurrency: int, threads: Optional[int] = None) -> int:
+    """Split `threads` (default: all cores) evenly over the slots, at least one each."""
+    total = threads or os.cpu_count() or 1
+    return max(1, total // max_concurrency)
+
+
+def load_generators(bundle: Union[str, Path], max_concurrency: int = 1, backend: str = "auto",
+                    threads: Optional[int] = None) -> list[Any]:
+    """One Generator (own runners) per slot; checksums are verified once."""
+    from ..errors import InvalidArgument
+    from ..runtime import load
+
+    if max_concurrency < 1:
+        raise InvalidArgument(f"max_concurrency must be >= 1, got {max_concurrency}")
+    per_slot = threads_per_slot(max_concurrency, threads)
+    return [load(bundle, backend=backend, threads=per_slot, verify_checksums=(i == 0))
+            for i in range(max_concurrency)]
+
+
+def create_app(bundle_or_generators: Union[str, Path, Any, Sequence[Any]], *, served_model_name: Optional[str] = None,
+               api_key: Optional[str] = None, max_concurrency: int = 1, max_queue: int = 64,
+               method: Optional[str] = None, num_speculative_tokens: Union[int, str] = "auto",
+               backend: str = "auto", threads: Optional[int] = None, max_body_bytes: int = 1 << 20) -> FastAPI:
+    """A bundle path loads `max_concurrency` generators; a Generator or a list of them is used as given
+    (one slot each)."""
+    if isinstance(bundle_or_generators, (str, Path)):
+        generators = load_generators(bundle_or_generators, max_concurrency, backend, threads)
+    elif isinstance(bundle_or_generators, (list, tuple)):
+        generators = list(bundle_or_generators)
+    else:
+        generators = [bundle_or_generators]
+    name = served_model_name or Path(generators[0].manifest.root).resolve().name
+    config = ServeConfig(served_model_name=name, api_key=api_key, max_queue=max_queue, method=method,
+                         num_speculative_tokens=num_speculative_tokens, max_body_bytes=max_body_bytes)
+    service = Service(generators, config)
+    started = int(time.time())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        service.close()
+
+    # A body without Content-Type is parsed as JSON (curl -d habits); newer FastAPI needs it said.
+    lenient = {"strict_content_type": False} if "strict_content_type" in inspect.signature(FastAPI).parameters else {}
+    app = FastAPI(title="specrt", summary="OpenAI-compatible server with speculative decoding",
+                  lifespan=lifespan, **lenient)
+    app.state.service = service
+    install_handlers(app)
+    # Middleware: the last added runs first: metrics -> auth -> body limit -> routes.
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    app.add_middleware(ApiKeyAuth, api_key=config.api_key)
+    app.add_middleware(RequestMetrics, metrics=service.metrics)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        return await service.completion(request, body)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatRequest, request: Request) -> Response:
+        return await service.chat_completion(request, body)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        gen = service.generator
+        return {"object": "list", "data": [{
+            "id": config.served_model_name, "object": "model", "created": started, "owned_by": "specrt",
+            "max_model_len": gen.max_seq_len, "speculative_methods": gen.methods,
+            "max_num_speculative_tokens": gen.max_draft_tokens}]}
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        pool = service.pool
+        return {"status": "ok", "model": config.served_model_name, "slots": pool.size, "busy": pool.busy,
+                "queued": pool.waiting, "max_queue": pool.max_queue}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(service.metrics.render(), media_type=CONTENT_TYPE)
+
+    return app

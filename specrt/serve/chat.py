@@ -1,0 +1,96 @@
+"""Chat prompts: the checkpoint's Jinja `chat_template` when the bundle has one, else a plain template.
+
+The plain template (documented in docs/serve.md) is one line per message and an open assistant turn:
+
+    system: You are terse.
+    user: Hello
+    assistant: <- generation starts here
+
+A checkpoint template is rendered like Hugging Face transformers does (sandboxed Jinja, `trim_blocks`,
+`lstrip_blocks`, `add_generation_prompt=True`, `bos_token` / `eos_token` from tokenizer_config.json).
+Its text already holds any special tokens, so it is tokenized without adding them again.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Optional, Sequence
+
+from ..errors import BundleError, InvalidArgument
+
+
+def plain_template(messages: Sequence[dict[str, str]]) -> str:
+    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+
+
+def _token_text(value: Any) -> str:
+    if isinstance(value, dict):  # {"content": "<s>", "lstrip": false, ...}
+        return str(value.get("content", ""))
+    return "" if value is None else str(value)
+
+
+def _pick_template(raw: Any) -> Optional[str]:
+    if isinstance(raw, str):
+        return raw
+    if isinstance(raw, list):  # [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
+        named = {t.get("name"): t.get("template") for t in raw if isinstance(t, dict)}
+        return named.get("default") or next(iter(named.values()), None)
+    return None
+
+
+class ChatFormatter:
+    """Messages -> (prompt text, whether the tokenizer should add its special tokens)."""
+
+    def __init__(self, template: Optional[str] = None, bos_token: str = "", eos_token: str = "") -> None:
+        self.template_source = template
+        self.bos_token, self.eos_token = bos_token, eos_token
+        self._compiled = None
+        if template is not None:
+            from jinja2.exceptions import TemplateError
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            def raise_exception(message: str) -> None:
+                raise TemplateError(message)
+
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                extensions=["jinja2.ext.loopcontrols"])
+            env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
+            env.globals["raise_exception"] = raise_exception
+            env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+            try:
+                self._compiled = env.from_string(template)
+            except TemplateError as exc:
+                raise BundleError(f"the bundle's chat_template does not compile: {exc}") from None
+
+    @property
+    def kind(self) -> str:
+        return "checkpoint" if self._compiled is not None else "plain"
+
+    @classmethod
+    def from_tokenizer_config(cls, path) -> "ChatFormatter":
+        """`path`: the bundle's tokenizer_config.json, or None (plain template)."""
+        if path is None or not path.is_file():
+            return cls()
+        try:
+            cfg = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BundleError(f"cannot read {path}: {exc}") from None
+        template = _pick_template(cfg.get("chat_template"))
+        if template is None:
+            return cls()
+        return cls(template, _token_text(cfg.get("bos_token")), _token_text(cfg.get("eos_token")))
+
+    def render(self, messages: Sequence[dict[str, str]]) -> tuple[str, bool]:
+        if not messages:
+            raise InvalidArgument("messages must hold at least one message")
+        if self._compiled is None:
+            return plain_template(messages), True
+        from jinja2.exceptions import TemplateError
+
+        try:
+            text = self._compiled.render(messages=list(messages), add_generation_prompt=True,
+                                         bos_token=self.bos_token, eos_token=self.eos_token)
+        except TemplateError as exc:
+            raise InvalidArgument(f"the model's chat template rejected the messages: {exc}") from None
+        return text, False

@@ -1,0 +1,36 @@
+"""Server settings, validated on construction (frozen: one per app)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Union
+
+from ..errors import InvalidArgument
+
+METHODS = ("draft", "ngram", "medusa", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeConfig:
+    served_model_name: str
+    api_key: Optional[str] = None
+    max_queue: int = 64  # requests waiting for a slot before 429
+    method: Optional[str] = None  # default drafting method (None: the bundle's default)
+    num_speculative_tokens: Union[int, str] = "auto"  # default k per request
+    max_body_bytes: int = 1 << 20
+    retry_after_s: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.served_model_name:
+            raise InvalidArgument("served_model_name must not be empty")
+        if self.max_queue < 0:
+            raise InvalidArgument(f"max_queue must be >= 0, got {self.max_queue}")
+        if self.method is not None and self.method not in METHODS:
+            raise InvalidArgument(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
+        k = self.num_speculative_tokens
+        if k != "auto" and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+            raise InvalidArgument(f"num_speculative_tokens must be an integer >= 0 or 'auto', got {k!r}")
+        if self.max_body_bytes < 1024:
+            raise InvalidArgument(f"max_body_bytes must be >= 1024, got {self.max_body_bytes}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise InvalidArgument("api_key must not be blank")

@@ -1,0 +1,79 @@
+"""Request bodies of the OpenAI-compatible endpoints (pydantic, strict types: "5" is not an integer).
+
+Unknown OpenAI fields (`user`, `frequency_penalty`, ...) are ignored, as vLLM does. The one extension is
+`speculative` (vLLM-style extra body field; the openai client sends it with `extra_body=`):
+
+    {"speculative": {"method": "draft" | "ngram" | "medusa" | "none", "num_speculative_tokens": 5 | "auto"}}
+
+Ranges that depend on the bundle (context length, compiled maximum k, methods) are checked in
+`service.py`, where the bundle is known.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr
+
+Number = Union[StrictInt, StrictFloat]
+Stop = Union[StrictStr, list[StrictStr], None]
+
+
+class SpeculativeOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    method: Optional[Literal["draft", "ngram", "medusa", "none"]] = None
+    num_speculative_tokens: Union[StrictInt, Literal["auto"], None] = None
+
+
+class StreamOptions(BaseModel):
+    include_usage: StrictBool = False
+
+
+class SamplingFields(BaseModel):
+    """Fields shared by /v1/completions and /v1/chat/completions."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: Optional[StrictStr] = None
+    max_tokens: Optional[StrictInt] = None
+    temperature: Optional[Number] = None  # None -> 1.0, as OpenAI
+    top_p: Optional[Number] = None  # None -> 1.0
+    top_k: Optional[StrictInt] = None  # vLLM extension; 0 or None = off
+    seed: Optional[StrictInt] = None
+    stop: Stop = None
+    n: StrictInt = 1
+    stream: StrictBool = False
+    stream_options: Optional[StreamOptions] = None
+    speculative: Optional[SpeculativeOptions] = None
+
+
+class CompletionRequest(SamplingFields):
+    # a string, a list of one string, token ids, or a list of one list of token ids
+    prompt: Union[StrictStr, list[StrictStr], list[StrictInt], list[list[StrictInt]]]
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["text"]
+    text: StrictStr
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: StrictStr
+    content: Union[StrictStr, list[TextPart], None] = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class ChatRequest(SamplingFields):
+    messages: list[ChatMessage]
+    max_completion_tokens: Optional[StrictInt] = None  # newer OpenAI name of max_tokens

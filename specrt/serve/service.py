@@ -1,0 +1,200 @@
+"""Requests -> generation jobs -> OpenAI responses (JSON or server-sent events).
+
+Validation happens before a slot is taken; prompt tokenization runs in a thread, not on the loop.
+A request waits for a slot in the bounded queue (429 beyond it); once it has one, the first event
+(first token or an error) is awaited before the response starts, so argument errors are real 400s
+even for `stream: true`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, AsyncIterator, Optional
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from ..errors import InvalidArgument
+from .chat import ChatFormatter
+from .config import ServeConfig
+from .errors import APIError, error_body
+from .metrics import ServerMetrics
+from .requests import Prepared, prepare_chat, prepare_completion
+from .slots import QueueFull, Run, SlotPool
+from .sse import DONE, EventStream, sse
+from .worker import Delta, Done
+
+
+def spec_stats(stats: Any) -> dict[str, Any]:
+    if stats is None:
+        return {"acceptance_rate": 0.0, "mean_accepted_tokens": 0.0, "drafted_tokens": 0, "accepted_tokens": 0,
+                "verify_steps": 0, "num_speculative_tokens": 0, "method": None}
+    return {"acceptance_rate": stats.acceptance_rate, "mean_accepted_tokens": stats.mean_accepted_tokens,
+            "drafted_tokens": stats.drafted_tokens, "accepted_tokens": stats.accepted_tokens,
+            "verify_steps": stats.verify_steps, "num_speculative_tokens": stats.num_speculative_tokens,
+            "method": stats.method}
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def failure(done: Done) -> APIError:
+    if isinstance(done.error, InvalidArgument):
+        return APIError(400, str(done.error))
+    return APIError(500, f"generation failed: {type(done.error).__name__}: {done.error}", type="server_error")
+
+
+async def wait_disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+class Service:
+    def __init__(self, generators: list[Any], config: ServeConfig) -> None:
+        self.config = config
+        self.generator = generators[0]  # for tokenization and limits: every slot loads the same bundle
+        self.pool = SlotPool(generators, config.max_queue)
+        self.metrics = ServerMetrics(self.pool)
+        tok = self.generator.manifest["tokenizer"].get("config")
+        self.chat = ChatFormatter.from_tokenizer_config(self.generator.manifest.path(tok) if tok else None)
+        self.executor = ThreadPoolExecutor(max_workers=len(generators), thread_name_prefix="specrt-slot")
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------------------------- routes
+    async def completion(self, request: Request, body: Any) -> Response:
+        arrived = time.perf_counter()
+        prep = await asyncio.to_thread(prepare_completion, body, self.generator, self.config)
+        return await self._respond(request, prep, arrived, "/v1/completions")
+
+    async def chat_completion(self, request: Request, body: Any) -> Response:
+        arrived = time.perf_counter()
+        prep = await asyncio.to_thread(prepare_chat, body, self.generator, self.config, self.chat)
+        return await self._respond(request, prep, arrived, "/v1/chat/completions")
+
+    # -------------------------------------------------------------------------------- internals
+    async def _acquire(self, request: Request) -> Optional[Any]:
+        """A free generator, or None when the client left while waiting in the queue."""
+        acquire = asyncio.ensure_future(self.pool.acquire())
+        gone = asyncio.ensure_future(wait_disconnect(request))
+        try:
+            await asyncio.wait({acquire, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not acquire.done():
+            acquire.cancel()
+            await asyncio.gather(acquire, return_exceptions=True)
+            if acquire.cancelled():
+                return None
+        try:
+            return acquire.result()
+        except QueueFull as exc:
+            raise APIError(429, f"server busy: {exc}; retry later", type="rate_limit_error", code="queue_full",
+                           headers={"Retry-After": str(self.config.retry_after_s)}) from None
+
+    def _observer(self, prep: Prepared, arrived: float, endpoint: str):
+        m = self.metrics
+        last: list[Optional[float]] = [None]
+
+        def observe(event: Any) -> None:
+            if isinstance(event, Delta) and event.tokens:
+                if last[0] is None:
+                    m.ttft.observe(event.t - arrived)
+                else:
+                    m.observe_step(event.t - last[0], event.tokens)
+                last[0] = event.t
+            elif isinstance(event, Done):
+                m.observe_done(event.finish_reason, len(prep.job.prompt_ids), event.completion_tokens, event.stats)
+                m.e2e.observe(time.perf_counter() - arrived)
+                if event.finish_reason == "cancelled":
+                    m.cancelled.labels(endpoint).inc()
+
+        return observe
+
+    async def _respond(self, request: Request, prep: Prepared, arrived: float, endpoint: str) -> Response:
+        gen = await self._acquire(request)
+        if gen is None:
+            return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
+        run = Run(self.pool, gen, prep.job, self.executor, self._observer(prep, arrived, endpoint))
+        first = await run.next_event()
+        if isinstance(first, Done) and first.error is not None:
+            raise failure(first)
+        if prep.stream:
+            def on_close() -> None:
+                if not run.finished:
+                    run.cancel.set()
+
+            return EventStream(self._events(run, first, prep), on_close)
+        collect = asyncio.ensure_future(self._collect(run, first))
+        gone = asyncio.ensure_future(wait_disconnect(request))
+        try:
+            await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not collect.done():  # the client left: stop generating for nobody
+            run.cancel.set()
+            collect.cancel()
+            return Response(status_code=499)
+        text, done = collect.result()
+        if done.error is not None:
+            raise failure(done)
+        return JSONResponse(self._final_body(prep, text, done))
+
+    async def _collect(self, run: Run, first: Any) -> tuple[str, Done]:
+        parts = []
+        event = first
+        while not isinstance(event, Done):
+            parts.append(event.text)
+            event = await run.next_event()
+        return "".join(parts), event
+
+    def _final_body(self, prep: Prepared, text: str, done: Done) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": done.finish_reason}
+        if prep.chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        return {**self._head(prep, chunk=False), "choices": [choice],
+                "usage": usage(len(prep.job.prompt_ids), done.completion_tokens),
+                "speculative_stats": spec_stats(done.stats)}
+
+    def _head(self, prep: Prepared, chunk: bool) -> dict[str, Any]:
+        obj = ("chat.completion.chunk" if chunk else "chat.completion") if prep.chat else "text_completion"
+        return {"id": prep.request_id, "object": obj, "created": prep.created, "model": self.config.served_model_name}
+
+    def _chunk(self, prep: Prepared, text: Optional[str], finish: Optional[str] = None,
+               role: bool = False) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish}
+        if prep.chat:
+            delta: dict[str, Any] = {"role": "assistant"} if role else {}
+            if text is not None:
+                delta["content"] = text
+            choice["delta"] = delta
+        else:
+            choice["text"] = text or ""
+        return {**self._head(prep, chunk=True), "choices": [choice]}
+
+    async def _events(self, run: Run, first: Any, prep: Prepared) -> AsyncIterator[bytes]:
+        if prep.chat:
+            yield sse(self._chunk(prep, "", role=True))
+        event = first
+        while not isinstance(event, Done):
+            if event.text:
+                yield sse(self._chunk(prep, event.text))
+            event = await run.next_event()
+        if event.error is not None:
+            err = failure(event)
+            yield sse(error_body(err.message, err.type, err.param, err.code))
+        else:
+            last = self._chunk(prep, None if prep.chat else "", event.finish_reason)
+            last["speculative_stats"] = spec_stats(event.stats)
+            yield sse(last)
+            if prep.include_usage:
+                yield sse({**self._head(prep, chunk=True), "choices": [],
+                           "usage": usage(len(prep.job.prompt_ids), event.completion_tokens)})
+        yield DONE

@@ -1,0 +1,107 @@
+"""Slots: N generators (one generation at a time each), a bounded wait queue, and cancellable runs.
+
+    pool = SlotPool(generators, max_queue=64)
+    gen = await pool.acquire()        # waits in FIFO order; raises QueueFull beyond max_queue waiters
+    run = Run(pool, gen, job, executor)   # the model work runs in a worker thread, never on the loop
+    async for event in run: ...       # Delta / Done events, handed over with call_soon_threadsafe
+    run.cancel.set()                  # the worker stops between two steps; its slot is then released
+
+A slot goes back to the pool when its worker thread has finished (not when the client leaves), so a
+generator is never driven by two threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import Executor
+from typing import Any, AsyncIterator, Callable, Optional, Sequence
+
+from .worker import Done, Job, run_job
+
+
+class QueueFull(Exception):
+    """Every slot is busy and max_queue requests already wait."""
+
+
+class SlotPool:
+    def __init__(self, generators: Sequence[Any], max_queue: int) -> None:
+        if not generators:
+            raise ValueError("a slot pool needs at least one generator")
+        if max_queue < 0:
+            raise ValueError(f"max_queue must be >= 0, got {max_queue}")
+        self.generators = list(generators)
+        self.max_queue = max_queue
+        self.waiting = 0
+        self._free: asyncio.Queue | None = None  # created on the serving loop
+
+    @property
+    def size(self) -> int:
+        return len(self.generators)
+
+    @property
+    def free(self) -> int:
+        return self._free.qsize() if self._free is not None else self.size
+
+    @property
+    def busy(self) -> int:
+        return self.size - self.free
+
+    def _queue(self) -> asyncio.Queue:
+        if self._free is None:
+            self._free = asyncio.Queue()
+            for gen in self.generators:
+                self._free.put_nowait(gen)
+        return self._free
+
+    async def acquire(self) -> Any:
+        free = self._queue()
+        if self.waiting == 0 and not free.empty():
+            return free.get_nowait()
+        if self.waiting >= self.max_queue:
+            raise QueueFull(f"all {self.size} slots are busy and {self.waiting} requests are waiting")
+        self.waiting += 1
+        try:
+            return await free.get()
+        finally:
+            self.waiting -= 1
+
+    def release(self, gen: Any) -> None:
+        self._queue().put_nowait(gen)
+
+
+class Run:
+    """One generation on one slot, in a worker thread; iterate it for events."""
+
+    def __init__(self, pool: SlotPool, gen: Any, job: Job, executor: Executor,
+                 observe: Optional[Callable[[Any], None]] = None) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.cancel = threading.Event()
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.done = False
+        self.finished = False  # the worker's Done event has arrived on the loop (read or not)
+        self._observe = observe
+        self.future = self.loop.run_in_executor(executor, run_job, gen, job, self.cancel, self._emit)
+        self.future.add_done_callback(lambda _: pool.release(gen))
+
+    def _emit(self, event: Any) -> None:  # called from the worker thread
+        try:
+            self.loop.call_soon_threadsafe(self._deliver, event)
+        except RuntimeError:  # the loop is closed (server shut down): nobody listens any more
+            self.cancel.set()
+
+    def _deliver(self, event: Any) -> None:  # on the loop: metrics see every event, read or not
+        self.finished = self.finished or isinstance(event, Done)
+        if self._observe is not None:
+            self._observe(event)
+        self.events.put_nowait(event)
+
+    async def next_event(self) -> Any:
+        event = await self.events.get()
+        if isinstance(event, Done):
+            self.done = True
+        return event
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        while not self.done:
+            yield await self.next_event()

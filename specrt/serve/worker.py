@@ -1,0 +1,99 @@
+"""The worker-thread side of a request: drive `Generator.stream_tokens`, detokenize, apply stop strings.
+
+`run_job` never raises: it emits `Delta` events (text and the number of tokens of one decoding step)
+and exactly one final `Done` (finish reason, stats, or the error). It checks the cancel flag between
+steps; leaving the loop closes the token generator, which releases the Generator's lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Any, Callable, Optional, Sequence
+
+from ..runtime.tokenizer import IncrementalDecoder
+
+
+@dataclasses.dataclass
+class Job:
+    prompt_ids: list[int]
+    max_tokens: int
+    kwargs: dict[str, Any]  # temperature, top_p, top_k, seed, method, num_speculative_tokens
+    stop: Sequence[str] = ()
+
+
+@dataclasses.dataclass
+class Delta:
+    text: str  # may be "" (incomplete UTF-8, or text held back while it may start a stop string)
+    tokens: int  # tokens produced by this step
+    t: float  # time.perf_counter() when the step finished
+
+
+@dataclasses.dataclass
+class Done:
+    finish_reason: str  # "stop" | "length" | "cancelled" | "error"
+    completion_tokens: int = 0
+    stats: Any = None  # GenerationStats (None when nothing ran)
+    error: Optional[BaseException] = None
+
+
+class StopText:
+    """Cut the text before the first stop string; hold back a tail that may still become one."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = [s for s in stops if s]
+        self.pending = ""
+
+    def push(self, piece: str) -> tuple[str, bool]:
+        """-> (text safe to emit now, whether a stop string was found)."""
+        if not self.stops:
+            return piece, False
+        buf = self.pending + piece
+        hits = [i for i in (buf.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            self.pending = ""
+            return buf[:min(hits)], True
+        hold = 0
+        for s in self.stops:  # longest suffix of buf that is a proper prefix of a stop string
+            for n in range(min(len(s) - 1, len(buf)), hold, -1):
+                if buf.endswith(s[:n]):
+                    hold = n
+                    break
+        self.pending = buf[len(buf) - hold:] if hold else ""
+        return buf[:len(buf) - hold], False
+
+    def flush(self) -> str:
+        out, self.pending = self.pending, ""
+        return out
+
+
+def run_job(gen: Any, job: Job, cancel: threading.Event, emit: Callable[[Any], None]) -> None:
+    decoder = IncrementalDecoder(gen.tokenizer)
+    stopper = StopText(job.stop)
+    tokens, stats, finish = 0, None, None
+    try:
+        steps = gen.stream_tokens(job.prompt_ids, job.max_tokens, **job.kwargs)
+        try:
+            for ids, stats in steps:
+                tokens += len(ids)
+                text, hit = stopper.push(decoder.push(ids))
+                emit(Delta(text, len(ids), time.perf_counter()))
+                if hit:
+                    finish = "stop"
+                    break
+                if cancel.is_set():
+                    finish = "cancelled"
+                    break
+        finally:
+            steps.close()  # releases the generator's lock at once
+        if finish is None:
+            text, hit = stopper.push(decoder.flush())
+            if not hit:
+                text += stopper.flush()
+            if text:
+                emit(Delta(text, 0, time.perf_counter()))
+            finish = "stop" if hit else (stats.finish_reason or "length")
+        emit(Done(finish, tokens, stats))
+    except BaseException as exc:  # noqa: BLE001 - reported to the request, never lost in the thread
+        emit(Done("error", tokens, stats, exc))

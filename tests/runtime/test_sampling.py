@@ -1,0 +1,31 @@
+import numpy as np
+import pytest
+
+from specrt.errors import InvalidArgument
+from specrt.runtime.sampling import SamplingParams, sample, warp
+
+
+def test_warp_temperature_topk_topp():
+    logits = np.log(np.array([[0.5, 0.2, 0.15, 0.1, 0.05]], dtype=np.float32))
+    p = warp(logits, SamplingParams(temperature=1.0))
+    assert np.allclose(p, [[0.5, 0.2, 0.15, 0.1, 0.05]], atol=1e-6)
+    p = warp(logits, SamplingParams(temperature=1.0, top_k=2))
+    assert np.allclose(p, [[0.5 / 0.7, 0.2 / 0.7, 0, 0, 0]], atol=1e-6)
+    p = warp(logits, SamplingParams(temperature=1.0, top_p=0.8))  # 0.5 + 0.2 < 0.8 -> keep 0.15 too
+    assert np.allclose(p, [[0.5 / 0.85, 0.2 / 0.85, 0.15 / 0.85, 0, 0]], atol=1e-6)
+    hot = warp(logits, SamplingParams(temperature=100.0))
+    assert hot.max() - hot.min() < 0.01
+
+
+def test_sample_follows_probs():
+    rng = np.random.default_rng(0)
+    probs = np.array([0.1, 0.0, 0.6, 0.3])
+    draws = np.bincount([sample(probs, rng) for _ in range(20000)], minlength=4) / 20000
+    assert draws[1] == 0 and np.allclose(draws, probs, atol=0.02)
+
+
+@pytest.mark.parametrize("kwargs", [dict(temperature=-0.1), dict(top_p=0.0), dict(top_p=1.5),
+                                    dict(top_k=-1), dict(temperature=float("nan"))])
+def test_invalid_params(kwargs):
+    with pytest.raises(InvalidArgument):
+        SamplingParams(**kwargs)
