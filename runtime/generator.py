@@ -75,6 +75,7 @@ class Generator:
         if "draft" in manifest.models:
             self.draft = backends.create_runner(manifest, "draft", self.backend, capacity=self.max_seq_len,
                                                 max_short_tokens=short, threads=threads, device=draft_device)
+        self._medusa_cache: dict = {}  # the heads session, created on first use
         self._lock = threading.Lock()  # one generation at a time per Generator (runners hold state)
 
     # ----------------------------------------------------------------------------------------- API
@@ -154,11 +155,14 @@ class Generator:
         return int(k)
 
     def _policy(self, k: int | str, method: str):
+        max_k = self.max_draft_tokens
+        if method == "medusa":  # one draft per head
+            max_k = min(max_k, int(self.manifest["medusa"]["num_heads"]))
         if k == "auto":
             from .adaptive import AdaptiveK
 
-            return AdaptiveK(self.max_draft_tokens)
-        return FixedK(k)
+            return AdaptiveK(max_k)
+        return FixedK(min(k, max_k))
 
     def _proposer(self, method: str, params: SamplingParams, rng: np.random.Generator, options: dict):
         if method == "none":
@@ -176,7 +180,7 @@ class Generator:
                 raise InvalidArgument("method 'medusa' needs a bundle compiled with --medusa")
             from .proposers.medusa import MedusaProposer
 
-            return MedusaProposer.from_manifest(self.manifest, self.target, params, rng)
+            return MedusaProposer.from_manifest(self.manifest, self.target, params, rng, self._medusa_cache)
         raise InvalidArgument(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
     def _iterate(self, prompt, max_new_tokens: int, *, temperature: float = 0.0, top_k: int = 0,

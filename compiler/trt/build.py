@@ -95,6 +95,8 @@ def network_from_onnx(trt, onnx_path: Path, logger) -> tuple[Any, Any, Any]:
 def config_for_profiles(trt, builder, network, profiles: dict[str, Any], options: BuildOptions):
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace)
+    if options.precision == "fp32" and hasattr(trt.BuilderFlag, "TF32"):
+        config.clear_flag(trt.BuilderFlag.TF32)  # on by default; fp32 engines keep fp32 matmuls (parity 1e-4)
     if options.builder_optimization_level is not None:
         config.builder_optimization_level = options.builder_optimization_level
     if options.hardware_compat != "none":

@@ -47,11 +47,25 @@ def bad_request(message: str, param: Optional[str] = None, code: Optional[str] =
     return APIError(400, message, param=param, code=code)
 
 
+# what a field of a union type accepts (pydantic reports one error per member; one sentence reads better)
+EXPECTED = {
+    "prompt": "a string, a list of one string, a list of token ids or a list of one list of token ids",
+    "temperature": "a number", "top_p": "a number", "stop": "a string or a list of strings",
+    "content": "a string or a list of text parts", "num_speculative_tokens": "an integer or 'auto'",
+}
+
+
+def _is_type_tag(part: object) -> bool:  # pydantic names the union member it tried: 'str', 'list[int]'...
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part)
+
+
 def validation_error(exc: RequestValidationError) -> APIError:
     """FastAPI's 422 -> OpenAI's 400, naming the first offending field."""
     errors = exc.errors()
     first = errors[0] if errors else {"msg": "invalid request", "loc": ()}
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    loc = [str(p) for p in first.get("loc", ()) if p != "body" and not _is_type_tag(p)]
+    if loc and any(_is_type_tag(p) for p in first.get("loc", ())) and loc[-1] in EXPECTED:
+        first = {**first, "msg": f"expected {EXPECTED[loc[-1]]}"}
     if first.get("type") == "json_invalid":
         detail = (first.get("ctx") or {}).get("error", "")
         return bad_request(f"the request body is not valid JSON ({detail})".replace(" ()", ""))
@@ -59,11 +73,11 @@ def validation_error(exc: RequestValidationError) -> APIError:
         if isinstance(first.get("input"), (bytes, str)):
             return bad_request("the request body must be a JSON object (send Content-Type: application/json)")
         return bad_request(f"the request body must be a JSON object: {first.get('msg')}")
-    if first.get("type") == "missing":
-        return bad_request(f"missing required field {loc[0]!r}", param=loc[0])
     where = ".".join(loc)
+    if first.get("type") == "missing":
+        return bad_request(f"missing required field {where!r}", param=where)
     return bad_request(f"invalid value for {where!r}: {first.get('msg')} (got {first.get('input')!r:.80})",
-                       param=loc[0])
+                       param=where)
 
 
 def install_handlers(app: FastAPI) -> None:

@@ -57,9 +57,7 @@ def test_check_budget_names_the_numbers():
 
 
 def test_safetensors_parameters_from_headers(llama_target):
-    import torch
     from safetensors.torch import load_file
 
     files = sorted(llama_target.glob("*.safetensors"))
     assert safetensors_parameters(files) == sum(t.numel() for f in files for t in load_file(str(f)).values())
-    _ = torch

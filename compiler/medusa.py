@@ -1,0 +1,108 @@
+"""`medusa_step`: export Medusa heads (plus the target's lm_head) as `medusa/heads.onnx` in the bundle.
+
+Graph: input `hidden_states` [N, D] -> output `medusa_logits` [N, H, V]. The target graph already
+returns `hidden_states`, so the proposer feeds it the hidden state of the last accepted position.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..checkpoint import open_checkpoint
+from ..errors import CheckpointError
+from ..models.config import read_json
+from ..models.medusa import MedusaHeadsWithLMHead
+from .export import ONNX_IR_VERSION, ONNX_OPSET
+from .validate import ValidationError
+
+CONFIG = "medusa_config.json"
+WEIGHTS = "medusa.safetensors"
+
+
+def load_heads(medusa_dir: Path, target_dir: Path) -> tuple[MedusaHeadsWithLMHead, dict[str, Any]]:
+    from safetensors.torch import load_file
+
+    medusa_dir = Path(medusa_dir)
+    if not (medusa_dir / CONFIG).exists() or not (medusa_dir / WEIGHTS).exists():
+        raise CheckpointError(f"{medusa_dir} is not a Medusa heads directory: needs {CONFIG} and {WEIGHTS}")
+    cfg = read_json(medusa_dir / CONFIG)
+    target = open_checkpoint(target_dir)
+    tc = target.config
+    num_heads, hidden = int(cfg["medusa_num_heads"]), int(cfg["hidden_size"])
+    if hidden != tc.hidden_size or int(cfg.get("vocab_size", tc.vocab_size)) != tc.vocab_size:
+        raise CheckpointError(
+            f"Medusa heads were trained for hidden_size={hidden}, vocab_size={cfg.get('vocab_size')}; the target has "
+            f"hidden_size={tc.hidden_size}, vocab_size={tc.vocab_size}"
+        )
+    if int(cfg.get("medusa_num_layers", 1)) != 1 or not cfg.get("shares_target_lm_head", True):
+        raise CheckpointError("only Medusa heads with one residual layer sharing the target's lm_head are supported")
+    tensors = load_file(str(medusa_dir / WEIGHTS))
+    module = MedusaHeadsWithLMHead(num_heads, hidden, tc.vocab_size)
+    state = {f"heads.{i}.{p}": tensors[f"heads.{i}.{p}"].float() for i in range(num_heads) for p in ("weight", "bias")}
+    state["lm_head.weight"] = target.load_decoder().lm_head_weight().detach().float()
+    module.load_state_dict(state)
+    return module.eval(), cfg
+
+
+def export_heads(module: MedusaHeadsWithLMHead, path: Path) -> None:
+    import onnx
+
+    n = torch.export.Dim("positions", min=1, max=4096)
+    sample = torch.randn(3, module.lm_head.in_features)
+    tmp = path.with_suffix(".tmp.onnx")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+        program = torch.onnx.export(module, (sample,), dynamo=True, opset_version=ONNX_OPSET,
+                                    input_names=["hidden_states"], output_names=["medusa_logits"],
+                                    dynamic_shapes=({0: n},), optimize=False, verbose=False)
+        program.save(str(tmp), external_data=True)
+    model = onnx.load(str(tmp), load_external_data=True)
+    model.ir_version = ONNX_IR_VERSION
+    for f in (tmp, Path(str(tmp) + ".data")):
+        f.unlink(missing_ok=True)
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=path.name + ".data", size_threshold=1024)
+
+
+def validate_heads(module: MedusaHeadsWithLMHead, path: Path, atol: float = 1e-4) -> float:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = torch.randn(5, module.lm_head.in_features, generator=torch.Generator().manual_seed(0))
+    got = sess.run(None, {"hidden_states": x.numpy()})[0]
+    with torch.no_grad():
+        ref = module(x).numpy()
+    diff = float(np.abs(got - ref).max())
+    if diff > atol + atol * float(np.abs(ref).max()):
+        raise ValidationError(f"{path.name}: Medusa heads differ from PyTorch by {diff:.3g}")
+    return diff
+
+
+def medusa_step(medusa_dir: Path, target_dir: Path) -> Callable[[Path, dict], None]:
+    """A compile_bundle extra step that adds the heads to the bundle being written."""
+
+    def step(tmp: Path, manifest: dict) -> None:
+        module, cfg = load_heads(medusa_dir, target_dir)
+        (tmp / "medusa").mkdir()
+        export_heads(module, tmp / "medusa" / "heads.onnx")
+        diff = validate_heads(module, tmp / "medusa" / "heads.onnx")
+        shutil.copy2(Path(medusa_dir) / CONFIG, tmp / "medusa" / CONFIG)
+        manifest["medusa"] = {"num_heads": len(module.heads), "onnx": "medusa/heads.onnx",
+                              "onnx_data": "medusa/heads.onnx.data", "config": f"medusa/{CONFIG}",
+                              "inputs": [{"name": "hidden_states", "shape": ["N", module.lm_head.in_features]}],
+                              "outputs": [{"name": "medusa_logits",
+                                           "shape": ["N", len(module.heads), module.lm_head.out_features]}],
+                              "validation": {"max_abs_diff": diff}, "source_config": cfg}
+
+    # Fail fast (before any export) on a bad heads directory.
+    load_heads(medusa_dir, target_dir)
+    return step

@@ -1,0 +1,148 @@
+"""TensorRT on a real GPU. Skipped (with the reason) unless TensorRT and an NVIDIA GPU are present.
+
+Run them with `pytest -m gpu tests/trt` or `scripts/gpu_check.sh`. NOT yet executed on real TensorRT.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from specrt.compiler.trt import cuda_device_error, trt_import_error
+
+pytestmark = pytest.mark.gpu
+NEEDS = "needs TensorRT (pip install specrt[gpu]) and an NVIDIA GPU"
+PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def gpu_or_skip():
+    reason = trt_import_error() or cuda_device_error("cuda:0")
+    if reason:
+        pytest.skip(f"{NEEDS}: {reason}")
+
+
+def compile_trt(llama_target, llama_draft, out, precision: str):
+    from specrt.compiler import compile_bundle
+    from specrt.compiler.trt.cli import trt_extra_steps
+
+    steps = trt_extra_steps({"backend": "trt", "precision": precision, "workspace": 1 << 28}, 128, 8, bundle=out)
+    return compile_bundle(llama_target, out, llama_draft, max_seq_len=128, max_draft_tokens=8, force=True,
+                          extra_steps=steps)
+
+
+@pytest.fixture(scope="module")
+def trt_bundles(llama_target, llama_draft, workdir):
+    return {p: compile_trt(llama_target, llama_draft, workdir / "bundles" / f"trt-{p}", p)
+            for p in ("fp32", "fp16", "bf16")}
+
+
+def _runners(bundle, role="target"):
+    from specrt.bundle import read_manifest
+    from specrt.runtime.backends import create_runner
+
+    m = read_manifest(bundle)
+    mk = lambda backend: create_runner(m, role, backend, capacity=128, max_short_tokens=10)  # noqa: E731
+    return mk("trt"), mk("ort")
+
+
+def _calls(trt_runner, ort_runner):
+    """Prefill 7, decode 1, verify 9 (k = 8), a chunk at P > 0: yields (trt logits, ort logits) per call."""
+    rng = np.random.default_rng(0)
+    for s in (7, 1, 9, 20):
+        ids = rng.integers(0, trt_runner.vocab_size, s).astype(np.int64)
+        yield trt_runner.forward(ids).copy(), ort_runner.forward(ids).copy()
+
+
+def test_manifest_records_engine_facts(trt_bundles):
+    m = json.loads((trt_bundles["fp16"] / "manifest.json").read_text())
+    for role in ("target", "draft"):
+        e = m["engines"][role]
+        assert e["precision"] == "fp16" and e["profiles"] == ["prefill", "decode", "verify"]
+        assert e["path"] in m["files"] and e["tensorrt_version"] and e["compute_capability"]
+    assert (trt_bundles["fp16"].parent / "trt-fp16.timing-cache").exists()
+
+
+def test_fp32_engine_matches_onnx_runtime(trt_bundles):
+    trt_runner, ort_runner = _runners(trt_bundles["fp32"])
+    for got, ref in _calls(trt_runner, ort_runner):
+        assert np.abs(got - ref).max() <= 1e-4
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_half_engines_match_on_the_median(trt_bundles, precision):
+    trt_runner, ort_runner = _runners(trt_bundles[precision])
+    for got, ref in _calls(trt_runner, ort_runner):
+        assert got.dtype == np.float32
+        assert np.median(np.abs(got - ref)) <= 1e-3 + 1e-3 * np.median(np.abs(ref))
+
+
+def test_greedy_speculative_equals_plain_on_tensorrt(trt_bundles):
+    from specrt.runtime import load
+
+    gen = load(trt_bundles["fp32"], backend="trt")
+    plain = gen.generate(PROMPT, 32, method="none")
+    spec = gen.generate(PROMPT, 32, method="draft", num_speculative_tokens=4)
+    assert spec.token_ids == plain.token_ids
+    assert gen.backend == "trt" and spec.stats.accepted_tokens >= 0
+
+
+def test_shape_outside_profiles_refused_in_python(trt_bundles):
+    from specrt.errors import InvalidArgument
+
+    trt_runner, _ = _runners(trt_bundles["fp32"])
+    trt_runner.profiles = json.loads(json.dumps(trt_runner.profiles))
+    trt_runner.profiles["prefill"]["input_ids"]["max"] = [1, 4]
+    with pytest.raises(InvalidArgument, match="no optimization profile covers S=5"):
+        trt_runner.forward(np.arange(5, dtype=np.int64))
+    assert trt_runner.length == 0
+    assert trt_runner.forward(np.arange(3, dtype=np.int64)).shape == (3, trt_runner.vocab_size)
+
+
+def test_corrupted_engine_is_a_typed_error(trt_bundles, tmp_path):
+    from specrt.bundle import file_entries, read_manifest
+    from specrt.errors import BundleError
+    from specrt.runtime.backends import create_runner
+
+    b = shutil.copytree(trt_bundles["fp32"], tmp_path / "b")
+    m = json.loads((b / "manifest.json").read_text())
+    engine = b / m["engines"]["target"]["path"]
+    data = bytearray(engine.read_bytes())
+    data[len(data) // 2: len(data) // 2 + 64] = b"\xff" * 64
+    engine.write_bytes(bytes(data[: len(data) // 2]))
+    m["files"] = file_entries(b)  # checksums updated: only TensorRT can notice
+    (b / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(BundleError):
+        create_runner(read_manifest(b), "target", "trt", capacity=128, max_short_tokens=10)
+
+
+def test_placement_on_a_second_gpu(trt_bundles):
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two NVIDIA GPUs")
+    from specrt.runtime import load
+
+    gen = load(trt_bundles["fp32"], backend="trt", target_device="cuda:0", draft_device="cuda:1")
+    assert gen.draft.cache.keys[0].device.index == 1 and gen.target.cache.keys[0].device.index == 0
+    plain = gen.generate(PROMPT, 16, method="none")
+    assert gen.generate(PROMPT, 16, method="draft", num_speculative_tokens=4).token_ids == plain.token_ids
+
+
+def test_ort_cuda_provider_matches_cpu(trt_bundles):
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("needs onnxruntime-gpu (CUDAExecutionProvider)")
+    from specrt.bundle import read_manifest
+    from specrt.runtime.backends import create_runner
+
+    m = read_manifest(trt_bundles["fp32"])
+    gpu = create_runner(m, "target", "ort-cuda", capacity=128, max_short_tokens=10)
+    cpu = create_runner(m, "target", "ort", capacity=128, max_short_tokens=10)
+    assert gpu.describe()["provider"] == "CUDAExecutionProvider"
+    for got, ref in _calls(gpu, cpu):
+        assert np.abs(got - ref).max() <= 1e-3  # CUDA fp32 matmuls may use TF32
