@@ -1,0 +1,68 @@
+"""The adaptive speculation-length controller, on synthetic acceptance and costs, and end to end."""
+
+import numpy as np
+
+from specrt.runtime.adaptive import AdaptiveK
+
+
+def simulate(ctrl, acceptance, draft_cost, verify_cost, steps, rng):
+    """Drive the controller with a synthetic proposer: each draft accepted with prob `acceptance`."""
+    ks = []
+    for _ in range(steps):
+        k = ctrl.next_k()
+        accepted = 0
+        while accepted < k and rng.random() < acceptance:
+            accepted += 1
+        ctrl.update(k, k, accepted, k * draft_cost, verify_cost(k))
+        ks.append(k)
+    return ks
+
+
+def analytic_best(a, c, verify_cost, max_k):
+    rates = [(1 - a ** (k + 1)) / (1 - a) / (k * c + verify_cost(k)) for k in range(max_k + 1)]
+    return int(np.argmax(rates)), rates
+
+
+def test_chooses_the_analytic_optimum():
+    rng = np.random.default_rng(0)
+    verify = lambda k: 0.010 + 0.0005 * k  # noqa: E731  memory-bound target: verify barely grows with k
+    for a, c in ((0.9, 0.001), (0.7, 0.002), (0.5, 0.001)):
+        ctrl = AdaptiveK(max_k=8)
+        ks = simulate(ctrl, a, c, verify, 400, rng)
+        best, rates = analytic_best(a, c, verify, 8)
+        chosen = int(np.bincount(ks[-100:]).argmax())
+        # within noise: the rate at the chosen k is within 5% of the optimum
+        assert rates[chosen] >= 0.95 * rates[best], (a, c, chosen, best)
+        assert chosen > 0
+
+
+def test_turns_off_for_a_useless_draft_and_back_on_when_acceptance_recovers():
+    rng = np.random.default_rng(1)
+    verify = lambda k: 0.010 + 0.001 * k  # noqa: E731
+    ctrl = AdaptiveK(max_k=8)
+    ks = simulate(ctrl, 0.0, 0.003, verify, 200, rng)
+    tail = ks[-60:]
+    assert sum(k == 0 for k in tail) >= 50, "speculation must be off most of the time"
+    assert any(k > 0 for k in tail), "it must still probe now and then"
+    ks = simulate(ctrl, 0.95, 0.003, verify, 150, rng)
+    assert sum(k > 0 for k in ks[-50:]) >= 45, "speculation must come back on"
+
+
+def test_off_when_drafting_costs_as_much_as_the_target():
+    rng = np.random.default_rng(2)
+    ctrl = AdaptiveK(max_k=4)
+    ks = simulate(ctrl, 0.5, 0.010, lambda k: 0.010 * (1 + k), 200, rng)
+    assert sum(k == 0 for k in ks[-50:]) >= 40
+
+
+def test_end_to_end_unrelated_draft_ends_with_speculation_off(pair_generator):
+    pair_generator.eos_ids, saved = frozenset(), pair_generator.eos_ids
+    try:
+        res = pair_generator.generate("import os\n", 80, method="draft", num_speculative_tokens="auto")
+        plain = pair_generator.generate("import os\n", 80, method="none")
+    finally:
+        pair_generator.eos_ids = saved
+    assert res.token_ids == plain.token_ids
+    assert res.stats.num_speculative_tokens == 0
+    assert res.stats.k_history[-10:].count(0) >= 7
+    assert len(res.stats.k_history) == res.stats.verify_steps
