@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..cli import KType, echo_json, handle_errors, main
+from ..compiler.trt.cli import prepare_trt_compile, trt_compile_options
 from ..progress import step_progress
 
 
@@ -20,16 +21,21 @@ from ..progress import step_progress
 @click.option("--max-draft-tokens", default=8, show_default=True, type=int, help="Largest k the bundle accepts.")
 @click.option("--force", is_flag=True, help="Replace an existing output directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
+@trt_compile_options
 @handle_errors
-def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, as_json):
-    """Export target (and draft) to ONNX, validate, and write a bundle."""
+def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, as_json, trt_options):
+    """Export target (and draft) to ONNX, validate, and write a bundle (with --backend trt: plus engines)."""
     from ..compiler import compile_bundle
+    from ..compiler.pipeline import check_compile_args
 
+    check_compile_args(max_seq_len, max_draft_tokens, output, force)
     extra = []
     if medusa is not None:
         from ..compiler.medusa import medusa_step
 
         extra.append(medusa_step(medusa, target))
+    extra += prepare_trt_compile(trt_options, target=target, draft=draft, output=output,
+                                 max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens)
     with step_progress(enabled=not as_json) as progress:
         out = compile_bundle(target, output, draft, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
                              force=force, progress=progress, extra_steps=extra)
