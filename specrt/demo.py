@@ -1,0 +1,135 @@
+"""`specrt demo`: compile the packaged demo pair (once) and show plain vs speculative decoding side by side.
+
+The pair lives in specrt/assets/demo (target, distilled draft, Medusa heads; see its README.md). The
+bundle goes to artifacts/demo and is reused while its fingerprint (packaged files, specrt version,
+compile options) matches; otherwise it is rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Callable
+
+from . import __version__
+from .errors import BundleError, SpecrtError
+
+ASSETS = Path(__file__).parent / "assets" / "demo"
+MAX_SEQ_LEN = 512
+MAX_DRAFT_TOKENS = 8
+
+PROMPTS: list[dict[str, str]] = [
+    {"kind": "code", "prompt": 'import os\nimport sys\n\n\ndef main(argv=None):\n    """Command line entry point."""\n'
+                               "    if argv is None:\n        argv = sys.argv[1:]\n"},
+    {"kind": "code", "prompt": "class Queue:\n    def __init__(self, maxsize=0):\n        self.maxsize = maxsize\n"},
+    {"kind": "grounded", "prompt": "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
+                                   "    def __repr__(self):\n        return 'Point(%r, %r)' % (self.x, self.y)\n\n"
+                                   "    def __eq__(self, other):\n        return self.x == other.x and self.y == other.y\n\n\n"
+                                   "class Point3D:\n    def __init__(self, x, y, z):\n"},
+    {"kind": "open", "prompt": '"""'},
+]
+
+
+def fingerprint(models: Path) -> str:
+    h = hashlib.sha256(f"{__version__}|{MAX_SEQ_LEN}|{MAX_DRAFT_TOKENS}".encode())
+    for f in sorted(p for p in models.rglob("*") if p.is_file()):
+        h.update(f.relative_to(models).as_posix().encode())
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def check_models(models: Path) -> None:
+    for sub in ("target", "draft"):
+        if not (models / sub / "config.json").exists():
+            raise BundleError(f"demo models not found in {models}/{sub}: the packaged pair is missing from this install")
+
+
+def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> tuple[Path, bool]:
+    """Compile the demo pair into `out` unless a current bundle is there. Returns (path, rebuilt)."""
+    from .bundle import read_manifest
+    from .compiler import compile_bundle
+
+    check_models(models)
+    fp = fingerprint(models)
+    try:
+        if read_manifest(out, verify_checksums=True).get("demo", {}).get("fingerprint") == fp:
+            return out, False
+    except SpecrtError:
+        pass  # missing, stale or corrupted: rebuild
+    extra = []
+    if (models / "medusa" / "medusa_config.json").exists():
+        from .compiler.medusa import medusa_step
+
+        extra.append(medusa_step(models / "medusa", models / "target"))
+    extra.append(lambda tmp, manifest: manifest.update(demo={"fingerprint": fp, "models": str(models)}))
+    compile_bundle(models / "target", out, models / "draft", max_seq_len=MAX_SEQ_LEN,
+                   max_draft_tokens=MAX_DRAFT_TOKENS, force=True, progress=progress, extra_steps=extra)
+    return out, True
+
+
+def run_prompt(gen, prompt: str, max_new_tokens: int, repeats: int, method: str, k) -> dict[str, Any]:
+    """Plain and speculative on the same generator, interleaved (A B A B ...), after a warm-up of each."""
+    gen.generate(prompt, max_new_tokens, method="none")
+    gen.generate(prompt, max_new_tokens, method=method, num_speculative_tokens=k)
+    plain_tps, spec_tps = [], []
+    plain = spec = None
+    for _ in range(repeats):
+        plain = gen.generate(prompt, max_new_tokens, method="none")
+        spec = gen.generate(prompt, max_new_tokens, method=method, num_speculative_tokens=k)
+        plain_tps.append(plain.stats.tokens_per_second)
+        spec_tps.append(spec.stats.tokens_per_second)
+    p, s = statistics.median(plain_tps), statistics.median(spec_tps)
+    return {
+        "text": spec.text,
+        "identical": spec.token_ids == plain.token_ids,
+        "new_tokens": len(spec.token_ids),
+        "plain_tokens_per_second": p,
+        "speculative_tokens_per_second": s,
+        "speedup": s / p if p else 0.0,
+        "acceptance_rate": spec.stats.acceptance_rate,
+        "mean_accepted_tokens": spec.stats.mean_accepted_tokens,
+        "num_speculative_tokens": spec.stats.num_speculative_tokens,
+        "_drafted": spec.stats.drafted_tokens,
+        "_accepted": spec.stats.accepted_tokens,
+    }
+
+
+def run_demo(out: Path, models: Path = ASSETS, backend: str = "auto", method: str = "draft", k="auto",
+             max_new_tokens: int = 128, repeats: int = 3, progress: Callable | None = None,
+             on_prompt: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    from .runtime import load
+
+    bundle, rebuilt = ensure_bundle(models, out, progress)
+    gen = load(bundle, backend=backend)
+    rows = []
+    for item in PROMPTS:
+        row = {"prompt": item["prompt"], "kind": item["kind"]}
+        row.update(run_prompt(gen, item["prompt"], max_new_tokens, repeats, method, k))
+        rows.append(row)
+        if on_prompt:
+            on_prompt(row)
+    drafted = sum(r.pop("_drafted") for r in rows)
+    accepted = sum(r.pop("_accepted") for r in rows)
+    plain = statistics.geometric_mean([r["plain_tokens_per_second"] for r in rows])
+    spec = statistics.geometric_mean([r["speculative_tokens_per_second"] for r in rows])
+    return {
+        "bundle": str(bundle),
+        "rebuilt": rebuilt,
+        "backend": gen.backend,
+        "method": method,
+        "prompts": rows,
+        "summary": {
+            "identical": all(r["identical"] for r in rows),
+            "speedup": spec / plain if plain else 0.0,
+            "acceptance_rate": accepted / drafted if drafted else 0.0,
+            "plain_tokens_per_second": plain,
+            "speculative_tokens_per_second": spec,
+        },
+    }
+
+
+def metrics_card(models: Path = ASSETS) -> dict[str, Any]:
+    path = models / "metrics.json"
+    return json.loads(path.read_text()) if path.exists() else {}
