@@ -9,10 +9,12 @@ verify pass over k + 1 tokens (V(0) = a plain decode step):
 Estimates are exponential moving averages over steps: `a` from accepted / (accepted + rejections)
 (a step that stops at a rejection counts one rejection), `c` from draft time per draft token, and V(k)
 per k, with a least-squares line through the measured k for unmeasured ones. The controller starts
-with one plain step (to measure V(0)) and one step at `initial_k`, then picks argmax_k R(k). It turns
+with one plain step (to measure V(0)) and one step at `initial_k`, then picks argmax_k R(k); every
+`explore_every` steps it tries a neighbour (k + 1, then k - 1) so stale cost estimates get refreshed. It turns
 speculation off (k = 0) when no k beats plain decoding by `margin`, and while off it probes with a
 small k every `probe_every` steps (again at once after a fully accepted probe), so an easier stretch
-later in the text is noticed.
+later in the text is noticed. The Generator keeps one controller per method across calls, so measured
+costs and acceptance carry over from one request to the next.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import numpy as np
 
 class AdaptiveK:
     def __init__(self, max_k: int, initial_k: int = 4, alpha: float = 0.25, margin: float = 1.05,
-                 probe_every: int = 12, probe_k: int = 2, prior_acceptance: float = 0.6) -> None:
+                 probe_every: int = 12, probe_k: int = 2, prior_acceptance: float = 0.6,
+                 explore_every: int = 6) -> None:
         self.max_k = max_k
         self.initial_k = min(initial_k, max_k)
         self.alpha = alpha
@@ -35,6 +38,8 @@ class AdaptiveK:
         self.steps = 0
         self.off_steps = 0
         self.last_probe_full = False
+        self.explore_every = explore_every
+        self.explorations = 0
 
     # -------------------------------------------------------------------------------- estimates
     def _ema(self, old: float | None, new: float) -> float:
@@ -49,13 +54,16 @@ class AdaptiveK:
         ks = [k for k, v in enumerate(self.verify_cost) if v is not None]
         vs = [self.verify_cost[k] for k in ks]
         if len(ks) >= 2:
-            slope, intercept = np.polyfit(ks, vs, 1)
-            slope = max(slope, 0.0)
+            x, y = np.asarray(ks, dtype=float), np.asarray(vs)
+            slope = max(float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()), 0.0)
+            intercept = float(y.mean() - slope * x.mean())
         else:
             slope, intercept = 0.0, vs[0] if vs else 1.0
         line = intercept + slope * np.arange(self.max_k + 1)
         out = np.array([v if v is not None else line[k] for k, v in enumerate(self.verify_cost)], dtype=float)
-        return np.maximum(out, 1e-9)
+        # Verifying more tokens never costs less: keep V non-decreasing, so timing noise on one k
+        # cannot make speculation look cheaper than plain decoding.
+        return np.maximum.accumulate(np.maximum(out, 1e-9))
 
     def predicted_rates(self) -> np.ndarray:
         """R(k) for k = 0..max_k, tokens per second."""
@@ -64,6 +72,11 @@ class AdaptiveK:
         expected = (1 - a ** (k + 1)) / (1 - a)
         cost = k * (self.draft_cost or 0.0) + self.verify_estimate()
         return expected / cost
+
+    @property
+    def current_k(self) -> int:
+        """The k the controller currently believes best (probes and explorations excluded)."""
+        return self.best_k() if self.steps >= 2 else self.initial_k
 
     def best_k(self) -> int:
         rates = self.predicted_rates()
@@ -81,6 +94,10 @@ class AdaptiveK:
         k = self.best_k()
         if k > 0:
             self.off_steps = 0
+            if self.steps % self.explore_every == 0:
+                self.explorations += 1
+                step = 1 if self.explorations % 2 else -1
+                return min(max(k + step, 1), self.max_k)
             return k
         self.off_steps += 1
         if self.last_probe_full or self.off_steps >= self.probe_every:

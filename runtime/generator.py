@@ -76,7 +76,21 @@ class Generator:
             self.draft = backends.create_runner(manifest, "draft", self.backend, capacity=self.max_seq_len,
                                                 max_short_tokens=short, threads=threads, device=draft_device)
         self._medusa_cache: dict = {}  # the heads session, created on first use
+        self._controllers: dict = {}  # AdaptiveK per (method, max k), kept across calls
+        self.warmup()
         self._lock = threading.Lock()  # one generation at a time per Generator (runners hold state)
+
+    def warmup(self) -> None:
+        """Run every verify shape once so first-use costs (allocations) stay out of timings and of the
+        adaptive controller's cost estimates."""
+        ids = np.zeros(self.max_draft_tokens + 1, dtype=np.int64)
+        for runner, sizes in ((self.target, range(1, self.max_draft_tokens + 2)), (self.draft, (1, 2))):
+            if runner is None:
+                continue
+            for s in sizes:
+                runner.reset()
+                runner.forward(ids[:s])
+            runner.reset()
 
     # ----------------------------------------------------------------------------------------- API
     @property
@@ -161,7 +175,10 @@ class Generator:
         if k == "auto":
             from .adaptive import AdaptiveK
 
-            return AdaptiveK(max_k)
+            key = (method, max_k)
+            if key not in self._controllers:  # kept across calls: costs and acceptance carry over
+                self._controllers[key] = AdaptiveK(max_k)
+            return self._controllers[key]
         return FixedK(min(k, max_k))
 
     def _proposer(self, method: str, params: SamplingParams, rng: np.random.Generator, options: dict):

@@ -51,16 +51,16 @@ def decode(target: Runner, proposer: Proposer | None, policy, prompt_ids: np.nda
     target.reset()
     first = pick_token(prefill(target, tokens[:n]), params, rng)
     stats.target_calls += (n + PREFILL_CHUNK - 1) // PREFILL_CHUNK
-    stats.prefill_seconds = time.perf_counter() - started
     tokens[n] = first
     n += 1
+    if proposer is not None and first not in eos_ids:
+        proposer.start(tokens, n)
+    stats.prefill_seconds = time.perf_counter() - started
     stats.new_tokens = 1
     yield [first]
     if first in eos_ids:
         stats.finish_reason = "stop"
         return
-    if proposer is not None:
-        proposer.start(tokens, n)
     while True:
         remaining = max_new_tokens - stats.new_tokens
         room = capacity - n
@@ -104,6 +104,7 @@ def decode(target: Runner, proposer: Proposer | None, policy, prompt_ids: np.nda
         if proposer is not None:
             proposer.observe(n, j)
             policy.update(k, kk, j, t1 - t0, t2 - t1)
+            stats.num_speculative_tokens = policy.current_k
         stats.new_tokens += len(emitted)
         yield emitted
         if emitted[-1] in eos_ids:

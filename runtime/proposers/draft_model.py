@@ -28,7 +28,10 @@ class DraftModelProposer:
         self._tok = np.empty(1, dtype=np.int64)
 
     def start(self, tokens: np.ndarray, n: int) -> None:
+        """Prefill the draft with the committed tokens except the pending last one (timed as prefill)."""
         self.runner.reset()
+        for begin in range(0, n - 1, self.prefill_chunk):
+            self.runner.forward(tokens[begin:min(begin + self.prefill_chunk, n - 1)])
 
     def _pick(self, logits_row: np.ndarray, probs_out: np.ndarray | None, i: int) -> int:
         if self.params.greedy:

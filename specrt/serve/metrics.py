@@ -17,7 +17,11 @@
 | specrt_queue_depth | gauge | requests waiting for a slot |
 | specrt_running_requests | gauge | busy slots |
 | specrt_slots | gauge | slots (--max-concurrency) |
-| specrt_speculation_enabled | gauge | 1 if the last finished request's final k was > 0, else 0 |
+| specrt_speculation_enabled | gauge | 1 if the last finished request still speculated at its end, else 0 |
+
+`specrt_speculation_enabled` looks at the k of the request's final steps: the loop lowers k near
+max_tokens (down to 0 at the very last step), so "final k" means the last k not shortened that way,
+approximated as "some k > 0 among the last max_draft_tokens + 1 steps".
 """
 
 from __future__ import annotations
@@ -33,8 +37,14 @@ E2E_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
+def speculating(stats: Any, window: int) -> bool:
+    """Whether a finished generation drafted (k > 0) in its last `window` steps (k clamping ignored)."""
+    return any(k > 0 for k in stats.k_history[-window:])
+
+
 class ServerMetrics:
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, max_draft_tokens: int = 8) -> None:
+        self.window = max_draft_tokens + 1
         self.registry = r = CollectorRegistry()
         self.requests = Counter("specrt_requests", "HTTP requests by endpoint and status", ["endpoint", "status"],
                                 registry=r)
@@ -83,7 +93,7 @@ class ServerMetrics:
         t[2] += stats.verify_steps
         self.acceptance_rate.set(t[1] / t[0] if t[0] else 0.0)
         self.mean_accepted.set(1.0 + t[1] / t[2] if t[2] else 0.0)
-        self.speculation.set(1 if stats.num_speculative_tokens > 0 else 0)
+        self.speculation.set(1 if speculating(stats, self.window) else 0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -6,8 +6,9 @@
     async for event in run: ...       # Delta / Done events, handed over with call_soon_threadsafe
     run.cancel.set()                  # the worker stops between two steps; its slot is then released
 
-A slot goes back to the pool when its worker thread has finished (not when the client leaves), so a
-generator is never driven by two threads.
+A slot goes back to the pool when its worker has finished with the generator (not when the client
+leaves), so a generator is never driven by two threads; it is back before the response ends, so a
+client that sends its next request right after an answer never finds its own slot still taken.
 """
 
 from __future__ import annotations
@@ -81,11 +82,19 @@ class Run:
         self.done = False
         self.finished = False  # the worker's Done event has arrived on the loop (read or not)
         self._observe = observe
+        self._pool, self._gen = pool, gen
         self.future = self.loop.run_in_executor(executor, run_job, gen, job, self.cancel, self._emit)
-        self.future.add_done_callback(lambda _: pool.release(gen))
+        self.future.add_done_callback(lambda _: self._release())  # in case run_job died before Done
+
+    def _release(self) -> None:
+        if self._gen is not None:
+            self._pool.release(self._gen)
+            self._gen = None
 
     def _emit(self, event: Any) -> None:  # called from the worker thread
         try:
+            if isinstance(event, Done):  # the generator is idle again: free the slot before answering
+                self.loop.call_soon_threadsafe(self._release)
             self.loop.call_soon_threadsafe(self._deliver, event)
         except RuntimeError:  # the loop is closed (server shut down): nobody listens any more
             self.cancel.set()

@@ -129,3 +129,11 @@ def test_disconnect_while_waiting_non_streaming(slot_generators):
                    what="the server to cancel the departed request")
         wait_until(lambda: metric(srv, "specrt_running_requests") == 0, what="the slot to be free")
         assert metric(srv, "specrt_generation_tokens_total") < 100
+
+
+def test_back_to_back_requests_never_see_their_own_slot_busy(slot_generators):
+    with serving(slot_generators[:1], max_queue=0, served_model_name="tiny") as srv:
+        with httpx.Client(base_url=srv.url, timeout=30) as c:  # one keep-alive connection, no pause between
+            for i in range(12):
+                body = {"model": "tiny", "prompt": PROMPTS[i % 4], "max_tokens": 3, "stream": bool(i % 2)}
+                assert c.post("/v1/completions", json=body).status_code == 200

@@ -154,3 +154,22 @@ def test_same_as_generate_cli(client, pair_bundle):
     resp = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=15, temperature=0)
     assert resp.choices[0].text == cli["text"]
     assert resp.usage.completion_tokens == len(cli["token_ids"])
+
+
+def test_chat_with_checkpoint_template(server, client, pair_generator):
+    from specrt.serve.chat import ChatFormatter
+
+    service = server.server.config.app.state.service
+    fmt = ChatFormatter("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+                        "{% if add_generation_prompt %}<assistant>{% endif %}")
+    text, _ = fmt.render(MESSAGES)
+    assert text == "<system>You write Python.<user>import os<assistant>"
+    ids = pair_generator.tokenizer.encode(text, add_special_tokens=False)
+    ref = pair_generator.generate(ids, 12, temperature=0, method="draft", num_speculative_tokens=K)
+    saved, service.chat = service.chat, fmt
+    try:
+        resp = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=12, temperature=0)
+    finally:
+        service.chat = saved
+    assert resp.choices[0].message.content == ref.text
+    assert resp.usage.prompt_tokens == len(ids)

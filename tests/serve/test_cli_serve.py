@@ -1,0 +1,57 @@
+"""`specrt serve` as a user runs it: a subprocess on a loopback port, stopped by Ctrl-C (graceful)."""
+
+from __future__ import annotations
+
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import K
+
+SPECRT = str(Path(sys.executable).with_name("specrt"))
+
+
+def test_serve_help_and_bad_bundle(tmp_path):
+    out = subprocess.run([SPECRT, "serve", "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "--max-concurrency" in out.stdout and "--api-key" in out.stdout
+    out = subprocess.run([SPECRT, "serve", str(tmp_path / "missing")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "does not exist" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_serve_subprocess(pair_bundle, pair_generator):
+    import openai
+
+    proc = subprocess.Popen([SPECRT, "serve", str(pair_bundle), "--port", "0", "--num-speculative-tokens", str(K),
+                             "--served-model-name", "demo", "--threads", "1", "--api-key", "k"],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
+    try:
+        port, deadline, seen = None, time.monotonic() + 60, []
+        while port is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                seen.append(lines.get(timeout=1))
+            except queue.Empty:
+                continue
+            m = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", seen[-1])
+            port = int(m.group(1)) if m else None
+        assert port, "".join(seen)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0, timeout=30)
+        resp = client.completions.create(model="demo", prompt="import os", max_tokens=8, temperature=0)
+        ref = pair_generator.generate("import os", 8, temperature=0, method="draft", num_speculative_tokens=K)
+        assert resp.choices[0].text == ref.text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            rc = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("specrt serve did not shut down on SIGINT")
+    assert rc == 0
