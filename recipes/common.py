@@ -1,0 +1,172 @@
+"""Shared training utilities: device/precision selection, batch sampling, LR
+schedule, resumable checkpoints and a generic time-budgeted training loop."""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+
+def pick_device() -> torch.device:
+    """CUDA if available, else CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def autocast(device: torch.device):
+    """bf16 autocast on CPU (fast with avx512_bf16/AMX) and CUDA; weights stay fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def sample_batch(tokens: np.ndarray, batch_size: int, length: int, step: int, seed: int,
+                 device: torch.device) -> torch.Tensor:
+    """Random windows of ``length`` tokens; deterministic in (seed, step) so that a
+    resumed run sees exactly the batches it would have seen."""
+    g = np.random.default_rng([seed, step])
+    starts = g.integers(0, len(tokens) - length, size=batch_size)
+    batch = np.stack([tokens[s:s + length] for s in starts]).astype(np.int64)
+    return torch.from_numpy(batch).to(device)
+
+
+def cosine_lr(step: int, total: int, peak: float, warmup: int, floor: float = 0.1,
+              time_frac: float = 0.0) -> float:
+    """Linear warmup then cosine decay to ``floor * peak``.  The decay follows the
+    larger of the step fraction and ``time_frac`` (fraction of the time budget used)."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    t = min(1.0, max(time_frac, (step - warmup) / max(1, total - warmup)))
+    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def save_checkpoint(path: Path, module: torch.nn.Module, opt: torch.optim.Optimizer,
+                    step: int, extra: dict) -> None:
+    """Atomically save trainable state, optimizer, step and RNG states."""
+    state = {
+        "model": {k: v for k, v in module.state_dict().items()},
+        "optimizer": opt.state_dict(),
+        "step": step,
+        "extra": extra,
+        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+                "python": random.getstate()},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path, module: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[int, dict]:
+    """Restore a checkpoint written by :func:`save_checkpoint`; returns (step, extra)."""
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    module.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"]["torch"])
+    np.random.set_state(state["rng"]["numpy"])
+    random.setstate(state["rng"]["python"])
+    return state["step"], state["extra"]
+
+
+def train_loop(module: torch.nn.Module, params: list, loss_fn: Callable[[int], torch.Tensor], *,
+               ckpt_path: Path, steps: int | None, tokens_per_step: int, lr: float,
+               warmup: int = 50, weight_decay: float = 0.1, max_minutes: float | None = None,
+               ckpt_minutes: float = 3.0, progress: bool = True, desc: str = "train",
+               calibrate_steps: int = 4) -> dict:
+    """Run AdamW on ``params`` minimising ``loss_fn(step)``, resumably.
+
+    ``module`` holds the trainable state saved in checkpoints.  If ``steps`` is None
+    the total is chosen from measured throughput so that training fills
+    ``max_minutes`` (the choice is stored in the checkpoint so resumes keep the
+    same schedule).  With ``max_minutes`` the LR schedule also follows the
+    fraction of the time budget spent (accumulated over resumes), and training ends
+    when the budget is spent, so a slowed-down machine (shared CPU) still gets a
+    fully decayed schedule, just with fewer steps.
+    """
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    step, extra = 0, {"total_steps": steps, "wall_s": 0.0, "losses": []}
+    if ckpt_path.exists():
+        step, extra = load_checkpoint(ckpt_path, module, opt)
+        print(f"[{desc}] resumed from {ckpt_path} at step {step}", flush=True)
+    t_start = time.time()
+    last_ckpt = t_start
+    wall_prev = extra["wall_s"]
+    budget_s = extra.setdefault("budget_s", max_minutes * 60 if max_minutes else None)
+
+    def time_frac() -> float:
+        return (wall_prev + time.time() - t_start) / budget_s if budget_s else 0.0
+
+    def one_step(s: int, total: int) -> float:
+        for g in opt.param_groups:
+            g["lr"] = cosine_lr(s, total, lr, warmup, time_frac=time_frac() if total < 10**9 else 0.0)
+        loss = loss_fn(s)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        return float(loss.detach())
+
+    if extra["total_steps"] is None:
+        if max_minutes is None:
+            raise ValueError("give steps or max_minutes")
+        # Calibrate: time a few real (warmup-phase) steps, then size the run.
+        one_step(step, 10**9); step += 1  # first step includes one-off overheads
+        t0 = time.time()
+        for _ in range(calibrate_steps):
+            extra["losses"].append(one_step(step, 10**9)); step += 1
+        sec = (time.time() - t0) / calibrate_steps
+        remaining = max_minutes * 60 - (time.time() - t_start)
+        extra["total_steps"] = step + max(1, int(remaining * 0.97 / sec))
+        extra["calibrated_tokens_per_s"] = tokens_per_step / sec
+        print(f"[{desc}] {tokens_per_step / sec:.0f} tokens/s -> {extra['total_steps']} steps", flush=True)
+    total = extra["total_steps"]
+
+    tty = progress and sys.stdout.isatty()
+    ctx = contextlib.nullcontext()
+    bar = None
+    if tty:
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+        bar = Progress(TextColumn(f"[bold]{desc}"), BarColumn(), MofNCompleteColumn(),
+                       TextColumn("loss {task.fields[loss]:.3f}"), TimeElapsedColumn(),
+                       TimeRemainingColumn())
+        ctx = bar
+    with ctx:
+        task = bar.add_task(desc, total=total, completed=step, loss=float("nan")) if bar else None
+        ema = None
+        while step < total and time_frac() < 1.0:
+            loss = one_step(step, total)
+            ema = loss if ema is None else 0.95 * ema + 0.05 * loss
+            step += 1
+            if step % 10 == 0:
+                extra["losses"].append(round(ema, 4))
+            if bar:
+                bar.update(task, completed=step, loss=ema)
+            elif progress and (step % 25 == 0 or step == total):
+                el = time.time() - t_start
+                print(f"[{desc}] step {step}/{total} loss {ema:.4f} elapsed {el:.0f}s", flush=True)
+            if time.time() - last_ckpt > ckpt_minutes * 60:
+                extra["wall_s"] = wall_prev + time.time() - t_start
+                save_checkpoint(ckpt_path, module, opt, step, extra)
+                last_ckpt = time.time()
+    extra["wall_s"] = wall_prev + time.time() - t_start
+    save_checkpoint(ckpt_path, module, opt, step, extra)
+    return {"steps_done": step, "total_steps": total, "completed": step >= total or time_frac() >= 1.0,
+            "tokens_seen": step * tokens_per_step, "wall_s": extra["wall_s"],
+            "final_loss": ema if step else None, "loss_curve": extra["losses"],
+            "calibrated_tokens_per_s": extra.get("calibrated_tokens_per_s")}

@@ -1,0 +1,46 @@
+"""`train_heads_from_paths`: Medusa heads for any target on the user's text files (`specrt train-medusa`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from .common import pick_device
+from .corpus import read_text_files
+from .evaluate import medusa_accuracy
+from .medusa import save_medusa, train_medusa
+from .tokenizer import encode_documents, hf_encoder
+
+
+def train_heads_from_paths(target_dir, data_paths, out_dir, *, num_heads: int = 3, steps: int | None = None,
+                           max_minutes: float | None = 10.0, seq_len: int = 256, batch_size: int = 8,
+                           lr: float = 1e-3, run_dir=None, progress: bool = True) -> dict:
+    """Tokenize `data_paths` with the target's tokenizer, train heads (resumable in `run_dir`, default
+    `<out_dir>_run`), hold out the last 5% of tokens, save the heads to `out_dir`, return metrics."""
+    out = Path(out_dir)
+    run = Path(run_dir) if run_dir is not None else out.with_name(out.name + "_run")
+    run.mkdir(parents=True, exist_ok=True)
+    dev = pick_device()
+    tok = AutoTokenizer.from_pretrained(target_dir)
+    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).to(dev).eval()
+    eos = target.config.eos_token_id
+    eos = eos[0] if isinstance(eos, list) else (eos if eos is not None else 0)
+    tokens = encode_documents(hf_encoder(tok), read_text_files(list(data_paths)), int(eos))
+    cut = int(len(tokens) * 0.95)
+    train, heldout = tokens[:cut], tokens[cut:]
+    seq_len = min(seq_len, max(8, len(train) // 2 - 2))
+    if len(train) <= seq_len + num_heads + 2:
+        raise ValueError(f"only {len(train)} training tokens: give more text")
+    heads, stats = train_medusa(target, train, run, num_heads=num_heads, steps=steps, max_minutes=max_minutes,
+                                seq_len=seq_len, batch_size=batch_size, lr=lr, progress=progress)
+    save_medusa(heads.cpu(), out, target.config.vocab_size)
+    heads.to(dev)
+    metrics = {"train": {k: v for k, v in stats.items() if k != "loss_curve"}}
+    if len(heldout) > seq_len + num_heads + 2:
+        acc = medusa_accuracy(target, heads, heldout, seq_len=seq_len, max_windows=8)
+        metrics["head_accuracy"] = acc
+    (run / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str) + "\n")
+    return metrics
