@@ -1,4 +1,4 @@
-"""`specrt serve`: the OpenAI-compatible server (see docs/serve.md)."""
+"""`specrt serve`: the OpenAI-compatible server (see the README, "Serving")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Chat prompts: the checkpoint's Jinja `chat_template` when the bundle has one, else a plain template.
 
-The plain template (documented in docs/serve.md) is one line per message and an open assistant turn:
+The plain template (documented in the README, "Serving") is one line per message and an open assistant turn:
 
     system: You are terse.
     user: Hello
