@@ -1,0 +1,62 @@
+"""`specrt demo`: compiles a pair in the packaged layout once, reuses it while current, reports the JSON."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specrt.demo import ASSETS
+
+KEYS = {"prompt", "kind", "text", "identical", "plain_tokens_per_second", "speculative_tokens_per_second",
+        "speedup", "acceptance_rate", "mean_accepted_tokens"}
+
+
+def demo(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "specrt", "demo", *map(str, args)], capture_output=True,
+                          text=True, timeout=900, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory, llama_target, llama_draft):
+    d = tmp_path_factory.mktemp("pair")
+    shutil.copytree(llama_target, d / "target")
+    shutil.copytree(llama_draft, d / "draft")
+    return d
+
+
+def test_demo_json_reuse_and_rebuild(tmp_path, tiny_pair):
+    args = ["--models", tiny_pair, "--max-new-tokens", 12, "--repeats", 1, "--json"]
+    proc = demo(*args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert {p["kind"] for p in out["prompts"]} == {"code", "grounded", "open"}
+    for row in out["prompts"]:
+        assert KEYS <= set(row) and row["identical"] is True
+    assert out["summary"]["identical"] is True
+    assert set(out["summary"]) >= {"identical", "speedup", "acceptance_rate", "plain_tokens_per_second",
+                                   "speculative_tokens_per_second"}
+    manifest = tmp_path / "artifacts" / "demo" / "manifest.json"
+    first = manifest.stat().st_mtime_ns
+    assert demo(*args, cwd=tmp_path).returncode == 0
+    assert manifest.stat().st_mtime_ns == first, "a current bundle is reused"
+    (tiny_pair / "draft" / "generation_config.json").write_text(json.dumps({"eos_token_id": 0}))
+    assert demo(*args, cwd=tmp_path).returncode == 0
+    assert manifest.stat().st_mtime_ns != first, "a stale bundle is rebuilt"
+
+
+def test_demo_missing_models_is_a_clear_error(tmp_path):
+    proc = demo("--models", tmp_path / "nothing", cwd=tmp_path)
+    assert proc.returncode == 2 and "demo models not found" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(not (ASSETS / "target" / "config.json").exists(), reason="the packaged demo pair is not built")
+def test_packaged_demo_pair_outputs_identical(tmp_path):
+    proc = demo("--max-new-tokens", 32, "--repeats", 1, "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["summary"]["identical"] is True
+    assert out["summary"]["acceptance_rate"] > 0.3
+    assert Path(tmp_path / "artifacts" / "demo" / "medusa" / "heads.onnx").exists()
