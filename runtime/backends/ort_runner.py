@@ -82,6 +82,10 @@ class OrtRunner(Runner):
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if os.environ.get("SPECRT_ORT_SPIN", "0") != "1":
+            # Two sessions (draft, target) alternate on the same cores: spinning pool threads of the idle
+            # one would steal the cores from the busy one.
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.provider_request = "cpu"
         try:
             self.session = ort.InferenceSession(str(onnx_path), opts, providers=PROVIDERS["cpu"])
