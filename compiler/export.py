@@ -58,36 +58,25 @@ class ExportError(SpecrtError):
     exit_code = 1
 
 
-def onnx_from_decoder(decoder: Decoder, path: Path) -> Path:
-    """Export `decoder` to `path` (+ `path.data`). Returns the path of the .onnx file."""
+def export_module(module: nn.Module, args: tuple, path: Path, input_names: list[str], output_names: list[str],
+                  dynamic_shapes: tuple, what: str) -> Path:
+    """torch.onnx.export (dynamo) -> `path` + `path.data`, with the IR version pinned for ORT / TensorRT."""
     import onnx
 
     path = Path(path)
-    flat = _FlatDecoder(decoder).eval()
-    c = decoder.config
-    s_dim = torch.export.Dim("new_tokens", min=1, max=65536)
-    p_dim = torch.export.Dim("past_len", min=0, max=1 << 20)
-    dynamic = ({1: s_dim}, {1: s_dim}, tuple({1: p_dim} for _ in range(2 * c.num_layers)))
-    args = sample_inputs(decoder, new_tokens=3, past_len=5)
     tmp = path.with_suffix(".tmp.onnx")
     try:
         with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # e.g. "torchvision is not installed"
-            program = torch.onnx.export(
-                flat,
-                args,
-                dynamo=True,
-                opset_version=ONNX_OPSET,
-                input_names=graph_io.input_names(c.num_layers),
-                output_names=graph_io.output_names(c.num_layers),
-                dynamic_shapes=dynamic,
-                optimize=False,
-                verbose=False,
-            )
+            # optimize=False keeps parameter names as initializer names (the torch runner relies on it);
+            # ONNX Runtime and TensorRT fold constants themselves when they load the graph.
+            program = torch.onnx.export(module, args, dynamo=True, opset_version=ONNX_OPSET,
+                                        input_names=input_names, output_names=output_names,
+                                        dynamic_shapes=dynamic_shapes, optimize=False, verbose=False)
             program.save(str(tmp), external_data=True)
     except Exception as exc:
-        raise ExportError(f"ONNX export of {c.architecture} failed: {type(exc).__name__}: {exc}") from exc
+        raise ExportError(f"ONNX export of {what} failed: {type(exc).__name__}: {exc}") from exc
     model = onnx.load(str(tmp), load_external_data=True)
     model.ir_version = ONNX_IR_VERSION
     for f in (tmp, Path(str(tmp) + ".data")):
@@ -95,3 +84,14 @@ def onnx_from_decoder(decoder: Decoder, path: Path) -> Path:
     onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=path.name + ".data", size_threshold=1024)
     return path
+
+
+def onnx_from_decoder(decoder: Decoder, path: Path) -> Path:
+    """Export `decoder` to `path` (+ `path.data`). Returns the path of the .onnx file."""
+    c = decoder.config
+    s_dim = torch.export.Dim("new_tokens", min=1, max=65536)
+    p_dim = torch.export.Dim("past_len", min=0, max=1 << 20)
+    dynamic = ({1: s_dim}, {1: s_dim}, tuple({1: p_dim} for _ in range(2 * c.num_layers)))
+    return export_module(_FlatDecoder(decoder).eval(), sample_inputs(decoder, new_tokens=3, past_len=5), path,
+                         graph_io.input_names(c.num_layers), graph_io.output_names(c.num_layers), dynamic,
+                         c.architecture)

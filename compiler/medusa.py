@@ -6,10 +6,7 @@ returns `hidden_states`, so the proposer feeds it the hidden state of the last a
 
 from __future__ import annotations
 
-import json
-import logging
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,7 +17,7 @@ from ..checkpoint import open_checkpoint
 from ..errors import CheckpointError
 from ..models.config import read_json
 from ..models.medusa import MedusaHeadsWithLMHead
-from .export import ONNX_IR_VERSION, ONNX_OPSET
+from .export import export_module
 from .validate import ValidationError
 
 CONFIG = "medusa_config.json"
@@ -53,24 +50,9 @@ def load_heads(medusa_dir: Path, target_dir: Path) -> tuple[MedusaHeadsWithLMHea
 
 
 def export_heads(module: MedusaHeadsWithLMHead, path: Path) -> None:
-    import onnx
-
     n = torch.export.Dim("positions", min=1, max=4096)
-    sample = torch.randn(3, module.lm_head.in_features)
-    tmp = path.with_suffix(".tmp.onnx")
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.getLogger("torch.onnx").setLevel(logging.ERROR)
-        program = torch.onnx.export(module, (sample,), dynamo=True, opset_version=ONNX_OPSET,
-                                    input_names=["hidden_states"], output_names=["medusa_logits"],
-                                    dynamic_shapes=({0: n},), optimize=False, verbose=False)
-        program.save(str(tmp), external_data=True)
-    model = onnx.load(str(tmp), load_external_data=True)
-    model.ir_version = ONNX_IR_VERSION
-    for f in (tmp, Path(str(tmp) + ".data")):
-        f.unlink(missing_ok=True)
-    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=path.name + ".data", size_threshold=1024)
+    export_module(module, (torch.randn(3, module.lm_head.in_features),), path, ["hidden_states"],
+                  ["medusa_logits"], ({0: n},), "Medusa heads")
 
 
 def validate_heads(module: MedusaHeadsWithLMHead, path: Path, atol: float = 1e-4) -> float:
