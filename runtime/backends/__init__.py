@@ -3,7 +3,9 @@
     "ort"     ONNX Runtime, CPU provider (the embedded default)
     "torch"   PyTorch reference (the exported modules themselves)
     "trt"     TensorRT engines from the bundle (NVIDIA GPU; see trt_runner.py)
-    "auto"    trt when the bundle has engines and TensorRT + a GPU are present, else ort, else torch
+    "ort-cuda" / "ort-trt"  ONNX Runtime CUDA / TensorRT providers (onnxruntime-gpu)
+    "auto"    trt when the bundle has engines and TensorRT + a GPU are present, else ort-cuda when
+              onnxruntime-gpu and a GPU are, else ort, else torch
 """
 
 from __future__ import annotations
@@ -33,6 +35,16 @@ def ort_available() -> bool:
     return True
 
 
+def ort_cuda_usable() -> bool:
+    """onnxruntime-gpu with its CUDA provider, and a CUDA device to run it on."""
+    try:
+        import onnxruntime
+        import torch
+    except ImportError:
+        return False
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers() and torch.cuda.is_available()
+
+
 def resolve_backend(backend: str, manifest) -> str:
     if backend not in BACKENDS:
         raise InvalidArgument(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -46,7 +58,7 @@ def resolve_backend(backend: str, manifest) -> str:
             return "trt"
         warnings.warn(f"bundle has TensorRT engines but {reason}; falling back to ONNX Runtime", stacklevel=3)
     if ort_available():
-        return "ort"
+        return "ort-cuda" if ort_cuda_usable() else "ort"
     warnings.warn("ONNX Runtime is not installed; using the PyTorch reference backend", stacklevel=3)
     return "torch"
 
