@@ -69,6 +69,16 @@ wall time: target {m['training_wall_s']['target'] / 60:.1f} min, draft {m['train
 Medusa {m['training_wall_s']['medusa'] / 60:.1f} min; date {m['date_utc']}. Results vary slightly with the
 machine because the number of steps is fitted to the time budget.)
 
+## Limitations
+
+The target saw only {_fmt_int(t['train']['tokens_seen'])} training tokens (a time budget on a CPU shared
+with other work), so it is undertrained: its greedy continuations are often
+repetitive (repeated words, punctuation or blank lines).  Repetitive text is easy
+for the draft to predict, so the acceptance rate above is higher than it would be
+for a well-trained model pair; it is meant to exercise speculative decoding, not
+to benchmark it.  Re-run the command with a larger `--target-minutes` on an idle
+machine for a better target.
+
 ## Licence
 
 The training corpus is the Python standard library, distributed under the Python
