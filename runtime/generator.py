@@ -172,7 +172,8 @@ class Generator:
             )
         return int(k)
 
-    def _policy(self, k: int | str, method: str):
+    def make_policy(self, k: int | str, method: str):
+        """The speculation-length policy for `k` (an int or "auto") and `method` (used by the loop and bench)."""
         max_k = self.max_draft_tokens
         if method == "medusa":  # one draft per head
             max_k = min(max_k, int(self.manifest["medusa"]["num_heads"]))
@@ -185,7 +186,8 @@ class Generator:
             return self._controllers[key]
         return FixedK(min(k, max_k))
 
-    def _proposer(self, method: str, params: SamplingParams, rng: np.random.Generator, options: dict):
+    def make_proposer(self, method: str, params: SamplingParams, rng: np.random.Generator, options: dict):
+        """The proposer for `method` bound to this generator's runners (None for method "none")."""
         if method == "none":
             return None
         if method == "draft":
@@ -229,8 +231,8 @@ class Generator:
     def _run(self, prompt_ids, max_new_tokens, params, method, k, options):
         rng = params.rng()
         with self._lock:
-            proposer = self._proposer(method, params, rng, options)
-            policy = self._policy(k, method) if proposer is not None else None
+            proposer = self.make_proposer(method, params, rng, options)
+            policy = self.make_policy(k, method) if proposer is not None else None
             stats = GenerationStats(method=method, backend=self.backend, prompt_tokens=int(prompt_ids.size),
                                     provider=self.target.describe().get("provider", self.backend))
             started = time.perf_counter()

@@ -27,7 +27,8 @@ class MedusaHeadsRunner:
         except BackendUnavailable as exc:
             raise BackendUnavailable(f"Medusa heads run on ONNX Runtime: {exc}") from None
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or 0
+        opts.intra_op_num_threads = threads or 1  # one position per step: tiny matmuls
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
 
     def __call__(self, hidden: np.ndarray) -> np.ndarray:

@@ -6,7 +6,9 @@ wins (recent context is the better predictor in edited or repeated text). Candid
 first EOS; the loop clamps k at the context and max_new_tokens limits.
 
 The n-gram tables are hash maps updated incrementally as tokens are committed, so a step costs
-O(max_n - min_n + 1) look-ups, independent of the context length. A deterministic proposal is a point
+O(max_n - min_n + 1) look-ups, independent of the context length. When the continuation reaches the
+end of the committed text (a repetition with period n - start), it wraps around with that period, so a
+run like "a a a" or "ab ab ab" yields k tokens instead of stopping at the end. A deterministic proposal is a point
 mass, so `probs` is None and the acceptance rule stays lossless for sampling too.
 """
 
@@ -62,7 +64,8 @@ class NgramProposer:
         start = self.match(tokens, n)
         if start is None:
             return Proposal(tokens[:0].copy())
-        cand = tokens[start:min(start + k, n)].copy()
+        period = n - start  # the match repeats with this period: continue the pattern past the end
+        cand = tokens[start + np.arange(k) % period]
         for i, t in enumerate(cand.tolist()):
             if t in self.eos_ids:
                 cand = cand[:i]

@@ -35,7 +35,7 @@ def test_candidates_cut_at_eos_and_at_k_and_at_committed_end():
     seq = [3, 4, 10, 0, 11, 3, 4]
     assert run(seq, k=5, eos_ids=frozenset({0}))[0] == [10]
     assert run([3, 4, 10, 11, 12, 13, 3, 4], k=2)[0] == [10, 11]
-    assert run([3, 4, 10, 3, 4], k=5)[0] == [10, 3, 4]  # continuation stops at the committed end
+    assert run([3, 4, 10, 3, 4], k=5)[0] == [10, 3, 4, 10, 3]  # wraps with the period of the repetition
 
 
 def test_incremental_index():
@@ -67,3 +67,8 @@ def test_ngram_sampling_is_reproducible_and_valid(pair_generator):
     a = pair_generator.generate(REPEATING, 30, **kw)
     assert a.token_ids == pair_generator.generate(REPEATING, 30, **kw).token_ids
     assert all(0 <= t < pair_generator.vocab_size for t in a.token_ids)
+
+
+def test_period_one_repetition_fills_k():
+    assert run([7, 5, 5, 5], k=4)[0] == [5, 5, 5, 5]
+    assert run([1, 2, 1, 2], k=5, min_n=2)[0] == [1, 2, 1, 2, 1]

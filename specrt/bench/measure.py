@@ -1,0 +1,173 @@
+"""Timed runs and micro-measurements on a loaded `Generator`.
+
+`run_once` drives the speculative loop (`runtime.loop.decode`) directly, like `Generator.generate`, with
+one addition: the policy is wrapped to record per-step (k, drafted, accepted), which the per-token
+acceptance estimate needs. `verify_curve` times the target's verify pass over k + 1 tokens at a fixed
+past length. `memory` reads peak RSS (and CUDA memory where torch sees a GPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..runtime.controller import FixedK
+from ..runtime.loop import decode
+from ..runtime.sampling import SamplingParams
+from ..runtime.stats import GenerationStats
+
+
+class RecordingPolicy:
+    """Wraps a k policy; remembers (k, drafted, accepted) of every step (k as clamped by the loop)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.steps: list[tuple[int, int, int]] = []
+
+    def next_k(self) -> int:
+        return self.inner.next_k()
+
+    def __getattr__(self, name: str):  # current_k and whatever else the loop reads from a policy
+        return getattr(self.inner, name)
+
+    def update(self, k: int, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
+        self.steps.append((k, drafted, accepted))
+        self.inner.update(k, drafted, accepted, draft_s, verify_s)
+
+
+@dataclasses.dataclass
+class Run:
+    token_ids: list[int]  # new tokens
+    stats: GenerationStats
+    steps: list[tuple[int, int, int]]  # per step: (k, drafted, accepted); empty for plain runs
+
+
+def run_once(gen, prompt_ids: np.ndarray, max_new_tokens: int, method: str, k: int | str,
+             params: SamplingParams, proposer=None) -> Run:
+    """One generation. method "none" = plain; `proposer` overrides the method's own (e.g. replay)."""
+    rng = params.rng()
+    if method == "none":
+        proposer = policy = None
+    else:
+        if proposer is None:
+            proposer = gen.make_proposer(method, params, rng, {})
+        policy = RecordingPolicy(gen.make_policy(k, method) if method in ("draft", "ngram", "medusa")
+                                 else _generic_policy(k, gen.max_draft_tokens))
+    stats = GenerationStats(method=method, backend=gen.backend, prompt_tokens=int(prompt_ids.size),
+                            provider=gen.target.describe().get("provider", gen.backend))
+    ids: list[int] = []
+    started = time.perf_counter()
+    for chunk in decode(gen.target, proposer, policy, prompt_ids, max_new_tokens=max_new_tokens,
+                        max_draft_tokens=gen.max_draft_tokens, params=params, rng=rng, eos_ids=gen.eos_ids,
+                        stats=stats):
+        ids.extend(chunk)
+    stats.elapsed_s = time.perf_counter() - started
+    return Run(ids, stats, policy.steps if policy is not None else [])
+
+
+def _generic_policy(k, max_k: int):
+    if k == "auto":
+        from ..runtime.adaptive import AdaptiveK
+
+        return AdaptiveK(max_k)
+    return FixedK(int(k))
+
+
+def verify_curve(target, past_len: int, ks: Sequence[int], reps: int = 7, vocab: int | None = None) -> dict[str, Any]:
+    """Median seconds of a verify pass over k + 1 tokens after `past_len` cached positions, per k.
+
+    Rounds go over all k in turn (k = 0, 1, ..., then again), so background load affects every k alike.
+    """
+    vocab = vocab or target.vocab_size
+    capacity = target.capacity
+    ks = sorted(set(int(k) for k in ks) | {0})
+    past_len = max(1, min(past_len, capacity - max(ks) - 1))
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, vocab, size=past_len + max(ks) + 1).astype(np.int64)
+    target.reset()
+    for start in range(0, past_len, 256):
+        target.forward(ids[start:min(start + 256, past_len)])
+    times: dict[int, list[float]] = {k: [] for k in ks}
+    for rep in range(reps + 1):  # the first round is a warm-up
+        for k in ks:
+            target.truncate(past_len)
+            t0 = time.perf_counter()
+            target.forward(ids[past_len:past_len + k + 1])
+            dt = time.perf_counter() - t0
+            if rep:
+                times[k].append(dt)
+    target.reset()
+    seconds = [statistics.median(times[k]) for k in ks]
+    return {"past_length": past_len, "reps": reps, "k": ks, "seconds": seconds,
+            "ratio": [s / seconds[0] for s in seconds]}
+
+
+def rss_mb() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def peak_rss_mb() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
+def device_memory() -> dict[str, Any] | None:
+    """Peak CUDA memory allocated through torch (the torch backend, the HF peer), where there is a GPU."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return {"device": torch.cuda.get_device_name(0),
+            "max_memory_allocated_mb": torch.cuda.max_memory_allocated() / 2**20}
+
+
+def cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine(gen) -> dict[str, Any]:
+    from importlib import metadata
+
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    desc = gen.target.describe()
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count()
+    import psutil
+
+    return {
+        "cpu": cpu_model(), "cores_available": cores, "cores_physical": psutil.cpu_count(logical=False),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "platform": platform.platform(),
+        "python": platform.python_version(), "backend": gen.backend, "provider": desc.get("provider", gen.backend),
+        "threads": desc.get("threads"), "specrt": version("specrt"),
+        "onnxruntime": version("onnxruntime") or version("onnxruntime-gpu"), "torch": version("torch"),
+        "transformers": version("transformers"), "gpu": (device_memory() or {}).get("device"),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),  # torch's OpenMP threads (the HF peer)
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,  # other work on the machine
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }

@@ -1,0 +1,126 @@
+"""Presenting a bench result: a rich table for the terminal and Markdown for BENCHMARKS.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+COLUMNS = ("config", "tok/s", "decode tok/s", "speedup [min-max]", "e2e speedup", "accept", "a/token",
+           "tokens/step", "c", "V(k)/V(0)", "predicted", "efficiency", "draft/verify %", "identical")
+
+
+def _fmt(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def row_cells(row: dict[str, Any]) -> list[str]:
+    if row["method"] == "none":
+        tps, dtps = row["tokens_per_second"], row["decode_tokens_per_second"]
+        return ["plain", f"{tps['median']:.1f}", f"{dtps['median']:.1f}", "1.00", "1.00", *["-"] * 8, "-"]
+    sp = row["speedup"]
+    split = row["time_split"]
+    return [
+        row["label"], f"{row['tokens_per_second']['median']:.1f}", f"{row['decode_tokens_per_second']['median']:.1f}",
+        f"{sp['median']:.2f} [{sp['min']:.2f}-{sp['max']:.2f}]", _fmt(row["speedup_end_to_end"]["median"]),
+        _fmt(row["acceptance_rate"]), _fmt(row["acceptance_per_token"]), _fmt(row["mean_accepted_tokens"]),
+        _fmt(row["cost_ratio"], 3), _fmt(row["verify_cost_ratio"]), _fmt(row["predicted_speedup"]),
+        _fmt(row["efficiency"]), f"{100 * split['draft_fraction']:.0f}/{100 * split['verify_fraction']:.0f}",
+        row.get("identical_prompts", "-") if row["identical"] is not None else "n/a",
+    ]
+
+
+TERMINAL = ("config", "decode tok/s", "speedup [min-max]", "accept", "tokens/step", "c", "predicted", "efficiency",
+            "identical")
+
+
+def suites_of(result: dict[str, Any]) -> list[str]:
+    return list(dict.fromkeys(r["suite"] for r in result["results"]))
+
+
+def print_tables(result: dict[str, Any], console) -> None:
+    from rich.table import Table
+
+    for suite in suites_of(result):
+        table = Table(title=f"suite: {suite}", title_justify="left")
+        keep = [COLUMNS.index(c) for c in TERMINAL]
+        for col in TERMINAL:
+            table.add_column(col, justify="left" if col == "config" else "right")
+        for row in result["results"]:
+            if row["suite"] == suite:
+                cells = row_cells(row)
+                table.add_row(*(cells[i] for i in keep))
+        console.print(table)
+    if result.get("peer"):
+        peer = result["peer"]
+        table = Table(title=f"peer: transformers {peer['transformers']} ({peer['device']}, fp32, "
+                            f"{peer['torch_threads']} torch threads = {peer['ort_threads']} ORT threads), end to end",
+                      title_justify="left")
+        for col in ("peer", "suite", "their tok/s", "our tok/s", "ours/theirs", "token agreement"):
+            table.add_column(col, justify="left" if col in ("peer", "suite") else "right")
+        for r in peer["results"]:
+            table.add_row(*peer_cells(r))
+        console.print(table)
+    m = result["machine"]
+    console.print(f"{m['cpu']}, {m['cores_available']} cores, backend {m['backend']} ({m['provider']}, "
+                  f"{m['threads']} threads); peak RSS {result['memory']['peak_rss_mb']:.0f} MiB; "
+                  f"greedy outputs identical to plain: {_fmt(result['identical'])}; {result['elapsed_s']:.0f}s")
+
+
+def peer_cells(r: dict[str, Any]) -> list[str]:
+    name = r["peer"] if r["peer"] == "plain" else f"{r['peer']} k={r['k']}"
+    return [name, r["suite"], f"{r['tokens_per_second']['median']:.1f}", _fmt(r["ours_tokens_per_second"], 1),
+            _fmt(r["ratio_ours_over_theirs"]), _fmt(r["token_agreement"])]
+
+
+def _load(avg) -> str:
+    return f"{avg[0]:.2f}" if avg else "n/a"
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def markdown(result: dict[str, Any], title: str = "Benchmark", plot: str | None = None) -> str:
+    """A self-contained section (## level): machine, date, exact command, tables, notes."""
+    m, s = result["machine"], result["settings"]
+    out = [f"## {title}", "",
+           f"- **Machine**: {m['cpu']}, {m['cores_available']} cores available ({m['cores_physical']} physical), "
+           f"{m['memory_gb']} GB RAM, {m['platform']}" + (f", GPU {m['gpu']}" if m.get("gpu") else ""),
+           f"- **Runtime**: backend `{m['backend']}` ({m['provider']}, {m['threads']} threads), specrt {m['specrt']}, "
+           f"onnxruntime {m['onnxruntime']}, torch {m['torch']}, transformers {m['transformers']}, Python {m['python']}",
+           f"- **Date**: {m['date']}; load average (1 min) at start {_load(m.get('load_average_start'))}, at end "
+           f"{_load(m.get('load_average'))} (other work on the machine makes timings noisy)",
+           f"- **Command**: `{result['command']}`",
+           f"- **Settings**: {s['max_new_tokens']} new tokens, {s['repeats']} repeats (median, [min-max]), "
+           f"temperature {s['temperature']}, {len(result['prompts'])} prompts; peak RSS "
+           f"{result['memory']['peak_rss_mb']:.0f} MiB; greedy output identical to plain on every prompt: "
+           f"{_fmt(result['identical'])}", ""]
+    for suite in suites_of(result):
+        out += [f"### Suite: {suite}", "",
+                _md_table(list(COLUMNS), [row_cells(r) for r in result["results"] if r["suite"] == suite]), ""]
+    v = result["verify_cost"]
+    out += ["### Verify cost V(k)/V(0)", "",
+            f"Median of {v['reps']} target passes over k + 1 tokens after {v['past_length']} cached positions.", "",
+            _md_table(["k", *map(str, v["k"])], [["V(k)/V(0)", *(f"{x:.2f}" for x in v["ratio"])],
+                                                 ["ms", *(f"{1000 * x:.2f}" for x in v["seconds"])]]), ""]
+    if result.get("peer"):
+        p = result["peer"]
+        out += ["### Peer: Hugging Face transformers", "",
+                f"transformers {p['transformers']}, torch {p['torch']}, {p['device']}, fp32, {p['torch_threads']} torch "
+                f"threads ({p['ort_threads']} ONNX Runtime threads); tokens/s end to end on both sides.", "",
+                _md_table(["peer", "suite", "their tok/s", "our tok/s", "ours/theirs", "token agreement"],
+                          [peer_cells(r) for r in p["results"]]), ""]
+    if plot:
+        out += [f"![speedup vs k]({plot})", ""]
+    out += ["Columns: speedup = decode tokens/s (prefill excluded) over the neighbouring plain runs; accept = "
+            "accepted/drafted; a/token = per-token acceptance; tokens/step = mean accepted tokens incl. the bonus "
+            "token; c = draft cost per token / plain decode step; predicted = E(k) / (k c + V(k)/V(0)); "
+            "efficiency = measured / predicted; draft/verify % = share of decode time.", ""]
+    return "\n".join(out)

@@ -1,0 +1,137 @@
+"""`specrt bench`: measure plain vs speculative decoding (and optionally transformers) on a bundle."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from ..cli import KType, echo_json, handle_errors, main
+
+
+def _csv(kind, name: str):
+    def convert(ctx, param, value):
+        if value is None:
+            return None
+        items = [v.strip() for v in str(value).split(",") if v.strip()]
+        try:
+            return tuple(kind(v) for v in items)
+        except (ValueError, click.BadParameter) as exc:
+            raise click.BadParameter(f"{value!r} is not a comma-separated list of {name} ({exc})") from None
+
+    return convert
+
+
+def _k(value: str):
+    return KType().convert(value, None, None)
+
+
+@main.command("bench")
+@click.argument("bundle", required=False, type=click.Path(path_type=Path))
+@click.option("--prompts", "prompts_file", type=click.Path(path_type=Path), help='JSONL file: {"prompt": ..., "suite": ...} per line.')
+@click.option("--suite", "suites", default="code,grounded,open", show_default=True, callback=_csv(str, "suite names"))
+@click.option("--prompts-per-suite", default=2, show_default=True, type=int, help="Built-in prompts per suite.")
+@click.option("--methods", default=None, callback=_csv(str, "methods"),
+              help="Comma-separated: draft,ngram,medusa (default: every method the bundle has; plain is always run).")
+@click.option("--k", "ks", default="1,2,4,8,auto", show_default=True, callback=_csv(_k, "integers or 'auto'"))
+@click.option("--max-new-tokens", default=96, show_default=True, type=int)
+@click.option("--repeats", default=3, show_default=True, type=int, help="Timed rounds (medians and spread over them).")
+@click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy (outputs compared to plain).")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--backend", default="auto", show_default=True,
+              type=click.Choice(["auto", "ort", "torch", "trt", "ort-cuda", "ort-trt"]))
+@click.option("--threads", default=None, type=int, help="CPU threads per model (default: all cores).")
+@click.option("--peer", type=click.Choice(["hf"]), default=None, help="Also run Hugging Face transformers on the same checkpoints.")
+@click.option("--target-checkpoint", type=click.Path(path_type=Path), help="HF checkpoint of the target (for --peer hf).")
+@click.option("--draft-checkpoint", type=click.Path(path_type=Path), help="HF checkpoint of the draft (for --peer hf).")
+@click.option("--simulate-acceptance", "simulate", default=None, callback=_csv(float, "numbers in [0, 1]"),
+              help="Replay the target's greedy output with each draft token corrupted with probability 1 - a "
+                   "(zero draft cost); replaces --methods.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write every number to this file ('-' = stdout).")
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path), help="Write a PNG: speedup vs k, accepted-length histograms.")
+@click.option("--markdown", "md_path", type=click.Path(path_type=Path), help="Write a Markdown section (for BENCHMARKS.md).")
+@click.option("--title", default=None, help="Heading of the Markdown section.")
+@click.option("--make-random-target", "random_dir", type=click.Path(path_type=Path),
+              help="Instead of benchmarking: write a random-weight Llama checkpoint to DIR (see --params) and exit.")
+@click.option("--params", default="120M", show_default=True, help="Size of --make-random-target.")
+@click.option("--quiet", is_flag=True, help="No progress bar and no table.")
+@handle_errors
+def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_new_tokens, repeats, temperature,
+              seed, backend, threads, peer, target_checkpoint, draft_checkpoint, simulate, json_path, plot_path,
+              md_path, title, random_dir, params, quiet):
+    """Benchmark BUNDLE: plain vs speculative decoding per method, k and workload suite."""
+    from rich.console import Console
+
+    if random_dir is not None:
+        from ..bench.random_target import make
+
+        summary = make(random_dir, params)
+        click.echo(f"wrote a random Llama ({summary['parameters']:,} parameters, {summary['num_hidden_layers']} layers, "
+                   f"hidden {summary['hidden_size']}) to {random_dir}; compile it with: "
+                   f"specrt compile --target {random_dir} -o BUNDLE")
+        return
+    if bundle is None:
+        raise click.UsageError("missing BUNDLE (or --make-random-target DIR)")
+    from ..bench import BenchSettings, run_bench
+    from ..bench.report import markdown, print_tables
+
+    settings = BenchSettings(bundle=bundle, backend=backend, threads=threads, suites=suites,
+                             prompts_file=prompts_file, prompts_per_suite=prompts_per_suite, methods=methods,
+                             ks=ks, max_new_tokens=max_new_tokens, repeats=repeats, temperature=temperature,
+                             seed=seed, simulate=simulate or (), peer=peer, target_checkpoint=target_checkpoint,
+                             draft_checkpoint=draft_checkpoint)
+    command = "specrt bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "bench" else None
+    with _progress(not quiet) as progress:
+        result = run_bench(settings, progress=progress, command=command)
+    if plot_path is not None:
+        from ..bench.plot import save_plot
+
+        save_plot(result, str(plot_path))
+    if md_path is not None:
+        default_title = "Simulated acceptance" if simulate else "Benchmark"
+        rel = None
+        if plot_path is not None:
+            try:
+                rel = str(plot_path.resolve().relative_to(md_path.resolve().parent))
+            except ValueError:
+                rel = str(plot_path)
+        md_path.write_text(markdown(result, title or default_title, plot=rel) + "\n", encoding="utf-8")
+    if json_path is not None:
+        if str(json_path) == "-":
+            echo_json(result)
+        else:
+            json_path.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
+    if not quiet and str(json_path) != "-":
+        print_tables(result, Console())
+
+
+def _progress(enabled: bool):
+    import contextlib
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    if not enabled:
+        return contextlib.nullcontext(None)
+
+    @contextlib.contextmanager
+    def bar():
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TimeRemainingColumn(), console=Console(stderr=True), transient=False) as p:
+            task = p.add_task("bench", total=None)
+            state = {"started": False}
+
+            def tick(description: str, total: int) -> None:
+                p.update(task, total=total, description=description[:60])
+                if state["started"]:
+                    p.advance(task)
+                state["started"] = True
+
+            yield tick
+            p.update(task, description="done")
+            p.advance(task)
+
+    return bar()

@@ -1,0 +1,60 @@
+"""The benchmark's formulas (NOTES §1) as pure functions."""
+
+import math
+
+import pytest
+
+from specrt.bench import predict
+
+
+def test_expected_tokens():
+    assert predict.expected_tokens(0.0, 4) == 1.0  # nothing accepted: the bonus/recovered token only
+    assert predict.expected_tokens(1.0, 4) == 5.0  # everything accepted: k drafts + the bonus token
+    assert predict.expected_tokens(0.5, 1) == pytest.approx(1.5)
+    assert predict.expected_tokens(0.8, 3) == pytest.approx(1 + 0.8 + 0.64 + 0.512)
+    with pytest.raises(ValueError):
+        predict.expected_tokens(1.5, 2)
+
+
+def test_predicted_speedup_matches_leviathan():
+    a, k, c = 0.7, 4, 0.05
+    ideal = (1 - a ** (k + 1)) / ((1 - a) * (k * c + 1))
+    assert predict.predicted_speedup(a, k, c) == pytest.approx(ideal)
+    # the measured verify cost replaces the 1
+    assert predict.predicted_speedup(a, k, c, 1.3) == pytest.approx((1 - a ** (k + 1)) / ((1 - a) * (k * c + 1.3)))
+    # zero draft cost, free verify: the speedup is the tokens per step
+    assert predict.predicted_speedup(0.9, 8, 0.0, 1.0) == pytest.approx(predict.expected_tokens(0.9, 8))
+
+
+def test_speedup_from_measured_tokens_and_efficiency():
+    assert predict.speedup_from_tokens(2.5, 3.0, 0.1, 1.2) == pytest.approx(2.5 / 1.5)
+    assert predict.efficiency(1.5, 2.0) == 0.75
+    assert predict.efficiency(1.0, 0.0) == 0.0
+    with pytest.raises(ValueError):
+        predict.speedup_from_tokens(1.0, 0.0, 0.0, 0.0)
+
+
+def test_alpha_is_the_per_token_acceptance():
+    steps = [(4, 4), (4, 1), (4, 0), (4, 4), (2, 2)]  # (drafted, accepted)
+    rej = predict.count_rejections(steps)
+    assert rej == 2
+    assert predict.alpha(11, rej) == pytest.approx(11 / 13)
+    assert predict.alpha(0, 0) == 0.0
+
+
+def test_cost_ratio_and_interpolation():
+    assert predict.cost_ratio(0.2, 100, 0.01) == pytest.approx(0.2)  # 2 ms per draft token / 10 ms per step
+    assert predict.cost_ratio(0.2, 0, 0.01) == 0.0
+    xs, ys = [0, 1, 2, 4], [1.0, 1.1, 1.2, 1.6]
+    assert predict.interpolate(xs, ys, 3) == pytest.approx(1.4)
+    assert predict.interpolate(xs, ys, 1.5) == pytest.approx(1.15)
+    assert predict.interpolate(xs, ys, 9) == 1.6 and predict.interpolate(xs, ys, -1) == 1.0
+
+
+def test_spread_and_geomean():
+    s = predict.spread([3.0, 1.0, 2.0, 10.0])
+    assert s["median"] == 2.5 and s["min"] == 1.0 and s["max"] == 10.0 and s["n"] == 4 and s["iqr"] > 0
+    assert predict.spread([2.0])["iqr"] == 0.0
+    assert predict.geomean([1.0, 4.0]) == pytest.approx(2.0)
+    assert predict.geomean([]) == 0.0 and predict.geomean([1.0, 0.0]) == 0.0
+    assert math.isclose(predict.geomean([2.0, 2.0, 2.0]), 2.0)
