@@ -73,3 +73,17 @@ def test_compile_cli_writes_bundle(tmp_path, llama_target, llama_draft):
     proc = specrt("compile", "--target", llama_target, "-o", out, "--max-seq-len", 64, "--force", check=0)
     assert "wrote bundle" in proc.stdout
     assert json.loads((out / "manifest.json").read_text())["models"].keys() == {"target"}
+
+
+def test_packaging_installs_only_namespaced_packages():
+    """No bare `compiler` / `runtime` package in site-packages: every package is specrt.*."""
+    import tomllib
+    from pathlib import Path
+
+    cfg = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert all(p == "specrt" or p.startswith("specrt.") for p in cfg["packages"])
+    assert cfg["package-dir"]["specrt.compiler"] == "compiler" and cfg["package-dir"]["specrt.runtime"] == "runtime"
+    deps = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    assert not any(d.startswith(("onnxruntime", "transformers")) for d in deps["dependencies"])
+    assert deps["optional-dependencies"]["cpu"] == ["onnxruntime>=1.20"]
+    assert any(d.startswith("onnxruntime-gpu") for d in deps["optional-dependencies"]["gpu"])
