@@ -20,15 +20,20 @@ ASSETS = Path(__file__).parent / "assets" / "demo"
 MAX_SEQ_LEN = 512
 MAX_DRAFT_TOKENS = 8
 
+# Prompts end mid-line: a trailing newline would split the usual "newline + indentation" BPE token.
 PROMPTS: list[dict[str, str]] = [
-    {"kind": "code", "prompt": 'import os\nimport sys\n\n\ndef main(argv=None):\n    """Command line entry point."""\n'
-                               "    if argv is None:\n        argv = sys.argv[1:]\n"},
-    {"kind": "code", "prompt": "class Queue:\n    def __init__(self, maxsize=0):\n        self.maxsize = maxsize\n"},
-    {"kind": "grounded", "prompt": "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
-                                   "    def __repr__(self):\n        return 'Point(%r, %r)' % (self.x, self.y)\n\n"
-                                   "    def __eq__(self, other):\n        return self.x == other.x and self.y == other.y\n\n\n"
-                                   "class Point3D:\n    def __init__(self, x, y, z):\n"},
-    {"kind": "open", "prompt": '"""'},
+    {"kind": "code", "prompt": "import os\nimport sys\n\n\ndef main(argv=None):\n    if argv is None:\n"
+                               "        argv = sys.argv[1:]\n    parser"},
+    {"kind": "code", "prompt": 'def read_config(path):\n    """Read a configuration file and return a dict."""\n'
+                               "    with open(path)"},
+    {"kind": "grounded", "prompt": 'def parse_header(line):\n    """Parse a Content-type like header.\n\n'
+                                   '    Return the main content-type and a dictionary of options.\n    """\n'
+                                   "    parts = _parseparam(';' + line)\n    key = parts.__next__()\n    pdict = {}\n"
+                                   "    for p in parts:\n        i = p.find('=')\n        if i >= 0:\n"
+                                   "            name = p[:i].strip().lower()\n            value = p[i+1:].strip()\n"
+                                   "            pdict[name] = value\n    return key, pdict\n\n\n"
+                                   'def parse_header_bytes(line):\n    """Parse a Content-type like header.\n\n    Return'},
+    {"kind": "open", "prompt": '"""Utilities for'},
 ]
 
 
