@@ -22,8 +22,16 @@ MAX_DRAFT_TOKENS = 8
 
 # Prompts end mid-line: a trailing newline would split the usual "newline + indentation" BPE token.
 PROMPTS: list[dict[str, str]] = [
-    {"kind": "code", "prompt": "import os\nimport sys\n\n\ndef main(argv=None):\n    if argv is None:\n"
-                               "        argv = sys.argv[1:]\n    parser"},
+    {"kind": "code", "prompt": 'class Reader:\n    """Read records from a file, one per line."""\n\n'
+                               "    def __init__(self, path, encoding=None):\n        self.path = path\n"
+                               "        self.encoding = encoding\n        self._file = None\n\n    def open(self):\n"
+                               "        if self._file is None:\n"
+                               "            self._file = open(self.path, encoding=self.encoding)\n"
+                               "        return self._file\n\n    def close(self):\n        if self._file is not None:\n"
+                               "            self._file.close()\n            self._file = None\n\n    def read(self):\n"
+                               '        """Return the next record, or None at the end of the file."""\n'
+                               "        line = self.open().readline()\n        if not line:\n            return None\n"
+                               "        return line.rstrip('\\n')\n\n    def __iter__(self):\n        while"},
     {"kind": "code", "prompt": 'def read_config(path):\n    """Read a configuration file and return a dict."""\n'
                                "    with open(path)"},
     {"kind": "grounded", "prompt": 'def parse_header(line):\n    """Parse a Content-type like header.\n\n'
@@ -101,7 +109,7 @@ def run_prompt(gen, prompt: str, max_new_tokens: int, repeats: int, method: str,
     }
 
 
-def run_demo(out: Path, models: Path = ASSETS, backend: str = "auto", method: str = "draft", k="auto",
+def run_demo(out: Path, models: Path = ASSETS, backend: str = "auto", method: str = "draft", k=2,
              max_new_tokens: int = 128, repeats: int = 3, progress: Callable | None = None,
              on_prompt: Callable[[dict], None] | None = None) -> dict[str, Any]:
     from .runtime import load
