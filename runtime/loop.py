@@ -25,14 +25,6 @@ from .stats import GenerationStats
 PREFILL_CHUNK = 256
 
 
-def prefill(runner: Runner, token_ids: np.ndarray, chunk: int = PREFILL_CHUNK) -> np.ndarray:
-    """Feed token_ids in chunks (bounded logits memory); return the last position's logits [V]."""
-    logits = None
-    for start in range(0, token_ids.size, chunk):
-        logits = runner.forward(token_ids[start:start + chunk])
-    return logits[-1]
-
-
 def pick_token(logits_row: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
     if params.greedy:
         return int(logits_row.argmax())
@@ -49,7 +41,7 @@ def decode(target: Runner, proposer: Proposer | None, policy, prompt_ids: np.nda
     tokens[:n] = prompt_ids
     started = time.perf_counter()
     target.reset()
-    first = pick_token(prefill(target, tokens[:n]), params, rng)
+    first = pick_token(target.prefill(tokens[:n], PREFILL_CHUNK), params, rng)
     stats.target_calls += (n + PREFILL_CHUNK - 1) // PREFILL_CHUNK
     tokens[n] = first
     n += 1
@@ -79,7 +71,6 @@ def decode(target: Runner, proposer: Proposer | None, policy, prompt_ids: np.nda
         t1 = time.perf_counter()
         kk = drafts.size
         tokens[n:n + kk] = drafts  # scratch: overwritten by what is actually emitted below
-        target.truncate(n - 1)
         logits = target.forward(tokens[n - 1:n + kk])  # [kk + 1, V]
         stats.target_calls += 1
         if params.greedy:

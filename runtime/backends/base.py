@@ -6,6 +6,7 @@ A runner is one compiled model plus its KV cache, for batch size 1:
         appends S positions at the cache's current length and returns the logits of every new position
         (a view valid until the next call). `runner.hidden_states` ([S, hidden]) is the matching final
         hidden state when the runner was created with `want_hidden=True`.
+    runner.prefill(token_ids)   # the same in chunks; returns the last position's logits [V]
     runner.truncate(n)          # keep only the first n positions (O(1) rollback of rejected drafts)
     runner.reset()              # empty cache for a new request
     runner.length               # positions currently cached
@@ -53,6 +54,14 @@ class Runner(abc.ABC):
         if token_ids.ndim != 1 or token_ids.size == 0:
             raise InvalidArgument(f"forward needs a non-empty 1-D array of token ids, got shape {token_ids.shape}")
         self.cache.reserve(token_ids.size)
+
+    def prefill(self, token_ids: np.ndarray, chunk: int = 256) -> np.ndarray:
+        """Feed token_ids in chunks of at most `chunk` (bounded logits memory, within the prefill
+        profile); return the last position's logits [V]."""
+        logits = None
+        for start in range(0, token_ids.size, chunk):
+            logits = self.forward(token_ids[start:start + chunk])
+        return logits[-1]
 
     @abc.abstractmethod
     def forward(self, token_ids: np.ndarray) -> np.ndarray:

@@ -30,8 +30,7 @@ class DraftModelProposer:
     def start(self, tokens: np.ndarray, n: int) -> None:
         """Prefill the draft with the committed tokens except the pending last one (timed as prefill)."""
         self.runner.reset()
-        for begin in range(0, n - 1, self.prefill_chunk):
-            self.runner.forward(tokens[begin:min(begin + self.prefill_chunk, n - 1)])
+        self.runner.prefill(tokens[:n - 1], self.prefill_chunk)
 
     def _pick(self, logits_row: np.ndarray, probs_out: np.ndarray | None, i: int) -> int:
         if self.params.greedy:
@@ -44,15 +43,9 @@ class DraftModelProposer:
         r = self.runner
         draft = np.empty(k, dtype=np.int64)
         probs = None if self.params.greedy else np.zeros((k, self.vocab), dtype=np.float64)
-        calls = 0
-        start = r.length
-        while n - start > self.prefill_chunk:  # long catch-up (first call: the prompt) in chunks
-            r.forward(tokens[start:start + self.prefill_chunk])
-            start += self.prefill_chunk
-            calls += 1
-        logits = r.forward(tokens[start:n])
-        calls += 1
-        draft[0] = self._pick(logits[-1], probs, 0)
+        unseen = n - r.length  # normally 1 (the pending token), 2 after a fully accepted step
+        calls = -(-unseen // self.prefill_chunk)
+        draft[0] = self._pick(r.prefill(tokens[r.length:n], self.prefill_chunk), probs, 0)
         for i in range(1, k):
             self._tok[0] = draft[i - 1]
             logits = r.forward(self._tok)

@@ -54,13 +54,12 @@ def distill_draft_cmd(target, data, output, layers, hidden, intermediate, heads,
     _check_inputs(target, data)
     if layers < 1 or hidden < 16:
         raise InvalidArgument(f"--layers must be >= 1 and --hidden >= 16, got {layers}, {hidden}")
-    recipes = _recipes()
+    _recipes()
     from ..recipes.distill import distill_draft
 
     metrics = distill_draft(target, list(data), output, layers=layers, hidden=hidden, intermediate=intermediate,
                             heads=heads or max(1, hidden // 64), steps=steps, seq_len=seq_len,
                             batch_size=batch_size, lr=lr, max_minutes=max_minutes, progress=not as_json)
-    del recipes
     summary = {"output": str(output), "acceptance": metrics.get("acceptance"),
                "per_token_cost_ratio": metrics.get("per_token_cost_ratio"),
                "draft_heldout": metrics.get("draft_heldout")}

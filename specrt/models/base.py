@@ -17,6 +17,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from ..errors import CheckpointError
 from .config import DecoderConfig
 
 
@@ -43,16 +44,12 @@ class Decoder(nn.Module):
         """Load Hugging Face-named tensors; missing or unexpected keys are an error the caller reports."""
         missing = self.hf_state_dict_keys() - set(tensors)
         if missing:
-            from ..errors import CheckpointError
-
             shown = ", ".join(sorted(missing)[:5])
             raise CheckpointError(f"checkpoint is missing {len(missing)} weight(s), e.g. {shown}")
         own = self.state_dict()
         for name in self.hf_state_dict_keys():
             src = tensors[name]
             if tuple(src.shape) != tuple(own[name].shape):
-                from ..errors import CheckpointError
-
                 raise CheckpointError(
                     f"weight {name} has shape {tuple(src.shape)}, config.json implies {tuple(own[name].shape)}"
                 )
