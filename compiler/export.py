@@ -1,6 +1,6 @@
 """`onnx_from_decoder`: export one decoder to ONNX with dynamic S (new tokens) and P (past length).
 
-The exported graph follows compiler/graph_io.py. Weights go to `<name>.onnx.data` (external data) and
+The exported graph follows specrt/bundle/graph_io.py. Weights go to `<name>.onnx.data` (external data) and
 the IR version is pinned so that ONNX Runtime and TensorRT's parser accept the file.
 """
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import SpecrtError
+from ..core.errors import SpecrtError
 from ..models import Decoder
-from . import graph_io
+from ..bundle import graph_io
 
 ONNX_OPSET = 18
 ONNX_IR_VERSION = 10

@@ -1,8 +1,9 @@
 """specrt.runtime: load a compiled bundle and decode speculatively.
 
 Module map: generator.py (load / Generator API), loop.py (the orchestrator), acceptance.py (the
-rejection sampler), sampling.py (warping), proposers/ (draft model, n-gram, Medusa), controller.py and
-adaptive.py (speculation length), kv_cache.py, backends/ (ort, torch, trt runners), stats.py.
+rejection sampler), sampling.py (warping), proposers/ (draft model, n-gram, Medusa), policy.py
+(speculation length: FixedK, AdaptiveK), kv_cache.py, backends/ (ort/, pytorch/, trt/ runners), stats.py.
+Layer: above specrt.bundle and specrt.core; never imports specrt.compiler or specrt.recipes.
 """
 
 from .generator import GenerationResult, Generator, load

@@ -19,15 +19,15 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..bundle import Manifest, read_manifest
-from ..errors import InvalidArgument
+from ..bundle.manifest import Manifest, read_manifest
+from ..core.errors import InvalidArgument
 from . import backends
-from .controller import FixedK
+from .policy import FixedK
 from .loop import decode
 from .proposers.draft_model import DraftModelProposer
 from .sampling import SamplingParams
 from .stats import GenerationStats
-from .tokenizer import IncrementalDecoder, Tokenizer
+from ..core.tokenizer import IncrementalDecoder, Tokenizer
 
 METHODS = ("draft", "ngram", "medusa", "none")
 DEFAULT_K = 5
@@ -80,13 +80,13 @@ class Generator:
                                                 max_short_tokens=short, threads=1 if small else threads,
                                                 device=draft_device)
         self._medusa_cache: dict = {}  # the heads session, created on first use
-        self._controllers: dict = {}  # AdaptiveK per (method, max k), kept across calls
+        self._policies: dict = {}  # AdaptiveK per (method, max k), kept across calls
         self.warmup()
         self._lock = threading.Lock()  # one generation at a time per Generator (runners hold state)
 
     def warmup(self) -> None:
         """Run every verify shape once so first-use costs (allocations) stay out of timings and of the
-        adaptive controller's cost estimates."""
+        adaptive policy's cost estimates."""
         ids = np.zeros(self.max_draft_tokens + 1, dtype=np.int64)
         for runner, sizes in ((self.target, range(1, self.max_draft_tokens + 2)), (self.draft, (1, 2))):
             if runner is None:
@@ -178,12 +178,12 @@ class Generator:
         if method == "medusa":  # one draft per head
             max_k = min(max_k, int(self.manifest["medusa"]["num_heads"]))
         if k == "auto":
-            from .adaptive import AdaptiveK
+            from .policy import AdaptiveK
 
             key = (method, max_k)
-            if key not in self._controllers:  # kept across calls: costs and acceptance carry over
-                self._controllers[key] = AdaptiveK(max_k)
-            return self._controllers[key]
+            if key not in self._policies:  # kept across calls: costs and acceptance carry over
+                self._policies[key] = AdaptiveK(max_k)
+            return self._policies[key]
         return FixedK(min(k, max_k))
 
     def make_proposer(self, method: str, params: SamplingParams, rng: np.random.Generator, options: dict):

@@ -1,4 +1,4 @@
-"""Sampling parameters and the logits warping applied identically to draft and target (NOTES §1)."""
+"""Sampling parameters and the logits warping applied identically to draft and target."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from ..errors import InvalidArgument
+from ..core.errors import InvalidArgument
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,46 +7,7 @@
     build.py      network_from_onnx -> config_for_profiles -> engine_from_network -> save   TensorRT
     cli.py        `specrt compile --backend trt ...` options and the compile step          both
 
-TensorRT is import-optional: nothing here imports it at module level. `import_trt()` is the one place
-that does, and turns its absence into BackendUnavailable.
+TensorRT is import-optional: nothing here imports it at module level; `specrt.core.trt.import_trt()` is
+the one place that does. Run-time pieces (engine compatibility checks, deserialisation) live beside the
+TensorRT runner in `specrt.runtime.backends.trt`.
 """
-
-from __future__ import annotations
-
-from ...errors import BackendUnavailable
-
-INSTALL_HINT = "install specrt[gpu] on a machine with an NVIDIA GPU: pip install 'specrt[gpu]'"
-
-
-def import_trt():
-    """Return the `tensorrt` module, or raise BackendUnavailable with the install command."""
-    try:
-        import tensorrt as trt
-    except ImportError as exc:
-        raise BackendUnavailable(f"TensorRT is not installed ({exc}): {INSTALL_HINT}") from None
-    except Exception as exc:  # e.g. the NVIDIA placeholder package, or missing CUDA libraries
-        raise BackendUnavailable(f"TensorRT cannot be imported ({type(exc).__name__}: {exc}): {INSTALL_HINT}") from None
-    return trt
-
-
-def trt_import_error() -> str | None:
-    """None when `import tensorrt` works, else the reason (one line)."""
-    try:
-        import_trt()
-    except BackendUnavailable as exc:
-        return str(exc)
-    return None
-
-
-def cuda_device_error(device: str = "cuda:0") -> str | None:
-    """None when torch sees the CUDA device `device`, else the reason (one line)."""
-    import torch
-
-    if not device.startswith("cuda"):
-        return f"device {device!r} is not a CUDA device (use cuda or cuda:N)"
-    if not torch.cuda.is_available():
-        return "no NVIDIA GPU is visible to PyTorch (torch.cuda.is_available() is False)"
-    index = torch.device(device).index or 0
-    if index >= torch.cuda.device_count():
-        return f"device {device} does not exist: {torch.cuda.device_count()} CUDA device(s) visible"
-    return None

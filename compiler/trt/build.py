@@ -17,8 +17,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ...errors import BackendError, InvalidArgument
-from ..profiles import PHASE_PREFERENCE
+from ...core.errors import BackendError, InvalidArgument
+from ...core.trt import make_logger
+from ...bundle.profiles import PHASE_PREFERENCE
 from .memory import DEFAULT_WORKSPACE
 from .precision import PRECISIONS, half_onnx_from_fp32
 
@@ -47,18 +48,6 @@ class BuildOptions:
             raise InvalidArgument(f"--builder-optimization-level must be in 0..5, got {self.builder_optimization_level}")
 
 
-def make_logger(trt, lines: list[str]):
-    """A TensorRT ILogger that keeps warnings and errors in `lines` (for error messages)."""
-
-    class _Logger(trt.ILogger):
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)
-
-        def log(self, severity, msg) -> None:
-            if int(severity) <= int(trt.ILogger.Severity.WARNING):
-                lines.append(str(msg))
-
-    return _Logger()
 
 
 def polygraphy_profiles(profiles: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -1,6 +1,6 @@
 """`specrt compile` options for TensorRT engines and GPU memory budgets, and the compile step they add.
 
-Wiring (specrt/commands/core.py):
+Wiring (specrt/cli/commands/core.py):
 
     @main.command("compile")
     @click.option(...)                      # the existing options
@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import click
 
-from ...errors import BackendUnavailable, InvalidArgument
+from ...core.errors import BackendUnavailable, InvalidArgument
 from .memory import DEFAULT_WORKSPACE, check_budget, model_row, parse_size, plan_from_rows, safetensors_parameters
 
 Step = Callable[[Path, dict], None]
@@ -96,7 +96,7 @@ def build_options(options: dict[str, Any], bundle: Path | None = None):
 
 def check_trt_available(device: str = "cuda:0") -> None:
     """BackendUnavailable (one line) unless TensorRT imports and a CUDA GPU is visible."""
-    from . import INSTALL_HINT, cuda_device_error, import_trt
+    from ...core.trt import INSTALL_HINT, cuda_device_error, import_trt
 
     import_trt()
     reason = cuda_device_error(device)
@@ -110,7 +110,7 @@ def check_budget_before_build(options: dict[str, Any], target: Path, draft: Path
     budget = options.get("gpu_memory_budget")
     if budget is None:
         return None
-    from ...checkpoint import open_checkpoint
+    from ...models.checkpoint import open_checkpoint
 
     trt = options.get("backend") == "trt"
     precision = (options.get("precision") or "fp32") if trt else "fp32"
@@ -137,9 +137,8 @@ def trt_extra_steps(options: dict[str, Any], max_seq_len: int, max_draft_tokens:
     opts = build_options(options, bundle)
 
     def build_engines(tmp: Path, manifest: dict) -> None:
-        from . import import_trt
+        from ...core.trt import import_trt, installed_facts
         from .build import build_engine, engine_entry
-        from .compat import installed_facts
 
         trt = import_trt()
         o = opts

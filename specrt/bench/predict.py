@@ -1,4 +1,4 @@
-"""The benchmark's formulas (NOTES §1), as pure functions of measured numbers.
+"""The benchmark's formulas, as pure functions of measured numbers.
 
 With a = per-token acceptance probability, k = draft length, c = cost ratio (one draft token / one
 target decode step) and V(k) = seconds of a verify pass over k + 1 tokens (V(0) = a plain decode step):

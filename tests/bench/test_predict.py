@@ -1,4 +1,4 @@
-"""The benchmark's formulas (NOTES §1) as pure functions."""
+"""The benchmark's formulas as pure functions."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""The acceptance rule: deterministic ±100-logit cases and the 100k-draw statistical test (NOTES §7)."""
+"""The acceptance rule: deterministic ±100-logit cases and the 100k-draw statistical test."""
 
 import numpy as np
 import pytest

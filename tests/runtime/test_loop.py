@@ -1,4 +1,4 @@
-"""End to end on real ONNX Runtime sessions: greedy speculative output == target-only output (NOTES §7)."""
+"""End to end on real ONNX Runtime sessions: greedy speculative output == target-only output."""
 
 import contextlib
 

@@ -1,25 +1,62 @@
-"""`AdaptiveK`: speculation length chosen per step to maximise predicted tokens per second (NOTES §1).
+"""Speculation-length policies (`KPolicy`): how many tokens to draft at the next step.
 
-Model, with a = per-token acceptance probability, c = seconds per draft token, V(k) = seconds of a
-verify pass over k + 1 tokens (V(0) = a plain decode step):
+    next_k() -> int          the k to try next (0 = a plain decoding step)
+    current_k -> int         the k it currently settles on (reported as num_speculative_tokens)
+    update(k, drafted, accepted, draft_s, verify_s)   what the step measured
 
+`FixedK` always answers the same k. `AdaptiveK` picks the k that maximises predicted tokens per second
+(Leviathan et al. 2023, Theorem 3.8) from measured acceptance and costs:
+
+    a = per-token acceptance probability, c = seconds per draft token,
+    V(k) = seconds of a verify pass over k + 1 tokens (V(0) = a plain decode step)
     expected tokens per step  E(k) = (1 - a^(k+1)) / (1 - a)
     tokens per second         R(k) = E(k) / (k * c + V(k))
 
 Estimates are exponential moving averages over steps: `a` from accepted / (accepted + rejections)
 (a step that stops at a rejection counts one rejection), `c` from draft time per draft token, and V(k)
-per k, with a least-squares line through the measured k for unmeasured ones. The controller starts
+per k, with a least-squares line through the measured k for unmeasured ones. AdaptiveK starts
 with one plain step (to measure V(0)) and one step at `initial_k`, then picks argmax_k R(k); every
 `explore_every` steps it tries a neighbour (k + 1, then k - 1) so stale cost estimates get refreshed. It turns
 speculation off (k = 0) when no k beats plain decoding by `margin`, and while off it probes with a
 small k every `probe_every` steps (again at once after a fully accepted probe), so an easier stretch
-later in the text is noticed. The Generator keeps one controller per method across calls, so measured
+later in the text is noticed. The Generator keeps one AdaptiveK per method across calls, so measured
 costs and acceptance carry over from one request to the next.
 """
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import numpy as np
+
+
+@runtime_checkable
+class KPolicy(Protocol):
+    """What the loop asks of a speculation-length policy."""
+
+    def next_k(self) -> int: ...
+
+    @property
+    def current_k(self) -> int: ...
+
+    def update(self, k: int, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None: ...
+
+
+class FixedK:
+    """Always the same k (nothing to learn: `update` is a no-op)."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def next_k(self) -> int:
+        return self.k
+
+    @property
+    def current_k(self) -> int:
+        return self.k
+
+    def update(self, k: int, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
+        pass
 
 
 class AdaptiveK:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ...errors import BackendError, BundleError, VersionMismatch
+from ....core.errors import BackendError, BundleError, VersionMismatch
 
 HW_LEVELS = ("none", "ampere_plus", "same_compute_capability")
 ENGINE_KEYS = ("path", "tensorrt_version", "cuda_version", "gpu_name", "compute_capability",
@@ -86,16 +86,6 @@ def check_engine_entry(role: str, entry: Mapping[str, Any], installed: Mapping[s
             f"{installed['cuda_version']}: install the TensorRT build for CUDA {cu_built[0]} or {REBUILD}")
 
 
-def installed_facts(device: str = "cuda:0") -> dict[str, Any]:
-    """TensorRT version, CUDA version, GPU name and compute capability of `device` (needs both)."""
-    import torch
-
-    from . import import_trt
-
-    trt = import_trt()
-    props = torch.cuda.get_device_properties(torch.device(device))
-    return {"tensorrt_version": trt.__version__, "cuda_version": torch.version.cuda,
-            "gpu_name": props.name, "compute_capability": f"{props.major}.{props.minor}"}
 
 
 def engine_from_bytes(runtime: Any, blob: bytes, role: str, log_lines: list[str] | None = None) -> Any:
