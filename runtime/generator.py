@@ -11,6 +11,7 @@ the generator usable.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -83,6 +84,7 @@ class Generator:
         self._controllers: dict = {}  # AdaptiveK per (method, max k), kept across calls
         self.warmup()
         self._lock = threading.Lock()  # one generation at a time per Generator (runners hold state)
+        self._owner: int | None = None  # thread id holding the lock (see _exclusive)
 
     def warmup(self) -> None:
         """Run every verify shape once so first-use costs (allocations) stay out of timings and of the
@@ -121,20 +123,37 @@ class Generator:
     def stream(self, prompt: str | Sequence[int], max_new_tokens: int = 128, **kwargs: Any) -> Iterator[str]:
         """Yield text pieces as tokens are accepted (incremental detokenization)."""
         dec = IncrementalDecoder(self.tokenizer)
-        for chunk, _, _ in self._iterate(prompt, max_new_tokens, **kwargs):
-            piece = dec.push(chunk)
-            if piece:
-                yield piece
+        with contextlib.closing(self._iterate(prompt, max_new_tokens, **kwargs)) as steps:
+            for chunk, _, _ in steps:
+                piece = dec.push(chunk)
+                if piece:
+                    yield piece
         tail = dec.flush()
         if tail:
             yield tail
 
     def stream_tokens(self, prompt, max_new_tokens: int = 128, **kwargs: Any):
         """Yield (new token ids, stats) per step; the stats object is complete after the last step."""
-        for chunk, _, stats in self._iterate(prompt, max_new_tokens, **kwargs):
-            yield chunk, stats
+        with contextlib.closing(self._iterate(prompt, max_new_tokens, **kwargs)) as steps:
+            for chunk, _, stats in steps:
+                yield chunk, stats
 
     # ----------------------------------------------------------------------------------- internals
+    @contextlib.contextmanager
+    def _exclusive(self):
+        """One generation at a time. Another thread waits; the thread that holds an open stream gets an
+        error instead of a deadlock. Closing or dropping the stream releases it."""
+        me = threading.get_ident()
+        if self._owner == me:
+            raise InvalidArgument("this Generator is busy with an unfinished stream() in the same thread: "
+                                  "consume it or call its close() first")
+        with self._lock:
+            self._owner = me
+            try:
+                yield
+            finally:
+                self._owner = None
+
     def encode_prompt(self, prompt: str | Sequence[int]) -> np.ndarray:
         if isinstance(prompt, str):
             ids = self.tokenizer.encode(prompt)
@@ -172,11 +191,17 @@ class Generator:
             )
         return int(k)
 
-    def make_policy(self, k: int | str, method: str):
-        """The speculation-length policy for `k` (an int or "auto") and `method` (used by the loop and bench)."""
+    def make_policy(self, k: int | str, method: str, seeded: bool = False):
+        """The speculation-length policy for `k` (an int or "auto") and `method` (used by the loop and bench).
+
+        `seeded`: the call has a seed, so "auto" must not depend on timings (see seeded_k.py)."""
         max_k = self.max_draft_tokens
         if method == "medusa":  # one draft per head
             max_k = min(max_k, int(self.manifest["medusa"]["num_heads"]))
+        if k == "auto" and seeded:
+            from .seeded_k import CountOnlyAdaptiveK, model_draft_cost
+
+            return CountOnlyAdaptiveK(max_k, model_draft_cost(method, self.manifest))
         if k == "auto":
             from .adaptive import AdaptiveK
 
@@ -230,9 +255,9 @@ class Generator:
 
     def _run(self, prompt_ids, max_new_tokens, params, method, k, options):
         rng = params.rng()
-        with self._lock:
+        with self._exclusive():
             proposer = self.make_proposer(method, params, rng, options)
-            policy = self.make_policy(k, method) if proposer is not None else None
+            policy = self.make_policy(k, method, params.seed is not None) if proposer is not None else None
             stats = GenerationStats(method=method, backend=self.backend, prompt_tokens=int(prompt_ids.size),
                                     provider=self.target.describe().get("provider", self.backend))
             started = time.perf_counter()

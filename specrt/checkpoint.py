@@ -39,9 +39,19 @@ class Checkpoint:
                 tensors.update(load_file(str(f)))
             except Exception as exc:  # safetensors raises its own error types for corrupt files
                 raise CheckpointError(f"cannot read weights {f}: {exc}") from None
+        check_finite(tensors, self.path)
         module = build_decoder(self.config)
         module.load_hf_state_dict({k: v.to(dtype) for k, v in tensors.items()})
         return module.to(dtype).eval()
+
+
+def check_finite(tensors: dict[str, torch.Tensor], where: Path) -> None:
+    """Refuse NaN / Inf weights, naming the first bad tensor."""
+    for name, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise CheckpointError(f"weight {name} in {where} has {bad} non-finite values (NaN/Inf): "
+                                  "the checkpoint is corrupt; refusing to compile it")
 
 
 def open_checkpoint(path: str | Path) -> Checkpoint:
