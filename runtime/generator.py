@@ -251,6 +251,10 @@ class Generator:
         k = self._check_k(num_speculative_tokens)
         prompt_ids = self.encode_prompt(prompt)
         options = {key: v for key, v in (("min_n", ngram_min), ("max_n", ngram_max)) if v is not None}
+        if options:
+            from .proposers.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, check_sizes
+
+            check_sizes(options.get("min_n", DEFAULT_MIN_N), options.get("max_n", DEFAULT_MAX_N))
         return self._run(prompt_ids, max_new_tokens, params, method, k, options)
 
     def _run(self, prompt_ids, max_new_tokens, params, method, k, options):

@@ -62,8 +62,8 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
               help="Drafting method (default: draft when the bundle has one, else ngram).")
 @click.option("--num-speculative-tokens", "k", default="auto", show_default=True, type=KType(),
               help="Tokens drafted per step, or 'auto' (adaptive).")
-@click.option("--ngram-min", default=None, type=int, help="Shortest suffix n-gram to match (ngram method).")
-@click.option("--ngram-max", default=None, type=int, help="Longest suffix n-gram to match (ngram method).")
+@click.option("--ngram-min", default=None, type=int, help="Shortest suffix n-gram to match (ngram method; 1..32).")
+@click.option("--ngram-max", default=None, type=int, help="Longest suffix n-gram to match (ngram method; 1..32).")
 @click.option("--backend", default="auto", show_default=True,
               type=click.Choice(["auto", "ort", "torch", "trt", "ort-cuda", "ort-trt"]))
 @click.option("--target-device", default=None, help="e.g. cpu, cuda:0")
