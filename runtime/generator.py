@@ -155,9 +155,19 @@ class Generator:
                 self._owner = None
 
     def encode_prompt(self, prompt: str | Sequence[int]) -> np.ndarray:
+        if isinstance(prompt, (bytes, bytearray, memoryview)):  # iterating bytes would give "token ids"
+            raise InvalidArgument("prompt must be a str or a sequence of token ids, got bytes: decode it first "
+                                  "(e.g. prompt.decode('utf-8'))")
         if isinstance(prompt, str):
+            try:
+                prompt.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidArgument(f"prompt holds a character that is not valid Unicode text ({prompt[exc.start]!r} "
+                                      f"at index {exc.start}: a lone surrogate or undecodable byte)") from None
             ids = self.tokenizer.encode(prompt)
         else:
+            if any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) for t in prompt):
+                raise InvalidArgument("a token-id prompt must hold integers only")
             ids = [int(t) for t in prompt]
         if not ids:
             if self.bos_id is None:

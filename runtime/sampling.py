@@ -23,12 +23,15 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if not (self.temperature == 0 or MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE):  # also NaN
-            raise InvalidArgument(f"temperature must be 0 (greedy) or in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE:g}], "
+            raise InvalidArgument(f"temperature must be >= 0: 0 (greedy) or in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE:g}], "
                                   f"got {self.temperature}")
         if not (0 < self.top_p <= 1):
             raise InvalidArgument(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise InvalidArgument(f"top_k must be >= 0, got {self.top_k}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer))
+                                      or not 0 <= self.seed < 2**63):
+            raise InvalidArgument(f"seed must be an integer in [0, 2**63), got {self.seed!r}")
 
     @property
     def greedy(self) -> bool:

@@ -219,6 +219,8 @@ def check_graph_shapes(model, config, key: str, rel: str) -> None:
         found["num_kv_heads"], found["head_dim"] = inputs["past_key.0"][2], inputs["past_key.0"][3]
     if "logits" in outputs and len(outputs["logits"]) == 3:
         found["vocab_size"] = outputs["logits"][2]
+    if "hidden_states" in outputs and len(outputs["hidden_states"]) == 3:
+        found["hidden_size"] = outputs["hidden_states"][2]
     for name, value in found.items():
         want = getattr(config, name)
         if value is not None and value != want:
