@@ -28,8 +28,8 @@ import threading
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..bundle import FORMAT_NAME, MANIFEST
-from ..errors import InvalidArgument
+from ..bundle.manifest import FORMAT_NAME, MANIFEST
+from ..core.errors import InvalidArgument
 
 OWNER_FILE = ".specrt-owner.json"
 SIGTERM_EXIT = 128 + signal.SIGTERM

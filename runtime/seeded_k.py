@@ -12,7 +12,7 @@ model, small constants for Medusa heads and n-gram look-ups).
 
 from __future__ import annotations
 
-from .adaptive import AdaptiveK
+from .policy import AdaptiveK
 
 VERIFY_SLOPE = 0.05  # extra verify cost per drafted token (CPU, small k: measured 0.03-0.08)
 MEDUSA_DRAFT_COST = 0.02  # heads on one hidden state, per drafted token

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .errors import BundleError, ManifestError
+from .core.errors import BundleError, ManifestError
 
 MAX_SEQ_LEN_LIMIT = 1 << 20
 MAX_DRAFT_TOKENS_LIMIT = 64

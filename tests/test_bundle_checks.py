@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from specrt.bundle import read_manifest
-from specrt.errors import BundleError, ManifestError
+from specrt.bundle.manifest import read_manifest
+from specrt.core.errors import BundleError, ManifestError
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from specrt.checkpoint import estimate_parameters, open_checkpoint
-from specrt.errors import CheckpointError
+from specrt.models.checkpoint import estimate_parameters, open_checkpoint
+from specrt.core.errors import CheckpointError
 
 
 @pytest.mark.parametrize("shard", ["/etc/passwd", "../outside.safetensors", "sub/../../x.safetensors"])

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from specrt.errors import BackendError, InvalidArgument
+from specrt.core.errors import BackendError, InvalidArgument
 
 
 def specrt(*args):
@@ -40,7 +40,7 @@ def test_python_api_refuses_lone_surrogates(pair_generator):
 
 
 def test_ort_failures_are_summarised_in_one_line(pair_generator):
-    from specrt.runtime.backends.ort_runner import OrtRunner
+    from specrt.runtime.backends.ort.runner import OrtRunner
 
     target = pair_generator.target
     wrong = target.config.__class__(**{**target.config.__dict__, "head_dim": target.config.head_dim * 2})

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from specrt.checkpoint import open_checkpoint
+from specrt.models.checkpoint import open_checkpoint
 from specrt.compiler.export import onnx_from_decoder
 from specrt.compiler.validate import ValidationError, validate_onnx
 

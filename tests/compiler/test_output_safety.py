@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from specrt.bundle import read_manifest
+from specrt.bundle.manifest import read_manifest
 
 FAST = ("--max-seq-len", "64", "--max-draft-tokens", "4")
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from specrt.errors import CheckpointError
+from specrt.core.errors import CheckpointError
 from specrt.recipes.common import load_checkpoint, save_checkpoint
 
 

@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from specrt.errors import BackendError, InvalidArgument
+from specrt.core.errors import BackendError, InvalidArgument
 from specrt.runtime.sampling import MIN_TEMPERATURE, SamplingParams, warp
 
 

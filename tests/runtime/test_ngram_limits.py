@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from specrt.errors import InvalidArgument
+from specrt.core.errors import InvalidArgument
 from specrt.runtime.proposers.ngram import MAX_N_LIMIT, NgramProposer
 
 

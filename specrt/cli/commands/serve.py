@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..cli import KType, handle_errors, main
+from ..main import KType, handle_errors, main
 
 
 @main.command("serve")
@@ -37,7 +37,7 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_queue, backend
     try:
         import uvicorn
 
-        from ..serve import create_app
+        from ...serve import create_app
     except ImportError as exc:
         raise click.ClickException(f"{exc.name} is not installed: pip install 'specrt[serve]'") from None
 
@@ -60,7 +60,7 @@ def listen_socket(host: str, port: int):
     """A listening TCP socket on host:port; a clear one-line error when that is impossible."""
     import socket
 
-    from ..errors import SpecrtError
+    from ...core.errors import SpecrtError
 
     try:
         family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]

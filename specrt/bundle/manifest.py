@@ -12,9 +12,9 @@ import json
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from . import BUNDLE_FORMAT_VERSION, __version__
-from .bundle_checks import check_file_list, check_graphs, check_memory, check_values, resolve_inside
-from .errors import BundleError, ChecksumMismatch, VersionMismatch
+from .. import BUNDLE_FORMAT_VERSION, __version__
+from ..bundle_checks import check_file_list, check_graphs, check_memory, check_values, resolve_inside
+from ..core.errors import BundleError, ChecksumMismatch, VersionMismatch
 
 MANIFEST = "manifest.json"
 FORMAT_NAME = "specrt-bundle"
