@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..models.checkpoint import open_checkpoint
+from ..models.checkpoint import check_finite, open_checkpoint
 from ..core.errors import CheckpointError
 from ..models.config import read_json
 from ..models.medusa import MedusaHeadsWithLMHead
@@ -42,6 +42,7 @@ def load_heads(medusa_dir: Path, target_dir: Path) -> tuple[MedusaHeadsWithLMHea
     if int(cfg.get("medusa_num_layers", 1)) != 1 or not cfg.get("shares_target_lm_head", True):
         raise CheckpointError("only Medusa heads with one residual layer sharing the target's lm_head are supported")
     tensors = load_file(str(medusa_dir / WEIGHTS))
+    check_finite(tensors, medusa_dir)
     module = MedusaHeadsWithLMHead(num_heads, hidden, tc.vocab_size)
     state = {f"heads.{i}.{p}": tensors[f"heads.{i}.{p}"].float() for i in range(num_heads) for p in ("weight", "bias")}
     state["lm_head.weight"] = target.load_decoder().lm_head_weight().detach().float()

@@ -8,9 +8,9 @@ written into a temporary sibling directory that is renamed into place only when 
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,16 +21,21 @@ from ..bundle.manifest import FORMAT_NAME, MANIFEST, file_entries
 from ..models.checkpoint import Checkpoint, open_checkpoint
 from ..core.errors import CheckpointError, InvalidArgument
 from ..bundle import graph_io
+from .output_dir import check_output, commit, identity, make_temp, release_temp, remove_stale_temps, sigterm_as_exit
 from .export import ONNX_IR_VERSION, ONNX_OPSET, onnx_from_decoder
 from ..bundle.profiles import profiles_for_model
 from .tokenizer_check import check_same_vocab, load_vocab
 from .validate import validate_onnx, validation_shapes
 
 MAX_DRAFT_TOKENS_LIMIT = 64
+# OS errors that mean "the output location is unusable" (exit 2 with one line, not a traceback)
+OUTPUT_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
+                 errno.EISDIR, errno.EEXIST, errno.ENOTEMPTY, errno.ENAMETOOLONG)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
-def check_compile_args(max_seq_len: int, max_draft_tokens: int, out: Path, force: bool) -> None:
+def check_compile_args(max_seq_len: int, max_draft_tokens: int, out: Path, force: bool,
+                       inputs: tuple = ()) -> None:
     if max_seq_len < 2:
         raise InvalidArgument(f"--max-seq-len must be at least 2, got {max_seq_len}")
     if not 1 <= max_draft_tokens <= MAX_DRAFT_TOKENS_LIMIT:
@@ -39,8 +44,7 @@ def check_compile_args(max_seq_len: int, max_draft_tokens: int, out: Path, force
         )
     if max_draft_tokens + 2 > max_seq_len:
         raise InvalidArgument(f"--max-draft-tokens {max_draft_tokens} leaves no room in --max-seq-len {max_seq_len}")
-    if out.exists() and not force:
-        raise InvalidArgument(f"output directory {out} already exists: pass --force to replace it")
+    check_output(Path(out), force, inputs)
 
 
 def check_context(ck: Checkpoint, max_seq_len: int, role: str) -> None:
@@ -102,15 +106,19 @@ def compile_bundle(
     force: bool = False,
     progress: Callable[[str], Callable[[], None]] | None = None,
     extra_steps: list[Callable[[Path, dict], None]] | None = None,
+    inputs: tuple = (),
 ) -> Path:
     """Compile `target` (and optionally `draft`) into the bundle directory `out`. Returns `out`.
 
     `progress(description)` is called when a step starts and returns a callable invoked when it ends.
     `extra_steps` run inside the temporary directory before the manifest is written (Medusa, engines).
+    `inputs` are further input directories (Medusa heads) that `out` must stay clear of.
+    The output rules (what --force may replace, locking, cleanup) are in output_dir.py.
     """
     out = Path(out)
     progress = progress or _noop_progress
-    check_compile_args(max_seq_len, max_draft_tokens, out, force)
+    check_compile_args(max_seq_len, max_draft_tokens, out, force, (Path(target), draft, *inputs))
+    started_as = identity(out)
     roles: dict[str, Checkpoint] = {"target": open_checkpoint(target)}
     if draft is not None:
         roles["draft"] = open_checkpoint(draft)
@@ -120,62 +128,76 @@ def compile_bundle(
     for role, ck in roles.items():
         check_context(ck, max_seq_len, role)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        manifest: dict[str, Any] = {
-            "format": FORMAT_NAME,
-            "format_version": BUNDLE_FORMAT_VERSION,
-            "specrt_version": __version__,
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "torch_version": torch.__version__,
-            "onnx": {"opset": ONNX_OPSET, "ir_version": ONNX_IR_VERSION},
-            "max_seq_len": max_seq_len,
-            "max_draft_tokens": max_draft_tokens,
-            "batch_size": 1,
-            "models": {},
-            "engines": {},
-        }
-        shapes = validation_shapes(max_seq_len, max_draft_tokens)
-        for role, ck in roles.items():
-            (tmp / role).mkdir()
-            done = progress(f"load {role} ({ck.config.architecture})")
-            decoder = ck.load_decoder(torch.float32)
-            n_params = sum(p.numel() for p in decoder.parameters())
-            done()
-            done = progress(f"export {role} to ONNX")
-            onnx_path = onnx_from_decoder(decoder, tmp / role / "model.onnx")
-            done()
-            done = progress(f"validate {role} against PyTorch")
-            stats = validate_onnx(decoder, onnx_path, shapes)
-            done()
-            for name in ("config.json", "generation_config.json"):
-                if (ck.path / name).exists():
-                    shutil.copy2(ck.path / name, tmp / role / name)
-            manifest["models"][role] = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params)
-            del decoder
-        (tmp / "tokenizer").mkdir()
-        for name in TOKENIZER_FILES:
-            if (roles["target"].path / name).exists():
-                shutil.copy2(roles["target"].path / name, tmp / "tokenizer" / name)
-        t = roles["target"].config
-        manifest["tokenizer"] = {
-            "path": "tokenizer/tokenizer.json",
-            "config": "tokenizer/tokenizer_config.json" if (tmp / "tokenizer/tokenizer_config.json").exists() else None,
-            "vocab_size": vocab_size,
-            "eos_token_ids": list(t.eos_token_ids),
-            "bos_token_id": t.bos_token_id,
-        }
-        for step in extra_steps or []:
-            step(tmp, manifest)
-        done = progress("checksum files and write manifest")
-        manifest["files"] = file_entries(tmp)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(out)
+        tmp = make_temp(out)
+    except OSError as exc:
+        raise InvalidArgument(f"cannot write output {out}: {exc.strerror or exc}") from None
+    with sigterm_as_exit():
+        try:
+            _compile_into(tmp, roles, vocab_size, max_seq_len, max_draft_tokens, progress, extra_steps)
+            commit(tmp, out, force, started_as)
+        except OSError as exc:
+            if exc.errno not in OUTPUT_ERRNOS:
+                raise
+            raise InvalidArgument(f"cannot write output {out}: {exc.strerror or exc}") from None
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _compile_into(tmp: Path, roles: dict[str, Checkpoint], vocab_size: int, max_seq_len: int,
+                  max_draft_tokens: int, progress, extra_steps) -> None:
+    """Every compile step, writing into the temporary directory `tmp` (manifest last)."""
+    manifest: dict[str, Any] = {
+        "format": FORMAT_NAME,
+        "format_version": BUNDLE_FORMAT_VERSION,
+        "specrt_version": __version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch_version": torch.__version__,
+        "onnx": {"opset": ONNX_OPSET, "ir_version": ONNX_IR_VERSION},
+        "max_seq_len": max_seq_len,
+        "max_draft_tokens": max_draft_tokens,
+        "batch_size": 1,
+        "models": {},
+        "engines": {},
+    }
+    shapes = validation_shapes(max_seq_len, max_draft_tokens)
+    for role, ck in roles.items():
+        (tmp / role).mkdir()
+        done = progress(f"load {role} ({ck.config.architecture})")
+        decoder = ck.load_decoder(torch.float32)
+        n_params = sum(p.numel() for p in decoder.parameters())
         done()
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-        return out
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        done = progress(f"export {role} to ONNX")
+        onnx_path = onnx_from_decoder(decoder, tmp / role / "model.onnx")
+        done()
+        done = progress(f"validate {role} against PyTorch")
+        stats = validate_onnx(decoder, onnx_path, shapes)
+        done()
+        for name in ("config.json", "generation_config.json"):
+            if (ck.path / name).exists():
+                shutil.copy2(ck.path / name, tmp / role / name)
+        manifest["models"][role] = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params)
+        del decoder
+    (tmp / "tokenizer").mkdir()
+    for name in TOKENIZER_FILES:
+        if (roles["target"].path / name).exists():
+            shutil.copy2(roles["target"].path / name, tmp / "tokenizer" / name)
+    t = roles["target"].config
+    manifest["tokenizer"] = {
+        "path": "tokenizer/tokenizer.json",
+        "config": "tokenizer/tokenizer_config.json" if (tmp / "tokenizer/tokenizer_config.json").exists() else None,
+        "vocab_size": vocab_size,
+        "eos_token_ids": list(t.eos_token_ids),
+        "bos_token_id": t.bos_token_id,
+    }
+    for step in extra_steps or []:
+        step(tmp, manifest)
+    done = progress("checksum files and write manifest")
+    release_temp(tmp)
+    manifest["files"] = file_entries(tmp)
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    done()

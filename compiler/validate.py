@@ -57,6 +57,12 @@ def validate_onnx(decoder: Decoder, onnx_path: Path, shapes: list[tuple[int, int
             e = e.float().numpy()
             if g.shape != e.shape:
                 raise ValidationError(f"{onnx_path.name}: output {name} has shape {g.shape}, expected {e.shape}")
+            for what, arr in (("PyTorch reference", e), ("exported graph", g)):
+                if not np.isfinite(arr).all():  # NaN compares False: it would pass every tolerance
+                    raise ValidationError(
+                        f"{onnx_path.name}: the {what}'s output {name} has non-finite values (NaN/Inf) at "
+                        f"S={s}, P={p}: the weights or the export are broken"
+                    )
             diff = np.abs(g.astype(np.float32) - e)
             worst["max_abs_diff"] = max(worst["max_abs_diff"], float(diff.max(initial=0.0)))
             excess = float((diff - (atol + rtol * np.abs(e))).max(initial=-1.0))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import pickle
 import random
 import sys
 import time
@@ -51,6 +52,17 @@ def cosine_lr(step: int, total: int, peak: float, warmup: int, floor: float = 0.
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+def _numpy_state_to_plain(state: tuple) -> tuple:
+    """numpy's legacy RNG state with its key array as a tensor (loadable with weights_only=True)."""
+    name, keys, pos, has_gauss, cached = state
+    return name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)
+
+
+def _numpy_state_from_plain(state: tuple) -> tuple:
+    name, keys, pos, has_gauss, cached = state
+    return name, keys.numpy().astype(np.uint32), pos, has_gauss, cached
+
+
 def save_checkpoint(path: Path, module: torch.nn.Module, opt: torch.optim.Optimizer,
                     step: int, extra: dict) -> None:
     """Atomically save trainable state, optimizer, step and RNG states."""
@@ -59,7 +71,7 @@ def save_checkpoint(path: Path, module: torch.nn.Module, opt: torch.optim.Optimi
         "optimizer": opt.state_dict(),
         "step": step,
         "extra": extra,
-        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+        "rng": {"torch": torch.get_rng_state(), "numpy": _numpy_state_to_plain(np.random.get_state()),
                 "python": random.getstate()},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,11 +82,18 @@ def save_checkpoint(path: Path, module: torch.nn.Module, opt: torch.optim.Optimi
 
 def load_checkpoint(path: Path, module: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[int, dict]:
     """Restore a checkpoint written by :func:`save_checkpoint`; returns (step, extra)."""
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    # weights_only: a resume file is data; unpickling arbitrary objects would run a planted file's code
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        from ..core.errors import CheckpointError
+
+        raise CheckpointError(f"resume file {path} holds more than tensors and plain values (written by an older "
+                         "version, or planted): refusing to unpickle it; delete it to start over") from None
     module.load_state_dict(state["model"])
     opt.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["rng"]["torch"])
-    np.random.set_state(state["rng"]["numpy"])
+    np.random.set_state(_numpy_state_from_plain(state["rng"]["numpy"]))
     random.setstate(state["rng"]["python"])
     return state["step"], state["extra"]
 

@@ -11,6 +11,7 @@ the generator usable.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -83,6 +84,7 @@ class Generator:
         self._policies: dict = {}  # AdaptiveK per (method, max k), kept across calls
         self.warmup()
         self._lock = threading.Lock()  # one generation at a time per Generator (runners hold state)
+        self._owner: int | None = None  # thread id holding the lock (see _exclusive)
 
     def warmup(self) -> None:
         """Run every verify shape once so first-use costs (allocations) stay out of timings and of the
@@ -121,24 +123,51 @@ class Generator:
     def stream(self, prompt: str | Sequence[int], max_new_tokens: int = 128, **kwargs: Any) -> Iterator[str]:
         """Yield text pieces as tokens are accepted (incremental detokenization)."""
         dec = IncrementalDecoder(self.tokenizer)
-        for chunk, _, _ in self._iterate(prompt, max_new_tokens, **kwargs):
-            piece = dec.push(chunk)
-            if piece:
-                yield piece
+        with contextlib.closing(self._iterate(prompt, max_new_tokens, **kwargs)) as steps:
+            for chunk, _, _ in steps:
+                piece = dec.push(chunk)
+                if piece:
+                    yield piece
         tail = dec.flush()
         if tail:
             yield tail
 
     def stream_tokens(self, prompt, max_new_tokens: int = 128, **kwargs: Any):
         """Yield (new token ids, stats) per step; the stats object is complete after the last step."""
-        for chunk, _, stats in self._iterate(prompt, max_new_tokens, **kwargs):
-            yield chunk, stats
+        with contextlib.closing(self._iterate(prompt, max_new_tokens, **kwargs)) as steps:
+            for chunk, _, stats in steps:
+                yield chunk, stats
 
     # ----------------------------------------------------------------------------------- internals
+    @contextlib.contextmanager
+    def _exclusive(self):
+        """One generation at a time. Another thread waits; the thread that holds an open stream gets an
+        error instead of a deadlock. Closing or dropping the stream releases it."""
+        me = threading.get_ident()
+        if self._owner == me:
+            raise InvalidArgument("this Generator is busy with an unfinished stream() in the same thread: "
+                                  "consume it or call its close() first")
+        with self._lock:
+            self._owner = me
+            try:
+                yield
+            finally:
+                self._owner = None
+
     def encode_prompt(self, prompt: str | Sequence[int]) -> np.ndarray:
+        if isinstance(prompt, (bytes, bytearray, memoryview)):  # iterating bytes would give "token ids"
+            raise InvalidArgument("prompt must be a str or a sequence of token ids, got bytes: decode it first "
+                                  "(e.g. prompt.decode('utf-8'))")
         if isinstance(prompt, str):
+            try:
+                prompt.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidArgument(f"prompt holds a character that is not valid Unicode text ({prompt[exc.start]!r} "
+                                      f"at index {exc.start}: a lone surrogate or undecodable byte)") from None
             ids = self.tokenizer.encode(prompt)
         else:
+            if any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) for t in prompt):
+                raise InvalidArgument("a token-id prompt must hold integers only")
             ids = [int(t) for t in prompt]
         if not ids:
             if self.bos_id is None:
@@ -172,11 +201,17 @@ class Generator:
             )
         return int(k)
 
-    def make_policy(self, k: int | str, method: str):
-        """The speculation-length policy for `k` (an int or "auto") and `method` (used by the loop and bench)."""
+    def make_policy(self, k: int | str, method: str, seeded: bool = False):
+        """The speculation-length policy for `k` (an int or "auto") and `method` (used by the loop and bench).
+
+        `seeded`: the call has a seed, so "auto" must not depend on timings (see seeded_k.py)."""
         max_k = self.max_draft_tokens
         if method == "medusa":  # one draft per head
             max_k = min(max_k, int(self.manifest["medusa"]["num_heads"]))
+        if k == "auto" and seeded:
+            from .seeded_k import CountOnlyAdaptiveK, model_draft_cost
+
+            return CountOnlyAdaptiveK(max_k, model_draft_cost(method, self.manifest))
         if k == "auto":
             from .policy import AdaptiveK
 
@@ -226,13 +261,17 @@ class Generator:
         k = self._check_k(num_speculative_tokens)
         prompt_ids = self.encode_prompt(prompt)
         options = {key: v for key, v in (("min_n", ngram_min), ("max_n", ngram_max)) if v is not None}
+        if options:
+            from .proposers.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, check_sizes
+
+            check_sizes(options.get("min_n", DEFAULT_MIN_N), options.get("max_n", DEFAULT_MAX_N))
         return self._run(prompt_ids, max_new_tokens, params, method, k, options)
 
     def _run(self, prompt_ids, max_new_tokens, params, method, k, options):
         rng = params.rng()
-        with self._lock:
+        with self._exclusive():
             proposer = self.make_proposer(method, params, rng, options)
-            policy = self.make_policy(k, method) if proposer is not None else None
+            policy = self.make_policy(k, method, params.seed is not None) if proposer is not None else None
             stats = GenerationStats(method=method, backend=self.backend, prompt_tokens=int(prompt_ids.size),
                                     provider=self.target.describe().get("provider", self.backend))
             started = time.perf_counter()

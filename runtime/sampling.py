@@ -6,7 +6,12 @@ import dataclasses
 
 import numpy as np
 
-from ..core.errors import InvalidArgument
+from ..core.errors import BackendError, InvalidArgument
+
+
+# Below MIN_TEMPERATURE, logits / T overflow (5e-324 gives inf - inf = NaN); use 0 for greedy instead.
+MIN_TEMPERATURE = 1e-3
+MAX_TEMPERATURE = 1e6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,12 +22,16 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if not (self.temperature >= 0):  # also rejects NaN
-            raise InvalidArgument(f"temperature must be >= 0, got {self.temperature}")
+        if not (self.temperature == 0 or MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE):  # also NaN
+            raise InvalidArgument(f"temperature must be >= 0: 0 (greedy) or in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE:g}], "
+                                  f"got {self.temperature}")
         if not (0 < self.top_p <= 1):
             raise InvalidArgument(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise InvalidArgument(f"top_k must be >= 0, got {self.top_k}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer))
+                                      or not 0 <= self.seed < 2**63):
+            raise InvalidArgument(f"seed must be an integer in [0, 2**63), got {self.seed!r}")
 
     @property
     def greedy(self) -> bool:
@@ -50,6 +59,8 @@ def warp(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
         np.put_along_axis(drop, order, mass_before >= params.top_p, axis=-1)
         probs = np.where(drop, 0.0, probs)
         probs /= probs.sum(axis=-1, keepdims=True)
+    if not np.isfinite(probs).all():  # NaN / Inf logits from a broken model: never sample from them
+        raise BackendError("the model produced non-finite logits (NaN/Inf); its weights or graph are broken")
     return probs
 
 

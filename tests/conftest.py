@@ -65,3 +65,33 @@ def self_generator(self_bundle):
     from specrt.runtime import load
 
     return load(self_bundle, backend="ort")
+
+
+@pytest.fixture(scope="session")
+def medusa_generator(workdir, llama_target):
+    """target + 3 random Medusa heads (3 drafts per step at most)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from specrt.compiler import compile_bundle
+    from specrt.compiler.medusa import medusa_step
+    from specrt.runtime import load
+
+    heads_dir = workdir / "medusa_heads"
+    heads_dir.mkdir(exist_ok=True)
+    cfg = json.loads((llama_target / "config.json").read_text())
+    d, heads = cfg["hidden_size"], 3
+    gen = torch.Generator().manual_seed(0)
+    tensors = {}
+    for i in range(heads):
+        tensors[f"heads.{i}.weight"] = torch.randn(d, d, generator=gen) * 0.05
+        tensors[f"heads.{i}.bias"] = torch.zeros(d)
+    save_file(tensors, str(heads_dir / "medusa.safetensors"))
+    (heads_dir / "medusa_config.json").write_text(json.dumps({
+        "medusa_num_heads": heads, "medusa_num_layers": 1, "hidden_size": d, "vocab_size": cfg["vocab_size"],
+        "shares_target_lm_head": True}))
+    bundle = compile_bundle(llama_target, workdir / "bundles" / "medusa", max_seq_len=128, max_draft_tokens=6,
+                            extra_steps=[medusa_step(heads_dir, llama_target)])
+    return load(bundle, backend="ort")

@@ -21,6 +21,17 @@ from .base import Proposal
 
 DEFAULT_MIN_N = 1
 DEFAULT_MAX_N = 3
+MAX_N_LIMIT = 32  # one hash table per size: bounds memory and per-step look-ups
+
+
+def check_sizes(min_n: int, max_n: int) -> None:
+    """1 <= ngram_min <= ngram_max <= MAX_N_LIMIT, integers."""
+    for name, v in (("ngram_min", min_n), ("ngram_max", max_n)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise InvalidArgument(f"{name} must be an integer, got {v!r}")
+    if not 1 <= min_n <= max_n <= MAX_N_LIMIT:
+        raise InvalidArgument(f"n-gram sizes must satisfy 1 <= ngram_min <= ngram_max <= {MAX_N_LIMIT}, "
+                              f"got {min_n}, {max_n}")
 
 
 class NgramProposer:
@@ -28,8 +39,7 @@ class NgramProposer:
 
     def __init__(self, eos_ids: frozenset[int] = frozenset(), min_n: int = DEFAULT_MIN_N,
                  max_n: int = DEFAULT_MAX_N) -> None:
-        if not 1 <= min_n <= max_n:
-            raise InvalidArgument(f"n-gram sizes must satisfy 1 <= ngram_min <= ngram_max, got {min_n}, {max_n}")
+        check_sizes(min_n, max_n)
         self.eos_ids = eos_ids
         self.min_n, self.max_n = min_n, max_n
         self.tables: dict[int, dict[tuple[int, ...], int]] = {}

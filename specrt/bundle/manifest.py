@@ -1,7 +1,8 @@
 """The bundle: a directory with `manifest.json`, ONNX graphs, configs, tokenizer and (optionally) engines.
 
-`compile` writes it (specrt.compiler.bundle_writer); `load` trusts it only after `read_manifest` has
-validated the format version, every path (relative, no `..`) and every file's sha256.
+`compile` writes it (specrt.compiler.pipeline); `load` trusts it only after `read_manifest` has
+validated the format version, every path (relative, no `..`, inside the root after symlinks), every
+file's sha256, and the manifest's values (bundle_checks.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .. import BUNDLE_FORMAT_VERSION, __version__
+from ..bundle_checks import check_file_list, check_graphs, check_memory, check_values, resolve_inside
 from ..core.errors import BundleError, ChecksumMismatch, VersionMismatch
 
 MANIFEST = "manifest.json"
@@ -50,7 +52,10 @@ class Manifest:
         return self.data.get(key, default)
 
     def path(self, rel: str) -> Path:
-        return self.root / check_relative(rel)
+        """The file `rel`, which must be listed in the manifest (so verified) and lie inside the bundle."""
+        if rel not in self.data.get("files", {}):
+            raise BundleError(f"{rel!r} is not listed in the bundle's manifest: refusing to open an unverified file")
+        return resolve_inside(self.root, check_relative(rel))
 
     @property
     def models(self) -> dict[str, Any]:
@@ -73,9 +78,11 @@ def read_manifest(bundle: str | Path, verify_checksums: bool = True) -> Manifest
     if not mpath.exists():
         raise BundleError(f"{root} has no {MANIFEST}: not a specrt bundle (create one with `specrt compile`)")
     try:
-        data = json.loads(mpath.read_text())
-    except json.JSONDecodeError as exc:
-        raise BundleError(f"{mpath} is not valid JSON ({exc}); recompile the bundle") from None
+        data = json.loads(mpath.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{mpath} is not valid UTF-8 JSON ({exc}); recompile the bundle") from None
+    if not isinstance(data, dict):
+        raise BundleError(f"{mpath} holds a JSON {type(data).__name__}, not an object; recompile the bundle")
     if data.get("format") != FORMAT_NAME:
         raise BundleError(f"{mpath}: format is {data.get('format')!r}, expected {FORMAT_NAME!r}")
     version = data.get("format_version")
@@ -87,10 +94,10 @@ def read_manifest(bundle: str | Path, verify_checksums: bool = True) -> Manifest
     for key in ("models", "files", "max_seq_len", "max_draft_tokens", "tokenizer"):
         if key not in data:
             raise BundleError(f"{mpath} lacks the field {key!r}; recompile the bundle")
-    if "target" not in data["models"]:
-        raise BundleError(f"{mpath} has no target model")
+    check_values(data)
+    check_file_list(data)
     for rel, meta in data["files"].items():
-        path = root / check_relative(rel)
+        path = resolve_inside(root, check_relative(rel))
         if not path.is_file():
             raise BundleError(f"bundle file {rel} listed in the manifest is missing; recompile the bundle")
         size = path.stat().st_size
@@ -106,6 +113,8 @@ def read_manifest(bundle: str | Path, verify_checksums: bool = True) -> Manifest
                     f"bundle file {rel} has sha256 {digest[:16]}..., manifest says {meta['sha256'][:16]}... "
                     "(corrupted or modified); recompile the bundle"
                 )
+    check_graphs(root, data)
+    check_memory(data)
     return Manifest(root, data)
 
 

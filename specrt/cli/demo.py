@@ -59,6 +59,23 @@ def check_models(models: Path) -> None:
             raise BundleError(f"demo models not found in {models}/{sub}: the packaged pair is missing from this install")
 
 
+def check_own_bundle(out: Path) -> None:
+    """The demo replaces only its own bundle (a manifest with a "demo" entry) or an empty directory."""
+    import json
+
+    from ..compiler.output_dir import OutputError
+
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return
+    try:
+        own = "demo" in json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        own = False
+    if not own:
+        raise OutputError(f"{out} exists and is not a demo bundle: refusing to replace it (pass --output "
+                          "to put the demo bundle elsewhere)")
+
+
 def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> tuple[Path, bool]:
     """Compile the demo pair into `out` unless a current bundle is there. Returns (path, rebuilt)."""
     from ..bundle.manifest import read_manifest
@@ -71,6 +88,7 @@ def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> 
             return out, False
     except SpecrtError:
         pass  # missing, stale or corrupted: rebuild
+    check_own_bundle(out)
     extra = []
     if (models / "medusa" / "medusa_config.json").exists():
         from ..compiler.medusa import medusa_step
@@ -78,7 +96,8 @@ def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> 
         extra.append(medusa_step(models / "medusa", models / "target"))
     extra.append(lambda tmp, manifest: manifest.update(demo={"fingerprint": fp, "models": str(models)}))
     compile_bundle(models / "target", out, models / "draft", max_seq_len=MAX_SEQ_LEN,
-                   max_draft_tokens=MAX_DRAFT_TOKENS, force=True, progress=progress, extra_steps=extra)
+                   max_draft_tokens=MAX_DRAFT_TOKENS, force=True, progress=progress, extra_steps=extra,
+                   inputs=(models,))
     return out, True
 
 

@@ -46,3 +46,7 @@ class BackendError(SpecrtError):
     """A backend call failed at run time (native call returned failure)."""
 
     exit_code = 1
+
+
+class ManifestError(BundleError):
+    """A manifest value has the wrong type, is out of range, or disagrees with the bundle's graphs."""

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
+import os
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
@@ -33,15 +34,47 @@ class Checkpoint:
         """Build the module and load its weights (converted to `dtype`), in eval mode."""
         from safetensors.torch import load_file
 
+        check_fits_in_memory(self.config, self.path, dtype)
         tensors: dict[str, torch.Tensor] = {}
         for f in self.weight_files:
             try:
                 tensors.update(load_file(str(f)))
             except Exception as exc:  # safetensors raises its own error types for corrupt files
                 raise CheckpointError(f"cannot read weights {f}: {exc}") from None
+        check_finite(tensors, self.path)
         module = build_decoder(self.config)
         module.load_hf_state_dict({k: v.to(dtype) for k, v in tensors.items()})
         return module.to(dtype).eval()
+
+
+def estimate_parameters(c: DecoderConfig) -> int:
+    """Parameter count implied by the config (embeddings, attention, gated MLP, lm_head unless tied)."""
+    h, kv = c.hidden_size, c.num_kv_heads * c.head_dim
+    attn = h * c.num_heads * c.head_dim * 2 + h * kv * 2
+    mlp = 3 * h * c.intermediate_size
+    embed = c.vocab_size * h * (1 if c.tie_word_embeddings else 2)
+    return embed + c.num_layers * (attn + mlp + 4 * h)
+
+
+def check_fits_in_memory(c: DecoderConfig, where: Path, dtype: torch.dtype) -> None:
+    """Refuse (before allocating) a config whose weights, held about twice during loading and export,
+    cannot fit in available memory."""
+    import psutil
+
+    need = 2 * estimate_parameters(c) * torch.empty((), dtype=dtype).element_size()
+    available = psutil.virtual_memory().available
+    if need > available:
+        raise CheckpointError(f"{where}/config.json describes ~{estimate_parameters(c) / 1e9:.3g}B parameters: "
+                              f"loading needs ~{need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB are available")
+
+
+def check_finite(tensors: dict[str, torch.Tensor], where: Path) -> None:
+    """Refuse NaN / Inf weights, naming the first bad tensor."""
+    for name, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise CheckpointError(f"weight {name} in {where} has {bad} non-finite values (NaN/Inf): "
+                                  "the checkpoint is corrupt; refusing to compile it")
 
 
 def open_checkpoint(path: str | Path) -> Checkpoint:
@@ -59,6 +92,18 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
     return Checkpoint(path=path, config=config, raw_config=raw, weight_files=_weight_files(path))
 
 
+def _shard_path(root: Path, name: str) -> Path:
+    """A shard named by the index: a plain relative name that stays inside the checkpoint directory."""
+    p = PurePosixPath(name)
+    if p.is_absolute() or ".." in p.parts or name.startswith(("/", "\\")) or ":" in name:
+        raise CheckpointError(f"safetensors index names the shard {name!r}: shard paths must be relative and stay "
+                              f"inside {root}")
+    real_root, real = os.path.realpath(root), os.path.realpath(root / name)
+    if os.path.commonpath([real_root, real]) != real_root:
+        raise CheckpointError(f"shard {name} resolves to {real}, outside the checkpoint {root}")
+    return root / name
+
+
 def _weight_files(path: Path) -> tuple[Path, ...]:
     index = path / "model.safetensors.index.json"
     if index.exists():
@@ -66,7 +111,9 @@ def _weight_files(path: Path) -> tuple[Path, ...]:
             weight_map = json.loads(index.read_text())["weight_map"]
         except (json.JSONDecodeError, KeyError) as exc:
             raise CheckpointError(f"{index} is not a valid safetensors index: {exc}") from None
-        files = tuple(path / name for name in sorted(set(weight_map.values())))
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise CheckpointError(f"{index}: weight_map must map tensor names to shard file names")
+        files = tuple(_shard_path(path, name) for name in sorted(set(weight_map.values())))
     elif (path / "model.safetensors").exists():
         files = (path / "model.safetensors",)
     else:

@@ -21,6 +21,7 @@ from fastapi.responses import Response
 from .config import ServeConfig
 from .errors import install_handlers
 from .metrics import CONTENT_TYPE
+from .guards import CatchAll
 from .middleware import ApiKeyAuth, BodyLimit, RequestMetrics
 from .schemas import ChatRequest, CompletionRequest
 from .service import Service
@@ -48,9 +49,11 @@ def load_generators(bundle: Union[str, Path], max_concurrency: int = 1, backend:
 def create_app(bundle_or_generators: Union[str, Path, Any, Sequence[Any]], *, served_model_name: Optional[str] = None,
                api_key: Optional[str] = None, max_concurrency: int = 1, max_queue: int = 64,
                method: Optional[str] = None, num_speculative_tokens: Union[int, str] = "auto",
-               backend: str = "auto", threads: Optional[int] = None, max_body_bytes: int = 1 << 20) -> FastAPI:
+               backend: str = "auto", threads: Optional[int] = None, max_body_bytes: int = 1 << 20,
+               body_timeout_s: float = 30.0) -> FastAPI:
     """A bundle path loads `max_concurrency` generators; a Generator or a list of them is used as given
-    (one slot each)."""
+    (one slot each). With an `api_key` the API docs (/docs, /redoc, /openapi.json) are off;
+    `body_timeout_s` bounds how long a request body may take to arrive (408 after it)."""
     if isinstance(bundle_or_generators, (str, Path)):
         generators = load_generators(bundle_or_generators, max_concurrency, backend, threads)
     elif isinstance(bundle_or_generators, (list, tuple)):
@@ -70,12 +73,15 @@ def create_app(bundle_or_generators: Union[str, Path, Any, Sequence[Any]], *, se
 
     # A body without Content-Type is parsed as JSON (curl -d habits); newer FastAPI needs it said.
     lenient = {"strict_content_type": False} if "strict_content_type" in inspect.signature(FastAPI).parameters else {}
+    # The interactive docs describe the API to anyone: off when the server has a key.
+    docs = {"docs_url": None, "redoc_url": None, "openapi_url": None} if api_key else {}
     app = FastAPI(title="specrt", summary="OpenAI-compatible server with speculative decoding",
-                  lifespan=lifespan, **lenient)
+                  lifespan=lifespan, **lenient, **docs)
     app.state.service = service
     install_handlers(app)
-    # Middleware: the last added runs first: metrics -> auth -> body limit -> routes.
-    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    # Middleware: the last added runs first: metrics -> auth -> body limit -> catch-all -> routes.
+    app.add_middleware(CatchAll)
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, timeout_s=body_timeout_s)
     app.add_middleware(ApiKeyAuth, api_key=config.api_key)
     app.add_middleware(RequestMetrics, metrics=service.metrics)
 

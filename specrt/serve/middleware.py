@@ -5,6 +5,7 @@ They answer before the body is read or the route runs, so a 401 or 413 costs no 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from typing import Any, Optional
@@ -17,8 +18,9 @@ ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
 
 
 async def send_error(send: Send, status: int, message: str, code: str,
-                     headers: Optional[list[tuple[bytes, bytes]]] = None) -> None:
-    body = json.dumps(error_body(message, code=code)).encode()
+                     headers: Optional[list[tuple[bytes, bytes]]] = None,
+                     type: str = "invalid_request_error") -> None:
+    body = json.dumps(error_body(message, type=type, code=code)).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode())] + (headers or [])})
@@ -67,8 +69,8 @@ class ApiKeyAuth:
 class BodyLimit:
     """413 when Content-Length or the bytes actually sent exceed `max_bytes`; the body is then replayed."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float = 30.0) -> None:
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
@@ -78,8 +80,13 @@ class BodyLimit:
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
             return await send_error(send, 413, too_large, "request_too_large")
         chunks, size = [], 0
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
         while True:
-            message = await receive()
+            try:  # a body shorter than its Content-Length must not hold the connection forever
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
+            except asyncio.TimeoutError:
+                return await send_error(send, 408, f"the request body did not arrive within {self.timeout_s:g} s",
+                                        "request_timeout", [(b"connection", b"close")])
             if message["type"] != "http.request":  # the client left before sending the body
                 return
             chunk = message.get("body", b"")

@@ -8,7 +8,6 @@ context" for chat.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 import uuid
 from typing import Any, Optional
@@ -16,7 +15,9 @@ from typing import Any, Optional
 from ..core.errors import InvalidArgument
 from .chat import ChatFormatter
 from .config import ServeConfig
+from ..runtime.sampling import MAX_TEMPERATURE, MIN_TEMPERATURE
 from .errors import APIError, bad_request
+from .guards import check_text, check_unsupported
 from .worker import Job
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16
@@ -43,6 +44,7 @@ def _encode(gen: Any, prompt: Any, add_special_tokens: bool = True) -> list[int]
 
 
 def _prompt_ids(gen: Any, prompt: Any) -> list[int]:
+    check_text(prompt, "prompt")
     if isinstance(prompt, list):
         if not prompt:
             raise bad_request("prompt must not be empty", "prompt")
@@ -82,14 +84,19 @@ def _speculation(body: Any, gen: Any, config: ServeConfig) -> dict[str, Any]:
 
 def _job(body: Any, gen: Any, config: ServeConfig, prompt_ids: list[int], max_tokens: Optional[int],
          default_max_tokens: int, chat: bool) -> Prepared:
+    check_unsupported(body)
+    check_text(body.stop, "stop")
+    if body.seed is not None and not 0 <= body.seed < 2**63:
+        raise bad_request(f"seed must be an integer in [0, 2**63), got {body.seed}", "seed")
     if body.n != 1:
         raise bad_request(f"n={body.n} is not supported: this server returns exactly one choice (n=1)", "n")
     if body.model is not None and body.model != config.served_model_name:
         raise APIError(400, f"unknown model {body.model!r}; this server serves {config.served_model_name!r}",
                        param="model", code="model_not_found")
     temperature = 1.0 if body.temperature is None else float(body.temperature)
-    if not (math.isfinite(temperature) and temperature >= 0):
-        raise bad_request(f"temperature must be a finite number >= 0, got {temperature}", "temperature")
+    if not (temperature == 0 or MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE):  # also NaN / inf
+        raise bad_request(f"temperature must be >= 0: 0 (greedy) or in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE:g}], "
+                          f"got {temperature}", "temperature")
     top_p = 1.0 if body.top_p is None else float(body.top_p)
     if not 0 < top_p <= 1:
         raise bad_request(f"top_p must be in (0, 1], got {top_p}", "top_p")
@@ -123,6 +130,8 @@ def prepare_chat(body: Any, gen: Any, config: ServeConfig, formatter: ChatFormat
     if not body.messages:
         raise bad_request("messages must hold at least one message", "messages")
     messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+    for i, m in enumerate(messages):
+        check_text([m["role"], m["content"]], f"messages.{i}")
     try:
         text, add_special = formatter.render(messages)
     except InvalidArgument as exc:

@@ -1,6 +1,7 @@
 """Request bodies of the OpenAI-compatible endpoints (pydantic, strict types: "5" is not an integer).
 
-Unknown OpenAI fields (`user`, `frequency_penalty`, ...) are ignored, as vLLM does. The one extension is
+Unknown OpenAI fields (`user`, `metadata`, ...) are ignored, as vLLM does; fields that would change the
+output but are not implemented (`logprobs`, `echo`, `best_of`, penalties) get a 400 (guards.py). The one extension is
 `speculative` (vLLM-style extra body field; the openai client sends it with `extra_body=`):
 
     {"speculative": {"method": "draft" | "ngram" | "medusa" | "none", "num_speculative_tokens": 5 | "auto"}}
@@ -31,9 +32,10 @@ class StreamOptions(BaseModel):
 
 
 class SamplingFields(BaseModel):
-    """Fields shared by /v1/completions and /v1/chat/completions."""
+    """Fields shared by /v1/completions and /v1/chat/completions. Extra fields are kept (not used) so that
+    guards.check_unsupported can refuse those that would change the output."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")
 
     model: Optional[StrictStr] = None
     max_tokens: Optional[StrictInt] = None

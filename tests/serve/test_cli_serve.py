@@ -40,7 +40,7 @@ def test_serve_subprocess(pair_bundle, pair_generator):
                 seen.append(lines.get(timeout=1))
             except queue.Empty:
                 continue
-            m = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", seen[-1])
+            m = re.search(r"on http://127\.0\.0\.1:(\d+)/v1", seen[-1])  # the banner names the real port
             port = int(m.group(1)) if m else None
         assert port, "".join(seen)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0, timeout=30)

@@ -27,6 +27,13 @@ PROVIDERS = {
 }
 
 
+def one_line(exc: Exception, limit: int = 300) -> str:
+    """ONNX Runtime's messages span many lines (node dumps): keep the first meaningful one."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def import_ort():
     try:
         import onnxruntime as ort
@@ -90,7 +97,8 @@ class OrtRunner(Runner):
         try:
             self.session = ort.InferenceSession(str(onnx_path), opts, providers=PROVIDERS["cpu"])
         except Exception as exc:
-            raise BackendError(f"ONNX Runtime could not load {onnx_path}: {exc}") from None
+            raise BackendError(f"ONNX Runtime could not load {onnx_path}: {one_line(exc)}") from None
+        self.onnx_path = onnx_path
         self.cache = KVCache(config.num_layers, capacity, config.num_kv_heads, config.head_dim,
                              lambda shape: np.zeros(shape, dtype=np.float32))
         self.max_short = max_short_tokens
@@ -148,7 +156,8 @@ class OrtRunner(Runner):
         try:
             self.session.run_with_iobinding(b)
         except Exception as exc:
-            raise BackendError(f"ONNX Runtime run failed (S={s}, P={p}): {exc}") from None
+            raise BackendError(f"ONNX Runtime run failed on {self.onnx_path} (S={s}, P={p}): {one_line(exc)}; "
+                               "if the bundle's manifest was edited, recompile it") from None
         self.cache.length = p + s
         self.hidden_states = hidden_buf[0, :s] if self.want_hidden else None
         return logits_buf[0, :s]

@@ -19,7 +19,7 @@ from ..progress import step_progress
 @click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path), help="Bundle directory to write.")
 @click.option("--max-seq-len", default=2048, show_default=True, type=int, help="Context length (prompt + generated).")
 @click.option("--max-draft-tokens", default=8, show_default=True, type=int, help="Largest k the bundle accepts.")
-@click.option("--force", is_flag=True, help="Replace an existing output directory.")
+@click.option("--force", is_flag=True, help="Replace an existing bundle (or empty directory) at the output.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 @trt_compile_options
 @handle_errors
@@ -28,7 +28,8 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     from ...compiler import compile_bundle
     from ...compiler.pipeline import check_compile_args
 
-    check_compile_args(max_seq_len, max_draft_tokens, output, force)
+    inputs = (target, draft, medusa)
+    check_compile_args(max_seq_len, max_draft_tokens, output, force, inputs)
     extra = []
     if medusa is not None:
         from ...compiler.medusa import medusa_step
@@ -38,7 +39,7 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
                                  max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens)
     with step_progress(enabled=not as_json) as progress:
         out = compile_bundle(target, output, draft, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
-                             force=force, progress=progress, extra_steps=extra)
+                             force=force, progress=progress, extra_steps=extra, inputs=(medusa,))
     from ..describe import bundle_summary
 
     summary = bundle_summary(out)
@@ -61,8 +62,8 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
               help="Drafting method (default: draft when the bundle has one, else ngram).")
 @click.option("--num-speculative-tokens", "k", default="auto", show_default=True, type=KType(),
               help="Tokens drafted per step, or 'auto' (adaptive).")
-@click.option("--ngram-min", default=None, type=int, help="Shortest suffix n-gram to match (ngram method).")
-@click.option("--ngram-max", default=None, type=int, help="Longest suffix n-gram to match (ngram method).")
+@click.option("--ngram-min", default=None, type=int, help="Shortest suffix n-gram to match (ngram method; 1..32).")
+@click.option("--ngram-max", default=None, type=int, help="Longest suffix n-gram to match (ngram method; 1..32).")
 @click.option("--backend", default="auto", show_default=True,
               type=click.Choice(["auto", "ort", "torch", "trt", "ort-cuda", "ort-trt"]))
 @click.option("--target-device", default=None, help="e.g. cpu, cuda:0")

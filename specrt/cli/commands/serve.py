@@ -44,6 +44,30 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_queue, backend
     app = create_app(bundle, served_model_name=served_model_name, api_key=api_key,
                      max_concurrency=max_concurrency, max_queue=max_queue, method=method,
                      num_speculative_tokens=k, backend=backend, threads=threads)
-    click.echo(f"serving {bundle} as {app.state.service.config.served_model_name!r} on http://{host}:{port}/v1 "
+    sock = listen_socket(host, port)  # bound here, so the banner shows the real port (also for --port 0)
+    real_port = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"serving {bundle} as {app.state.service.config.served_model_name!r} on http://{shown}:{real_port}/v1 "
                f"({max_concurrency} slot(s), queue {max_queue})", err=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30)
+    config = uvicorn.Config(app, host=host, port=real_port, log_level=log_level, timeout_graceful_shutdown=30)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn re-raises the captured Ctrl-C after its graceful shutdown
+        pass
+
+
+def listen_socket(host: str, port: int):
+    """A listening TCP socket on host:port; a clear one-line error when that is impossible."""
+    import socket
+
+    from ...core.errors import SpecrtError
+
+    try:
+        family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+    except OSError as exc:
+        raise SpecrtError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock

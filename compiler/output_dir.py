@@ -1,0 +1,229 @@
+"""Where `compile` writes: rules that keep a user's files safe (README "Safety").
+
+* `-o` may not be, contain or sit inside an input checkpoint (`--target`, `--draft`, `--medusa`).
+* An existing `-o` needs `--force`, and `--force` replaces only an empty directory or a specrt bundle
+  (a readable manifest whose file list covers everything in the directory); anything else is refused
+  up front, naming the path.
+* The output path is checked (a directory, in a writable parent) before anything is exported.
+* The bundle is written into a temporary sibling `.NAME.tmp-XXXX` that records its owner process;
+  SIGTERM cleans it up like SIGINT, and the next compile of the same output removes temporaries whose
+  owner is dead.
+* The final rename happens under a lock on the parent directory and only if `-o` is still what it was
+  when the compile started: of two compiles racing for one output, the loser fails and the winner's
+  bundle stays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from ..bundle.manifest import FORMAT_NAME, MANIFEST
+from ..core.errors import InvalidArgument
+
+OWNER_FILE = ".specrt-owner.json"
+SIGTERM_EXIT = 128 + signal.SIGTERM
+
+
+class OutputError(InvalidArgument):
+    """The output path of `compile` cannot be used safely (exit 2; nothing was written or deleted)."""
+
+
+def _resolve(p: Path) -> Path:
+    return Path(os.path.realpath(p))
+
+
+def check_not_overlapping(out: Path, inputs: Iterable[Path | None]) -> None:
+    """`out` must not be an input, contain one, or sit inside one."""
+    o = _resolve(out)
+    for given in inputs:
+        if given is None:
+            continue
+        i = _resolve(Path(given))
+        if o == i or i in o.parents or o in i.parents:
+            relation = "is" if o == i else ("is inside" if i in o.parents else "contains")
+            raise OutputError(f"output {out} {relation} the input {given}: choose an output directory outside "
+                              "every checkpoint")
+
+
+def bundle_extra_files(path: Path) -> list[str] | None:
+    """None if `path` is not a readable specrt bundle, else the files in it its manifest does not list."""
+    try:
+        data = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME or not isinstance(data.get("files"), dict):
+        return None
+    listed = set(data["files"]) | {MANIFEST}
+    extra = []
+    for p in sorted(path.rglob("*")):
+        rel = p.relative_to(path).as_posix()
+        if p.is_symlink() or (not p.is_dir() and rel not in listed):
+            extra.append(rel)
+    return extra
+
+
+def check_replaceable(out: Path) -> None:
+    """With --force: `out` may be replaced only if it is an empty directory or a specrt bundle with no
+    files of its own."""
+    if not out.is_dir() or out.is_symlink():
+        raise OutputError(f"output {out} exists and is not a directory: refusing to replace it (choose another -o)")
+    if not any(out.iterdir()):
+        return
+    extra = bundle_extra_files(out)
+    if extra is None:
+        raise OutputError(f"output {out} exists and is not a specrt bundle: --force replaces only a bundle or an "
+                          "empty directory (choose another -o)")
+    if extra:
+        shown = ", ".join(extra[:3]) + (" ..." if len(extra) > 3 else "")
+        raise OutputError(f"output {out} is a bundle but also holds files that are not part of it ({shown}): "
+                          "move them away or choose another -o")
+
+
+def check_parent_writable(out: Path) -> None:
+    """The nearest existing ancestor of `out` must be a directory we can create entries in."""
+    parent = out.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputError(f"cannot write output {out}: {parent} is not a directory")
+    try:
+        probe = tempfile.mkdtemp(prefix=".specrt-probe-", dir=parent)
+        os.rmdir(probe)
+    except OSError as exc:
+        raise OutputError(f"cannot write output {out}: {parent} is not writable ({exc.strerror})") from None
+
+
+def check_output(out: Path, force: bool, inputs: Iterable[Path | None] = ()) -> None:
+    """Every output rule that can be checked before compiling (see the module docstring)."""
+    out = Path(out)
+    check_not_overlapping(out, inputs)
+    if out.exists() or out.is_symlink():
+        if not force:
+            raise OutputError(f"output directory {out} already exists: pass --force to replace it")
+        check_replaceable(out)
+    check_parent_writable(out)
+
+
+def identity(out: Path) -> tuple[int, int] | None:
+    """What `out` is now (device, inode), or None if absent: a change means another process wrote it."""
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+# ------------------------------------------------------------------------------ temporaries and owner
+def _owner_record() -> dict:
+    import psutil
+
+    return {"pid": os.getpid(), "create_time": psutil.Process().create_time(), "host": socket.gethostname()}
+
+
+def _owner_alive(record: dict) -> bool:
+    import psutil
+
+    if record.get("host") != socket.gethostname():
+        return True  # another machine's process (shared file system): not ours to judge
+    try:
+        proc = psutil.Process(int(record["pid"]))
+        return abs(proc.create_time() - float(record["create_time"])) < 1.0
+    except (psutil.NoSuchProcess, psutil.AccessDenied, KeyError, TypeError, ValueError):
+        return False
+
+
+def make_temp(out: Path) -> Path:
+    """Create the temporary sibling of `out` with its owner record."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    (tmp / OWNER_FILE).write_text(json.dumps(_owner_record()))
+    return tmp
+
+
+def release_temp(tmp: Path) -> None:
+    """Remove the owner record just before the manifest is written (it is no part of the bundle)."""
+    (tmp / OWNER_FILE).unlink(missing_ok=True)
+
+
+def remove_stale_temps(out: Path) -> list[Path]:
+    """Delete `.NAME.tmp-*` siblings of `out` whose recorded owner process is dead. Returns them."""
+    removed = []
+    parent = out.parent
+    if not parent.is_dir():
+        return removed
+    for tmp in parent.glob(f".{out.name}.tmp-*"):
+        try:
+            record = json.loads((tmp / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # no owner record: not provably stale, leave it
+        if isinstance(record, dict) and not _owner_alive(record):
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed.append(tmp)
+    return removed
+
+
+# ------------------------------------------------------------------------------------ the final step
+@contextlib.contextmanager
+def parent_lock(out: Path) -> Iterator[None]:
+    """An exclusive flock on the parent directory of `out` (no lock file is left behind)."""
+    fd = os.open(out.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def commit(tmp: Path, out: Path, force: bool, started_as: tuple[int, int] | None) -> None:
+    """Move the finished bundle `tmp` to `out`, atomically with respect to other compiles."""
+    with parent_lock(out):
+        now = identity(out)
+        if now != started_as:
+            raise OutputError(f"output {out} was {'created' if started_as is None else 'changed'} by another "
+                              "process while compiling: nothing replaced (rerun to overwrite it with --force)")
+        if now is not None:
+            if not force:
+                raise OutputError(f"output directory {out} already exists: pass --force to replace it")
+            check_replaceable(out)
+            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.rename(out, trash / "bundle")
+            try:
+                os.rename(tmp, out)
+            except OSError:
+                os.rename(trash / "bundle", out)  # put the old bundle back
+                raise
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            try:
+                os.rename(tmp, out)
+            except OSError as exc:
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise OutputError(f"output directory {out} appeared while compiling: nothing replaced") from None
+                raise
+
+
+@contextlib.contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """While compiling, SIGTERM raises SystemExit(143) so cleanup runs as it does for Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(SIGTERM_EXIT)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,78 @@
+"""Request guards (issue 10): values that change results must be supported or refused; text must be valid
+Unicode; an unexpected failure becomes a 500 that keeps the connection usable.
+
+* `check_unsupported(body)`: OpenAI fields that would change the output (`logprobs`, `echo`, `best_of`,
+  penalties, ...) get a 400 naming the field instead of being silently ignored.
+* `check_text(value, param)`: a lone surrogate (JSON `"\\ud800"`) is not encodable text: 400.
+* `CatchAll`: innermost middleware; logs an unexpected exception once and answers 500 without re-raising
+  (Starlette's handler for `Exception` re-raises, which makes uvicorn drop the keep-alive connection).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import bad_request
+
+log = logging.getLogger("specrt.serve")
+
+# field -> the value(s) that are harmless (the OpenAI default); anything else changes results
+UNSUPPORTED = {
+    "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "best_of": (None, 1),
+    "suffix": (None, ""), "logit_bias": (None, {}), "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0),
+}
+
+
+def check_unsupported(body: Any) -> None:
+    extra = getattr(body, "model_extra", None) or {}
+    for field, harmless in UNSUPPORTED.items():
+        value = extra.get(field)
+        if value is not None and not any(value == h and type(value) is type(h) for h in harmless):
+            raise bad_request(f"{field}={extra[field]!r:.40} is not supported by this server (it would change the "
+                              f"output); leave {field} out", field, code="unsupported_parameter")
+
+
+def check_text(value: Any, param: str) -> None:
+    """Raise a 400 if any string in `value` (str, list, nested) is not encodable as UTF-8."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise bad_request(f"{param} holds a lone surrogate ({value[exc.start]!r}) at index {exc.start}: "
+                              "not valid Unicode text", param) from None
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            check_text(item, param)
+
+
+class CatchAll:
+    """500 JSON for an unexpected exception, logged once; the connection stays open for the next request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:  # noqa: BLE001 - the point of this middleware
+            log.error("internal error on %s: %s: %s", scope.get("path"), type(exc).__name__, exc, exc_info=exc)
+            if started:
+                return  # a streamed response already began: nothing more can be said in HTTP
+            from .middleware import send_error
+
+            await send_error(send, 500, f"internal server error: {type(exc).__name__}", "server_error",
+                             type="server_error")

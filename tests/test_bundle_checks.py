@@ -1,0 +1,104 @@
+"""Trust in the bundle (issue 10 #9-#11): every opened file listed and verified, nothing outside the root,
+manifest values validated with typed errors naming the key."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specrt.bundle.manifest import read_manifest
+from specrt.core.errors import BundleError, ManifestError
+
+
+@pytest.fixture
+def bundle(tmp_path, pair_bundle):
+    return Path(shutil.copytree(pair_bundle, tmp_path / "b"))
+
+
+def edit(bundle: Path, fn) -> None:
+    path = bundle / "manifest.json"
+    data = json.loads(path.read_text())
+    fn(data)
+    path.write_text(json.dumps(data))
+
+
+def test_empty_file_list_is_refused(bundle):
+    (bundle / "target" / "model.onnx.data").write_bytes(b"\0" * 100)  # corrupted, and nothing would notice
+    edit(bundle, lambda m: m.update(files={}))
+    with pytest.raises(ManifestError, match="no file list"):
+        read_manifest(bundle)
+
+
+def test_model_entry_pointing_at_an_unlisted_file_is_refused(bundle):
+    shutil.copy(bundle / "target" / "model.onnx", bundle / "target" / "other.onnx")
+    edit(bundle, lambda m: m["models"]["target"].update(onnx="target/other.onnx"))
+    with pytest.raises(ManifestError, match="models.target.onnx.*not in the manifest's file list"):
+        read_manifest(bundle)
+
+
+def test_unlisted_files_are_never_opened(pair_generator):
+    with pytest.raises(BundleError, match="not listed"):
+        pair_generator.manifest.path("target/other.onnx")
+
+
+def test_directory_symlink_out_of_the_bundle_is_refused(bundle, tmp_path):
+    shutil.move(bundle / "target", tmp_path / "elsewhere")
+    (bundle / "target").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(BundleError, match="outside the bundle"):
+        read_manifest(bundle)
+
+
+@pytest.mark.parametrize("value", [256, 10**15, 1e15, "128", None])
+def test_edited_max_seq_len_is_refused(bundle, value):
+    edit(bundle, lambda m: m.update(max_seq_len=value))
+    with pytest.raises(ManifestError, match="max_seq_len"):
+        read_manifest(bundle)
+
+
+def test_decoder_config_must_match_the_graph(bundle):
+    edit(bundle, lambda m: m["models"]["target"]["decoder_config"].update(num_kv_heads=4))
+    with pytest.raises(ManifestError, match="num_kv_heads"):
+        read_manifest(bundle)
+
+
+@pytest.mark.parametrize("tamper, key", [
+    (lambda m: m["models"]["target"].pop("onnx"), "models.target.onnx"),
+    (lambda m: m["models"].update(target=[1, 2]), "models.target"),
+    (lambda m: m["models"]["target"]["decoder_config"].pop("hidden_size"), "decoder_config"),
+    (lambda m: m.update(tokenizer="tok.json"), "tokenizer"),
+    (lambda m: m["files"]["target/model.onnx"].update(size="big"), "size"),
+    (lambda m: m.update(max_draft_tokens=-1), "max_draft_tokens"),
+])
+def test_malformed_manifest_values_name_the_key(bundle, tamper, key):
+    edit(bundle, tamper)
+    with pytest.raises(ManifestError, match=key.replace(".", r"\.")):
+        read_manifest(bundle)
+
+
+def specrt_generate(bundle):
+    return subprocess.run([sys.executable, "-m", "specrt", "generate", str(bundle), "--prompt", "x",
+                           "--max-new-tokens", "2", "--backend", "ort"], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("content", [b"[1, 2, 3]", b"\xff\xfe{\x00", b'{"format": "specrt-bundle", "format_version": 1}'])
+def test_malformed_manifest_exits_2_with_one_line(bundle, content):
+    (bundle / "manifest.json").write_bytes(content)
+    proc = specrt_generate(bundle)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert "AttributeError" not in proc.stderr and "KeyError" not in proc.stderr
+
+
+def test_tampered_config_via_cli_is_one_line_exit_2(bundle):
+    edit(bundle, lambda m: m["models"]["target"]["decoder_config"].update(head_dim=32, num_kv_heads=1))
+    proc = specrt_generate(bundle)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "decoder_config" in proc.stderr
+
+
+def test_format_version_1_bundles_still_load(pair_bundle):
+    m = read_manifest(pair_bundle)
+    assert m["format_version"] == 1 and m.max_seq_len == 128

@@ -1,0 +1,51 @@
+"""Exit codes and one-line messages (issue 10 #17): bad input exits 2, never a bare exception name."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from specrt.core.errors import BackendError, InvalidArgument
+
+
+def specrt(*args):
+    return subprocess.run([sys.executable, "-m", "specrt", *args], capture_output=True, timeout=300)
+
+
+@pytest.mark.parametrize("extra, words", [
+    ([b"--seed", b"-1"], b"seed"),
+    ([b"--seed", b"18446744073709551616"], b"seed"),
+    ([b"--temperature", b"5e-324"], b"temperature"),
+    ([b"--prompt", b"caf\xe9 \xff"], b"Unicode"),
+])
+def test_bad_generate_input_exits_2_with_one_line(pair_bundle, extra, words):
+    args = [b"generate", str(pair_bundle).encode(), b"--prompt", b"hi", b"--max-new-tokens", b"2", b"--temperature",
+            b"1", *extra]
+    proc = specrt(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and b"Traceback" not in proc.stderr
+    assert words in proc.stderr
+
+
+@pytest.mark.parametrize("prompt", [b"import os", bytearray(b"import os"), ["1", "2"], [1.5, 2]])
+def test_python_api_refuses_bytes_and_non_integer_ids(pair_generator, prompt):
+    with pytest.raises(InvalidArgument, match="bytes|integers"):
+        pair_generator.generate(prompt, 2)
+
+
+def test_python_api_refuses_lone_surrogates(pair_generator):
+    with pytest.raises(InvalidArgument, match="not valid Unicode"):
+        pair_generator.generate("abc\ud800def", 2)
+
+
+def test_ort_failures_are_summarised_in_one_line(pair_generator):
+    from specrt.runtime.backends.ort.runner import OrtRunner
+
+    target = pair_generator.target
+    wrong = target.config.__class__(**{**target.config.__dict__, "head_dim": target.config.head_dim * 2})
+    runner = OrtRunner(target.onnx_path, wrong, capacity=16, max_short_tokens=4, threads=1)
+    with pytest.raises(BackendError) as info:
+        runner.forward(np.array([1, 2], dtype=np.int64))
+    message = str(info.value)
+    assert "\n" not in message and str(target.onnx_path) in message and len(message) < 600
