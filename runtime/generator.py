@@ -204,12 +204,12 @@ class Generator:
     def make_policy(self, k: int | str, method: str, seeded: bool = False):
         """The speculation-length policy for `k` (an int or "auto") and `method` (used by the loop and bench).
 
-        `seeded`: the call has a seed, so "auto" must not depend on timings (see seeded_k.py)."""
+        `seeded`: the call has a seed, so "auto" must not depend on timings (see CountOnlyAdaptiveK in policy.py)."""
         max_k = self.max_draft_tokens
         if method == "medusa":  # one draft per head
             max_k = min(max_k, int(self.manifest["medusa"]["num_heads"]))
         if k == "auto" and seeded:
-            from .seeded_k import CountOnlyAdaptiveK, model_draft_cost
+            from .policy import CountOnlyAdaptiveK, model_draft_cost
 
             return CountOnlyAdaptiveK(max_k, model_draft_cost(method, self.manifest))
         if k == "auto":

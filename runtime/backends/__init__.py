@@ -14,17 +14,10 @@ import warnings
 from typing import Any
 
 from ...core.errors import BackendUnavailable, InvalidArgument
-from ...models.config import DecoderConfig, RopeConfig
+from ...models.config import decoder_config
 from .base import Runner
 
 BACKENDS = ("auto", "ort", "torch", "trt", "ort-cuda", "ort-trt")
-
-
-def decoder_config(entry: dict[str, Any]) -> DecoderConfig:
-    raw = dict(entry["decoder_config"])
-    raw["rope"] = RopeConfig(**raw["rope"])
-    raw["eos_token_ids"] = tuple(raw.get("eos_token_ids") or ())
-    return DecoderConfig(**raw)
 
 
 def ort_available() -> bool:

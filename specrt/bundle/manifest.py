@@ -2,7 +2,7 @@
 
 `compile` writes it (specrt.compiler.pipeline); `load` trusts it only after `read_manifest` has
 validated the format version, every path (relative, no `..`, inside the root after symlinks), every
-file's sha256, and the manifest's values (bundle_checks.py).
+file's sha256, and the manifest's values (checks.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .. import BUNDLE_FORMAT_VERSION, __version__
-from ..bundle_checks import check_file_list, check_graphs, check_memory, check_values, resolve_inside
+from .checks import check_file_list, check_graphs, check_memory, check_values, resolve_inside
 from ..core.errors import BundleError, ChecksumMismatch, VersionMismatch
 
 MANIFEST = "manifest.json"

@@ -111,3 +111,11 @@ def eos_and_bos(raw: dict[str, Any], generation: dict[str, Any] | None) -> tuple
     eos = _ids(generation.get("eos_token_id", raw.get("eos_token_id")))
     bos = generation.get("bos_token_id", raw.get("bos_token_id"))
     return eos, (int(bos) if isinstance(bos, int) else None)
+
+
+def decoder_config(entry: dict[str, Any]) -> DecoderConfig:
+    """The DecoderConfig recorded in a bundle manifest's model entry (`decoder_config`)."""
+    raw = dict(entry["decoder_config"])
+    raw["rope"] = RopeConfig(**raw["rope"])
+    raw["eos_token_ids"] = tuple(raw.get("eos_token_ids") or ())
+    return DecoderConfig(**raw)

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from specrt.runtime.seeded_k import CountOnlyAdaptiveK
+from specrt.runtime.policy import CountOnlyAdaptiveK
 
 PROMPT = "def main(argv):\n    "
 SAMPLING = dict(temperature=1.0, top_p=0.95, num_speculative_tokens="auto")

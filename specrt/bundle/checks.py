@@ -16,7 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .core.errors import BundleError, ManifestError
+from ..core.errors import BundleError, ManifestError
+from ..models.config import decoder_config
 
 MAX_SEQ_LEN_LIMIT = 1 << 20
 MAX_DRAFT_TOKENS_LIMIT = 64
@@ -76,8 +77,6 @@ def check_values(data: dict) -> None:
 
 
 def check_model_entry(role: str, entry: dict, max_seq_len: int, max_draft_tokens: int) -> None:
-    from .runtime.backends import decoder_config
-
     key = f"models.{role}"
     _str(entry.get("onnx"), f"{key}.onnx")
     _dict(entry.get("decoder_config"), f"{key}.decoder_config")
@@ -120,8 +119,6 @@ def check_profiles(profiles: dict, key: str, max_seq_len: int, max_draft_tokens:
 def check_memory(data: dict) -> None:
     """The KV caches `load` preallocates must fit in available memory (no MemoryError mid-load)."""
     import psutil
-
-    from .runtime.backends import decoder_config
 
     total = 0
     for entry in data["models"].values():
@@ -180,8 +177,6 @@ def check_graphs(root: Path, data: dict) -> None:
     """Every external-data file an ONNX graph names is listed (and so verified) and inside the bundle, and
     each decoder graph has the layers and vocabulary its manifest entry says."""
     import onnx
-
-    from .runtime.backends import decoder_config
 
     graphs = {f"models.{role}": e["onnx"] for role, e in data["models"].items()}
     if data.get("medusa"):
