@@ -96,11 +96,9 @@ class OrtRunner(Runner):
         self.max_short = max_short_tokens
         self._logits = np.empty((1, max_short_tokens, config.vocab_size), dtype=np.float32)
         self._hidden = np.empty((1, max_short_tokens, config.hidden_size), dtype=np.float32)
-        self._row_bytes = config.num_kv_heads * config.head_dim * 4
         self._binding = self.session.io_binding()
         self._bind_in, self._bind_out = self._fast_binders(ort)
         self._positions = np.arange(capacity, dtype=np.int64)[None, :]  # [1, capacity]
-        self._kv = (config.num_kv_heads, config.head_dim)
         self._key_ptrs = [k.ctypes.data for k in self.cache.keys]
         self._value_ptrs = [v.ctypes.data for v in self.cache.values]
         self._names = [(graph_io.past_key(i), graph_io.past_value(i), graph_io.new_key(i), graph_io.new_value(i))
@@ -123,14 +121,13 @@ class OrtRunner(Runner):
             return (lambda n, shape, ptr: b.bind_input(n, "cpu", 0, np.float32, shape, ptr),
                     lambda n, shape, ptr: b.bind_output(n, "cpu", 0, np.float32, shape, ptr))
 
-    def forward(self, token_ids: np.ndarray) -> np.ndarray:
-        self.check(token_ids)
-        s, p = token_ids.size, self.cache.length
+    def _forward(self, token_ids: np.ndarray, p: int) -> np.ndarray:
+        s = token_ids.size
         b = self._binding
         b.bind_cpu_input(graph_io.INPUT_IDS, np.ascontiguousarray(token_ids, dtype=np.int64)[None, :])
         b.bind_cpu_input(graph_io.POSITION_IDS, self._positions[:, p:p + s])
-        kv_past, kv_new = [1, p, *self._kv], [1, s, *self._kv]
-        offset = p * self._row_bytes
+        kv_past, kv_new = [1, p, *self.cache.row_shape], [1, s, *self.cache.row_shape]
+        offset = self.cache.row_offset(p)
         for i in range(self.config.num_layers):
             k_ptr, v_ptr = self._key_ptrs[i], self._value_ptrs[i]
             self._bind_in(self._names[i][0], kv_past, k_ptr)
@@ -149,7 +146,6 @@ class OrtRunner(Runner):
             self.session.run_with_iobinding(b)
         except Exception as exc:
             raise BackendError(f"ONNX Runtime run failed (S={s}, P={p}): {exc}") from None
-        self.cache.length = p + s
         self.hidden_states = hidden_buf[0, :s] if self.want_hidden else None
         return logits_buf[0, :s]
 

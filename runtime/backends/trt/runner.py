@@ -77,8 +77,8 @@ class TrtRunner(Runner):
             self.contexts = self._create_contexts(trt, entry["profiles"])
             c = config
             self.cache = KVCache(c.num_layers, capacity, c.num_kv_heads, c.head_dim,
-                                 lambda shape: torch.zeros(shape, dtype=dtype, device=self.device))
-            self._row_bytes = c.num_kv_heads * c.head_dim * self.cache.keys[0].element_size()
+                                 lambda shape: torch.zeros(shape, dtype=dtype, device=self.device),
+                                 element_size=torch.finfo(dtype).bits // 8)
             max_s = max(p[graph_io.INPUT_IDS]["max"][1] for p in self.profiles.values())
             self._ids = torch.zeros((1, max_s), dtype=torch.int64, device=self.device)  # [1, S_max]
             self._positions = torch.arange(capacity, dtype=torch.int64, device=self.device)[None]  # [1, capacity]
@@ -133,16 +133,15 @@ class TrtRunner(Runner):
             k, v = self.cache.keys[i].data_ptr(), self.cache.values[i].data_ptr()
             shapes[graph_io.past_key(i)] = shapes[graph_io.past_value(i)] = (1, p, c.num_kv_heads, c.head_dim)
             addresses[graph_io.past_key(i)], addresses[graph_io.past_value(i)] = k, v  # rows [0, P)
-            addresses[graph_io.new_key(i)] = k + p * self._row_bytes  # rows [P, P + S)
-            addresses[graph_io.new_value(i)] = v + p * self._row_bytes
+            addresses[graph_io.new_key(i)] = k + self.cache.row_offset(p)  # rows [P, P + S)
+            addresses[graph_io.new_value(i)] = v + self.cache.row_offset(p)
         for name, shape in shapes.items():
             check_call(ctx.set_input_shape(name, shape), "set_input_shape", f"{name} {shape}, {where}")
         for name, ptr in addresses.items():
             check_call(ctx.set_tensor_address(name, ptr), "set_tensor_address", f"{name}, {where}")
 
-    def forward(self, token_ids: np.ndarray) -> np.ndarray:
-        self.check(token_ids)
-        s, p = token_ids.size, self.cache.length
+    def _forward(self, token_ids: np.ndarray, p: int) -> np.ndarray:
+        s = token_ids.size
         try:
             phase = phase_in_profiles(self.profiles, s, p)
         except ValueError as exc:
@@ -159,7 +158,6 @@ class TrtRunner(Runner):
             if self.want_hidden:
                 self._hidden_host[:s].copy_(self._hidden[0, :s])
             self.stream.synchronize()
-        self.cache.length = p + s
         self.hidden_states = self._hidden_host[:s].numpy() if self.want_hidden else None
         return self._logits_host[:s].numpy()
 
