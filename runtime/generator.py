@@ -51,13 +51,27 @@ class GenerationResult:
 def load(bundle: str | Path, backend: str = "auto", *, threads: int | None = None,
          target_device: str | None = None, draft_device: str | None = None,
          verify_checksums: bool = True) -> "Generator":
-    """Validate the bundle's manifest and checksums, then create the runners."""
+    """Open a compiled bundle: validate its manifest and checksums, then create the runners.
+
+    bundle            the directory written by `specrt compile` / `compile_bundle`
+    backend           "auto" | "ort" | "torch" | "trt" | "ort-cuda" | "ort-trt" (see runtime/backends)
+    threads           CPU threads per model (default: all cores; a small draft runs on one)
+    target_device, draft_device   e.g. "cpu", "cuda:0", "cuda:1" (draft and target may differ)
+    verify_checksums  check every file's sha256 (sizes are always checked)
+    Raises BundleError / ChecksumMismatch / VersionMismatch / BackendUnavailable with the fix in the message.
+    """
     manifest = read_manifest(bundle, verify_checksums=verify_checksums)
     return Generator(manifest, backend=backend, threads=threads, target_device=target_device,
                      draft_device=draft_device)
 
 
 class Generator:
+    """A loaded bundle: target (and draft) runners, tokenizer and per-method k policies.
+
+    One generation runs at a time per Generator (runners hold KV state); `generate`, `stream` and
+    `stream_tokens` share the options documented on `generate`.
+    """
+
     def __init__(self, manifest: Manifest, backend: str = "auto", *, threads: int | None = None,
                  target_device: str | None = None, draft_device: str | None = None) -> None:
         self.manifest = manifest

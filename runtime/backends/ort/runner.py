@@ -20,11 +20,6 @@ from ....models.config import DecoderConfig
 from ...kv_cache import KVCache
 from ..base import Runner
 
-PROVIDERS = {
-    "cpu": ["CPUExecutionProvider"],
-    "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
-    "trt": ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
-}
 
 
 def import_ort():
@@ -88,7 +83,7 @@ class OrtRunner(Runner):
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.provider_request = "cpu"
         try:
-            self.session = ort.InferenceSession(str(onnx_path), opts, providers=PROVIDERS["cpu"])
+            self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
         except Exception as exc:
             raise BackendError(f"ONNX Runtime could not load {onnx_path}: {exc}") from None
         self.cache = KVCache(config.num_layers, capacity, config.num_kv_heads, config.head_dim,

@@ -35,7 +35,7 @@ def trt_unavailable_reason(manifest, device: str = "cuda:0") -> str | None:
     engines = manifest.get("engines") or {}
     missing = [role for role in manifest.models if role not in engines]
     if missing:
-        return f"the bundle has no TensorRT engine for {', '.join(missing)} (compile with --backend trt)"
+        return f"the bundle has no TensorRT engine for {', '.join(missing)} (compile with --engines trt)"
     try:
         facts = installed_facts(device)
         for role, entry in engines.items():
@@ -58,7 +58,7 @@ class TrtRunner(Runner):
             raise BackendUnavailable(f"backend 'trt' needs an NVIDIA GPU: {reason}; {INSTALL_HINT}")
         entry = (manifest.get("engines") or {}).get(role)
         if entry is None:
-            raise BundleError(f"the bundle has no TensorRT engine for {role}: recompile with --backend trt")
+            raise BundleError(f"the bundle has no TensorRT engine for {role}: recompile with --engines trt")
         self.device = torch.device(device)
         check_engine_entry(role, entry, installed_facts(device))
         self.config, self.want_hidden, self.entry, self._torch = config, want_hidden, entry, torch
@@ -94,7 +94,7 @@ class TrtRunner(Runner):
         expected = set(graph_io.input_names(n)) | set(graph_io.output_names(n))
         if names != expected:
             raise BundleError(f"engine {role} has I/O {sorted(names ^ expected)} that differ from the graph I/O "
-                              "naming scheme: recompile with --backend trt")
+                              "naming scheme: recompile with --engines trt")
 
     def _create_contexts(self, trt, phases: list[str]) -> dict[str, Any]:
         n = self.engine.num_optimization_profiles
