@@ -110,6 +110,11 @@ def compile_bundle(
 ) -> Path:
     """Compile `target` (and optionally `draft`) into the bundle directory `out`. Returns `out`.
 
+    target, draft     Hugging Face checkpoint directories (config.json, safetensors, tokenizer.json)
+    out               the bundle directory; written to a temporary sibling and renamed at the end
+    max_seq_len       context length the graphs are validated and profiled for
+    max_draft_tokens  largest k (verify passes cover k + 1 tokens)
+    force             replace an existing bundle at `out`
     `progress(description)` is called when a step starts and returns a callable invoked when it ends.
     `extra_steps` run inside the temporary directory before the manifest is written (Medusa, engines).
     `inputs` are further input directories (Medusa heads) that `out` must stay clear of.

@@ -73,10 +73,6 @@ def read_text_files(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> l
     return docs
 
 
-def join_documents(docs: Iterable[str], eos: str = EOS_TOKEN) -> str:
-    """Join documents with the end-of-text token (one after every document)."""
-    return "".join(d + eos for d in docs)
-
 
 def stdlib_corpus(root: str | os.PathLike | None = None) -> dict:
     """Return the demo corpus: file lists and texts for the train and held-out splits."""

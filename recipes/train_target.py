@@ -34,10 +34,6 @@ def target_config(vocab_size: int = 4096, hidden: int = 384, layers: int = 9, he
                        eos_token_id=eos_id, bos_token_id=None, pad_token_id=None)
 
 
-def count_params(model: torch.nn.Module) -> int:
-    """Unique parameter count (tied weights counted once)."""
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-
 
 def save_hf(model, out_dir: Path, tokenizer_dir: Path | None, eos_id: int,
             dtype: torch.dtype | None = None) -> None:

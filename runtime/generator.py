@@ -16,19 +16,21 @@ import dataclasses
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from ..bundle.manifest import Manifest, read_manifest
 from ..core.errors import InvalidArgument
+from ..core.tokenizer import IncrementalDecoder, Tokenizer
 from . import backends
-from .policy import FixedK
 from .loop import decode
+from .policy import AdaptiveK, CountOnlyAdaptiveK, FixedK, KPolicy, model_draft_cost
+from .proposers.base import Proposer
 from .proposers.draft_model import DraftModelProposer
+from .proposers.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, NgramProposer, check_sizes
 from .sampling import SamplingParams
 from .stats import GenerationStats
-from ..core.tokenizer import IncrementalDecoder, Tokenizer
 
 METHODS = ("draft", "ngram", "medusa", "none")
 DEFAULT_K = 5
@@ -51,13 +53,27 @@ class GenerationResult:
 def load(bundle: str | Path, backend: str = "auto", *, threads: int | None = None,
          target_device: str | None = None, draft_device: str | None = None,
          verify_checksums: bool = True) -> "Generator":
-    """Validate the bundle's manifest and checksums, then create the runners."""
+    """Open a compiled bundle: validate its manifest and checksums, then create the runners.
+
+    bundle            the directory written by `specrt compile` / `compile_bundle`
+    backend           "auto" | "ort" | "torch" | "trt" | "ort-cuda" | "ort-trt" (see runtime/backends)
+    threads           CPU threads per model (default: all cores; a small draft runs on one)
+    target_device, draft_device   e.g. "cpu", "cuda:0", "cuda:1" (draft and target may differ)
+    verify_checksums  check every file's sha256 (sizes are always checked)
+    Raises BundleError / ChecksumMismatch / VersionMismatch / BackendUnavailable with the fix in the message.
+    """
     manifest = read_manifest(bundle, verify_checksums=verify_checksums)
     return Generator(manifest, backend=backend, threads=threads, target_device=target_device,
                      draft_device=draft_device)
 
 
 class Generator:
+    """A loaded bundle: target (and draft) runners, tokenizer and per-method k policies.
+
+    One generation runs at a time per Generator (runners hold KV state); `generate`, `stream` and
+    `stream_tokens` share the options documented on `generate`.
+    """
+
     def __init__(self, manifest: Manifest, backend: str = "auto", *, threads: int | None = None,
                  target_device: str | None = None, draft_device: str | None = None) -> None:
         self.manifest = manifest
@@ -112,18 +128,32 @@ class Generator:
     def default_method(self) -> str:
         return self.methods[0] if self.draft is not None else "ngram"
 
-    def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 128, **kwargs: Any) -> GenerationResult:
+    def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 128, **options: Any) -> GenerationResult:
+        """Generate up to `max_new_tokens` tokens after `prompt` (text, or a sequence of token ids).
+
+        Keyword options (all validated before any backend runs; a bad value raises InvalidArgument):
+          temperature (0 = greedy), top_k (0 = off), top_p (1 = off), seed (reproducible sampling)
+          method            "draft" | "ngram" | "medusa" | "none" (default: draft if the bundle has one)
+          num_speculative_tokens   k, an int in [0, max_draft_tokens] or "auto" (adaptive; default 5)
+          ngram_min, ngram_max     n-gram match lengths for method "ngram"
+          proposer          a Proposer object to draft with instead of `method`'s (e.g. a custom one)
+          policy            a KPolicy object choosing k per step instead of `num_speculative_tokens`
+          on_step           callable(k, drafted, accepted) called after every speculative step
+        Returns a GenerationResult (text, new token ids, stats, finish_reason "stop" or "length").
+        """
+        _check_options("generate", options)
         ids: list[int] = []
         stats = None
         prompt_ids = None
-        for chunk, prompt_ids, stats in self._iterate(prompt, max_new_tokens, **kwargs):
+        for chunk, prompt_ids, stats in self._iterate(prompt, max_new_tokens, **options):
             ids.extend(chunk)
         return GenerationResult(self.tokenizer.decode(ids), ids, prompt_ids, stats, stats.finish_reason)
 
-    def stream(self, prompt: str | Sequence[int], max_new_tokens: int = 128, **kwargs: Any) -> Iterator[str]:
-        """Yield text pieces as tokens are accepted (incremental detokenization)."""
+    def stream(self, prompt: str | Sequence[int], max_new_tokens: int = 128, **options: Any) -> Iterator[str]:
+        """Yield text pieces as tokens are accepted (incremental detokenization); options as `generate`."""
+        _check_options("stream", options)
         dec = IncrementalDecoder(self.tokenizer)
-        with contextlib.closing(self._iterate(prompt, max_new_tokens, **kwargs)) as steps:
+        with contextlib.closing(self._iterate(prompt, max_new_tokens, **options)) as steps:
             for chunk, _, _ in steps:
                 piece = dec.push(chunk)
                 if piece:
@@ -132,9 +162,11 @@ class Generator:
         if tail:
             yield tail
 
-    def stream_tokens(self, prompt, max_new_tokens: int = 128, **kwargs: Any):
-        """Yield (new token ids, stats) per step; the stats object is complete after the last step."""
-        with contextlib.closing(self._iterate(prompt, max_new_tokens, **kwargs)) as steps:
+    def stream_tokens(self, prompt: str | Sequence[int], max_new_tokens: int = 128, **options: Any):
+        """Yield (new token ids, stats) per step; the stats object is complete after the last step.
+        Options as `generate`."""
+        _check_options("stream_tokens", options)
+        with contextlib.closing(self._iterate(prompt, max_new_tokens, **options)) as steps:
             for chunk, _, stats in steps:
                 yield chunk, stats
 
@@ -209,12 +241,8 @@ class Generator:
         if method == "medusa":  # one draft per head
             max_k = min(max_k, int(self.manifest["medusa"]["num_heads"]))
         if k == "auto" and seeded:
-            from .policy import CountOnlyAdaptiveK, model_draft_cost
-
             return CountOnlyAdaptiveK(max_k, model_draft_cost(method, self.manifest))
         if k == "auto":
-            from .policy import AdaptiveK
-
             key = (method, max_k)
             if key not in self._policies:  # kept across calls: costs and acceptance carry over
                 self._policies[key] = AdaptiveK(max_k)
@@ -230,53 +258,69 @@ class Generator:
                 raise InvalidArgument("method 'draft' needs a bundle compiled with --draft")
             return DraftModelProposer(self.draft, params, rng, self.vocab_size)
         if method == "ngram":
-            from .proposers.ngram import NgramProposer
-
             return NgramProposer(self.eos_ids, **options)
         if method == "medusa":
             if "medusa" not in self.manifest.data:
                 raise InvalidArgument("method 'medusa' needs a bundle compiled with --medusa")
             from .proposers.medusa import MedusaProposer
 
-            return MedusaProposer.from_manifest(self.manifest, self.target, params, rng, self._medusa_cache)
+            return MedusaProposer.from_manifest(self.manifest, self._medusa_cache)
         raise InvalidArgument(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
     def _iterate(self, prompt, max_new_tokens: int, *, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, method: str | None = None,
                  num_speculative_tokens: int | str | None = None, ngram_min: int | None = None,
-                 ngram_max: int | None = None):
+                 ngram_max: int | None = None, proposer: Proposer | None = None, policy: KPolicy | None = None,
+                 on_step: Callable[[int, int, int], None] | None = None):
         # Validate everything before touching a runner.
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InvalidArgument(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
         params = SamplingParams(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), seed=seed)
+        if proposer is not None:  # a caller's own drafting method: its name goes into the stats
+            method = getattr(proposer, "name", "custom")
+        if policy is not None and not isinstance(policy, KPolicy):
+            raise InvalidArgument(f"policy must implement next_k / current_k / update, got {type(policy).__name__}")
         method = method or self.default_method
-        if method not in METHODS:
-            raise InvalidArgument(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-        if method == "draft" and self.draft is None:
-            raise InvalidArgument("method 'draft' needs a bundle compiled with --draft")
-        if method == "medusa" and "medusa" not in self.manifest.data:
-            raise InvalidArgument("method 'medusa' needs a bundle compiled with --medusa")
+        if proposer is None:
+            if method not in METHODS:
+                raise InvalidArgument(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+            if method == "draft" and self.draft is None:
+                raise InvalidArgument("method 'draft' needs a bundle compiled with --draft")
+            if method == "medusa" and "medusa" not in self.manifest.data:
+                raise InvalidArgument("method 'medusa' needs a bundle compiled with --medusa")
         if num_speculative_tokens is None:
             num_speculative_tokens = min(DEFAULT_K, self.max_draft_tokens)
         k = self._check_k(num_speculative_tokens)
         prompt_ids = self.encode_prompt(prompt)
         options = {key: v for key, v in (("min_n", ngram_min), ("max_n", ngram_max)) if v is not None}
         if options:
-            from .proposers.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, check_sizes
-
             check_sizes(options.get("min_n", DEFAULT_MIN_N), options.get("max_n", DEFAULT_MAX_N))
-        return self._run(prompt_ids, max_new_tokens, params, method, k, options)
+        return self._run(prompt_ids, max_new_tokens, params, method, k, options, proposer, policy, on_step)
 
-    def _run(self, prompt_ids, max_new_tokens, params, method, k, options):
+    def _run(self, prompt_ids, max_new_tokens, params, method, k, options, proposer, policy, on_step):
         rng = params.rng()
         with self._exclusive():
-            proposer = self.make_proposer(method, params, rng, options)
-            policy = self.make_policy(k, method, params.seed is not None) if proposer is not None else None
+            if proposer is None:
+                proposer = self.make_proposer(method, params, rng, options)
+            if proposer is not None and policy is None:
+                policy = self.make_policy(k, method, params.seed is not None)
             stats = GenerationStats(method=method, backend=self.backend, prompt_tokens=int(prompt_ids.size),
                                     provider=self.target.describe().get("provider", self.backend))
             started = time.perf_counter()
             for chunk in decode(self.target, proposer, policy, prompt_ids, max_new_tokens=max_new_tokens,
                                 max_draft_tokens=self.max_draft_tokens, params=params, rng=rng,
-                                eos_ids=self.eos_ids, stats=stats):
+                                eos_ids=self.eos_ids, stats=stats, on_step=on_step):
                 stats.elapsed_s = time.perf_counter() - started
                 yield chunk, prompt_ids.tolist(), stats
+
+
+_OPTIONS = ("temperature", "top_k", "top_p", "seed", "method", "num_speculative_tokens", "ngram_min", "ngram_max",
+            "proposer", "policy", "on_step")
+
+
+def _check_options(public: str, options: dict[str, Any]) -> None:
+    """A misspelled keyword names the public method, not an internal one."""
+    for name in options:
+        if name not in _OPTIONS:
+            raise TypeError(f"Generator.{public}() got an unexpected keyword argument {name!r}; "
+                            f"options: {', '.join(_OPTIONS)}")

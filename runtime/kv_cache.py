@@ -15,12 +15,18 @@ from ..core.errors import InvalidArgument
 
 class KVCache:
     def __init__(self, num_layers: int, capacity: int, kv_heads: int, head_dim: int,
-                 zeros: Callable[[tuple[int, ...]], Any]) -> None:
+                 zeros: Callable[[tuple[int, ...]], Any], element_size: int = 4) -> None:
         shape = (1, capacity, kv_heads, head_dim)
         self.keys = [zeros(shape) for _ in range(num_layers)]  # L x [1, capacity, Hkv, D]
         self.values = [zeros(shape) for _ in range(num_layers)]  # L x [1, capacity, Hkv, D]
         self.capacity = capacity
+        self.row_shape = (kv_heads, head_dim)  # one position of one layer
+        self.row_bytes = kv_heads * head_dim * element_size
         self.length = 0  # rows [0, length) hold valid positions
+
+    def row_offset(self, row: int) -> int:
+        """Byte offset of position `row` inside any layer's buffer (where new rows are bound)."""
+        return row * self.row_bytes
 
     def reserve(self, new_tokens: int) -> None:
         """Check that S new rows fit; raise before any backend sees the call."""
@@ -35,6 +41,3 @@ class KVCache:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot truncate a cache of {self.length} positions to {length}")
         self.length = length
-
-    def nbytes(self) -> int:
-        return sum(int(getattr(b, "nbytes", 0)) for b in self.keys + self.values)

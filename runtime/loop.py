@@ -12,12 +12,13 @@ Per step the loop does O(k * V) work outside the backends, nothing proportional 
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
 from .acceptance import greedy_accept, rejection_sample
 from .backends.base import Runner
+from .policy import KPolicy
 from .proposers.base import Proposer
 from .sampling import SamplingParams, sample, warp
 from .stats import GenerationStats
@@ -31,10 +32,14 @@ def pick_token(logits_row: np.ndarray, params: SamplingParams, rng: np.random.Ge
     return sample(warp(logits_row[None, :], params)[0], rng)
 
 
-def decode(target: Runner, proposer: Proposer | None, policy, prompt_ids: np.ndarray, *,
+def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, prompt_ids: np.ndarray, *,
            max_new_tokens: int, max_draft_tokens: int, params: SamplingParams, rng: np.random.Generator,
-           eos_ids: frozenset[int], stats: GenerationStats) -> Iterator[list[int]]:
-    """Yield the emitted tokens of each step (1 + accepted drafts, cut at EOS / limits)."""
+           eos_ids: frozenset[int], stats: GenerationStats,
+           on_step: Callable[[int, int, int], None] | None = None) -> Iterator[list[int]]:
+    """Yield the emitted tokens of each step (1 + accepted drafts, cut at EOS / limits).
+
+    `on_step(k, drafted, accepted)` (optional) sees every step that had a proposer, k as clamped by the loop.
+    """
     capacity = target.capacity
     tokens = np.empty(capacity, dtype=np.int64)  # committed sequence, preallocated
     n = prompt_ids.size
@@ -46,7 +51,7 @@ def decode(target: Runner, proposer: Proposer | None, policy, prompt_ids: np.nda
     tokens[n] = first
     n += 1
     if proposer is not None and first not in eos_ids:
-        proposer.start(tokens, n)
+        proposer.start(tokens, n, target.hidden_states)
     stats.prefill_seconds = time.perf_counter() - started
     stats.new_tokens = 1
     yield [first]
@@ -64,7 +69,7 @@ def decode(target: Runner, proposer: Proposer | None, policy, prompt_ids: np.nda
         t0 = time.perf_counter()
         if k > 0:
             proposal = proposer.propose(tokens, n, k)
-            drafts, draft_probs = proposal.token_ids, proposal.probs
+            drafts, draft_probs = proposal.token_ids, proposal.probs  # probs: None for a point mass
             stats.draft_calls += proposal.calls
         else:
             drafts, draft_probs = tokens[:0], None
@@ -93,8 +98,10 @@ def decode(target: Runner, proposer: Proposer | None, policy, prompt_ids: np.nda
         stats.draft_seconds += t1 - t0
         stats.verify_seconds += t2 - t1
         if proposer is not None:
-            proposer.observe(n, j)
+            proposer.observe(n, j, target.hidden_states)
             policy.update(k, kk, j, t1 - t0, t2 - t1)
+            if on_step is not None:
+                on_step(k, kk, j)
             stats.num_speculative_tokens = policy.current_k
         stats.new_tokens += len(emitted)
         yield emitted

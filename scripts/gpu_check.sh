@@ -2,7 +2,7 @@
 # GPU / TensorRT check for anyone with an NVIDIA GPU and `pip install 'specrt[gpu]'`:
 #   1. the GPU tests (engine build, TensorRT vs ONNX Runtime logits, greedy speculative == plain,
 #      corrupted engine, shapes outside the profiles),
-#   2. a short benchmark: compile a small bundle with engines and generate with --backend trt.
+#   2. a short benchmark: compile a small bundle with --engines trt and generate with --backend trt.
 # Usage: scripts/gpu_check.sh [TARGET_CHECKPOINT [DRAFT_CHECKPOINT]]   (default: the built-in demo pair)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,9 +41,9 @@ PYEOF
   DRAFT=$WORK/draft
 fi
 
-echo "== specrt compile --backend trt --precision fp16"
+echo "== specrt compile --engines trt --precision fp16"
 specrt compile --target "$TARGET" ${DRAFT:+--draft "$DRAFT"} -o "$WORK/bundle" --max-seq-len 1024 \
-  --max-draft-tokens 8 --backend trt --precision fp16 --gpu-memory-budget 20GiB --force
+  --max-draft-tokens 8 --engines trt --precision fp16 --gpu-memory-budget 20GiB --force
 specrt inspect "$WORK/bundle" --memory
 
 echo "== specrt generate --backend trt (speculative, then target only)"

@@ -5,7 +5,7 @@
     memory.py     memory plan per model and device, --gpu-memory-budget check, parse_size    CPU
     compat.py     engine facts in the manifest vs the installed TensorRT / GPU              CPU
     build.py      network_from_onnx -> config_for_profiles -> engine_from_network -> save   TensorRT
-    cli.py        `specrt compile --backend trt ...` options and the compile step          both
+    cli.py        `specrt compile --engines trt ...` options and the compile step          both
 
 TensorRT is import-optional: nothing here imports it at module level; `specrt.core.trt.import_trt()` is
 the one place that does. Run-time pieces (engine compatibility checks, deserialisation) live beside the

@@ -19,7 +19,6 @@ from typing import Any
 
 from ...core.errors import BackendError, InvalidArgument
 from ...core.trt import make_logger
-from ...bundle.profiles import PHASE_PREFERENCE
 from .memory import DEFAULT_WORKSPACE
 from .precision import PRECISIONS, half_onnx_from_fp32
 
@@ -167,5 +166,3 @@ def build_engine(trt, onnx_path: Path, engine_path: Path, profiles: dict[str, An
     save_engine(plan, engine_path)
     save_timing_cache(config, options.timing_cache)
 
-
-assert set(PHASE_ORDER) == set(PHASE_PREFERENCE)

@@ -10,7 +10,7 @@ Wiring (specrt/cli/commands/core.py):
         extra += prepare_trt_compile(trt_options, target=target, draft=draft, output=output,
                                      max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens)
 
-`prepare_trt_compile` fails before any work: no TensorRT / GPU with --backend trt, bad option values,
+`prepare_trt_compile` fails before any work: no TensorRT / GPU with --engines trt, bad option values,
 or a memory plan over --gpu-memory-budget (computed from the checkpoint configs, no TensorRT needed).
 """
 
@@ -27,7 +27,7 @@ from ...core.errors import BackendUnavailable, InvalidArgument
 from .memory import DEFAULT_WORKSPACE, check_budget, model_row, parse_size, plan_from_rows, safetensors_parameters
 
 Step = Callable[[Path, dict], None]
-OPTION_NAMES = ("backend", "precision", "hardware_compat", "version_compatible", "workspace",
+OPTION_NAMES = ("engines", "precision", "hardware_compat", "version_compatible", "workspace",
                 "builder_optimization_level", "timing_cache", "gpu_memory_budget")
 
 
@@ -44,8 +44,8 @@ class SizeType(click.ParamType):
 
 
 _OPTIONS = [
-    click.option("--backend", "backend", type=click.Choice(["onnx", "trt"]), default="onnx", show_default=True,
-                 help="onnx: ONNX graphs only. trt: also build TensorRT engines (NVIDIA GPU + TensorRT)."),
+    click.option("--engines", "engines", type=click.Choice(["none", "trt"]), default="none", show_default=True,
+                 help="none: ONNX graphs only. trt: also build TensorRT engines (NVIDIA GPU + TensorRT)."),
     click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), default="fp32", show_default=True,
                  help="Engine precision (the ONNX graph is converted; logits stay fp32)."),
     click.option("--hardware-compat", type=click.Choice(["none", "ampere-plus", "same-compute-capability"]),
@@ -101,7 +101,7 @@ def check_trt_available(device: str = "cuda:0") -> None:
     import_trt()
     reason = cuda_device_error(device)
     if reason:
-        raise BackendUnavailable(f"--backend trt needs an NVIDIA GPU: {reason}; {INSTALL_HINT}")
+        raise BackendUnavailable(f"--engines trt needs an NVIDIA GPU: {reason}; {INSTALL_HINT}")
 
 
 def check_budget_before_build(options: dict[str, Any], target: Path, draft: Path | None, max_seq_len: int,
@@ -112,7 +112,7 @@ def check_budget_before_build(options: dict[str, Any], target: Path, draft: Path
         return None
     from ...models.checkpoint import open_checkpoint
 
-    trt = options.get("backend") == "trt"
+    trt = options.get("engines") == "trt"
     precision = (options.get("precision") or "fp32") if trt else "fp32"
     workspace = (options.get("workspace") or DEFAULT_WORKSPACE) if trt else 0
     rows = []
@@ -131,8 +131,8 @@ def check_budget_before_build(options: dict[str, Any], target: Path, draft: Path
 
 def trt_extra_steps(options: dict[str, Any], max_seq_len: int, max_draft_tokens: int,
                     bundle: Path | None = None) -> list[Step]:
-    """The compile steps for --backend trt: one engine per model, recorded in manifest["engines"]."""
-    if (options.get("backend") or "onnx") != "trt":
+    """The compile steps for --engines trt: one engine per model, recorded in manifest["engines"]."""
+    if (options.get("engines") or "none") != "trt":
         return []
     opts = build_options(options, bundle)
 

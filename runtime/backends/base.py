@@ -50,10 +50,18 @@ class Runner(abc.ABC):
     def truncate(self, length: int) -> None:
         self.cache.truncate(length)
 
-    def check(self, token_ids: np.ndarray) -> None:
+    def forward(self, token_ids: np.ndarray) -> np.ndarray:
+        """token_ids: [S] int64 -> logits [S, V] float32; appends S positions to the cache.
+
+        The template every backend shares: check the call in Python (shape, context capacity), run the
+        backend's `_forward` with the past length P, then commit the S new rows to the cache.
+        """
         if token_ids.ndim != 1 or token_ids.size == 0:
             raise InvalidArgument(f"forward needs a non-empty 1-D array of token ids, got shape {token_ids.shape}")
         self.cache.reserve(token_ids.size)
+        logits = self._forward(token_ids, self.cache.length)
+        self.cache.length += token_ids.size
+        return logits
 
     def prefill(self, token_ids: np.ndarray, chunk: int = 256) -> np.ndarray:
         """Feed token_ids in chunks of at most `chunk` (bounded logits memory, within the prefill
@@ -64,8 +72,11 @@ class Runner(abc.ABC):
         return logits[-1]
 
     @abc.abstractmethod
-    def forward(self, token_ids: np.ndarray) -> np.ndarray:
-        """token_ids: [S] int64 -> logits [S, V] float32; appends S positions to the cache."""
+    def _forward(self, token_ids: np.ndarray, past: int) -> np.ndarray:
+        """token_ids: [S] int64 at positions [past, past + S) -> logits [S, V] float32 (a view valid until
+        the next call). Writes the S new key/value rows at rows [past, past + S) of the cache (see
+        `KVCache.row_offset`) and sets `hidden_states` when the runner wants them. Called only after the
+        checks in `forward`; the cache length is committed by `forward`."""
 
     def describe(self) -> dict[str, Any]:
         """Backend facts for stats and `inspect` (provider actually in use, device, dtype)."""

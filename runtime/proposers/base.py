@@ -1,12 +1,19 @@
 """The proposer protocol: every drafting method is one file implementing these three methods.
 
-    start(tokens, n)               a new request; tokens[:n] is the prompt (+ first generated token)
+    start(tokens, n, target_hidden)     a new request; tokens[:n] is the prompt (+ first generated token)
     propose(tokens, n, k) -> Proposal   up to k draft tokens continuing tokens[:n]
-    observe(n, num_accepted)       after verification: tokens[:n] is now committed; num_accepted of
-                                   the last proposal's tokens were kept (methods with nothing to learn
-                                   or roll back implement it as a no-op)
+    observe(n, num_accepted, target_hidden)
+                                        after verification: tokens[:n] is now committed; num_accepted of
+                                        the last proposal's tokens were kept (methods with nothing to learn
+                                        or roll back implement it as a no-op)
 
-`tokens` is the loop's preallocated int64 array; proposers read it, never write it.
+`tokens` is the loop's preallocated int64 array; proposers read it, never write it. `target_hidden`
+([S, hidden] or None) is the target's final hidden state of the pass just made (the prefill's last chunk,
+or the verify pass), handed over by the loop for proposers that read it (Medusa heads).
+
+A `Proposal` states its kind: a **point mass** (n-gram, Medusa top-1, a greedy draft: the acceptance rule
+treats p(d_i) = 1) or **sampled** (a draft model sampling from warped distributions `probs`, which the
+rejection sampler needs for min(1, q/p) and the residual norm(max(q - p, 0))).
 """
 
 from __future__ import annotations
@@ -17,18 +24,41 @@ from typing import Protocol
 import numpy as np
 
 
-@dataclasses.dataclass
+POINT_MASS = "point_mass"
+SAMPLED = "sampled"
+
+
+@dataclasses.dataclass(frozen=True)
 class Proposal:
     token_ids: np.ndarray  # [k'] int64, k' <= k (may be empty)
-    probs: np.ndarray | None = None  # [k', V] draft distributions, or None for a point mass
+    kind: str = POINT_MASS  # POINT_MASS or SAMPLED
+    probs: np.ndarray | None = None  # [k', V] draft distributions when SAMPLED, else None
     calls: int = 0  # model forward passes spent drafting
+
+    def __post_init__(self) -> None:
+        if self.kind == SAMPLED:
+            if self.probs is None or self.probs.shape[0] != self.token_ids.size:
+                raise ValueError("a sampled proposal needs probs [k', V] with one row per draft token")
+        elif self.kind == POINT_MASS:
+            if self.probs is not None:
+                raise ValueError("a point-mass proposal carries no probabilities")
+        else:
+            raise ValueError(f"proposal kind must be {POINT_MASS!r} or {SAMPLED!r}, got {self.kind!r}")
+
+    @classmethod
+    def point_mass(cls, token_ids: np.ndarray, calls: int = 0) -> "Proposal":
+        return cls(token_ids, POINT_MASS, None, calls)
+
+    @classmethod
+    def sampled(cls, token_ids: np.ndarray, probs: np.ndarray, calls: int = 0) -> "Proposal":
+        return cls(token_ids, SAMPLED, probs, calls)
 
 
 class Proposer(Protocol):
     name: str
 
-    def start(self, tokens: np.ndarray, n: int) -> None: ...
+    def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None: ...
 
     def propose(self, tokens: np.ndarray, n: int, k: int) -> Proposal: ...
 
-    def observe(self, n: int, num_accepted: int) -> None: ...
+    def observe(self, n: int, num_accepted: int, target_hidden: np.ndarray | None = None) -> None: ...

@@ -27,7 +27,7 @@ class DraftModelProposer:
         self.prefill_chunk = prefill_chunk
         self._tok = np.empty(1, dtype=np.int64)
 
-    def start(self, tokens: np.ndarray, n: int) -> None:
+    def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None:
         """Prefill the draft with the committed tokens except the pending last one (timed as prefill)."""
         self.runner.reset()
         self.runner.prefill(tokens[:n - 1], self.prefill_chunk)
@@ -51,8 +51,10 @@ class DraftModelProposer:
             logits = r.forward(self._tok)
             calls += 1
             draft[i] = self._pick(logits[-1], probs, i)
-        return Proposal(draft, probs, calls)
+        if probs is None:  # greedy drafts are argmaxes: a point mass
+            return Proposal.point_mass(draft, calls)
+        return Proposal.sampled(draft, probs, calls)
 
-    def observe(self, n: int, num_accepted: int) -> None:
+    def observe(self, n: int, num_accepted: int, target_hidden: np.ndarray | None = None) -> None:
         # Valid cached prefix: everything still committed except the pending last token.
         self.runner.truncate(min(self.runner.length, n - 1))

@@ -11,8 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from ...core.errors import BackendUnavailable
-from ..backends.base import Runner
-from ..sampling import SamplingParams
 from .base import Proposal
 
 
@@ -38,26 +36,29 @@ class MedusaHeadsRunner:
 class MedusaProposer:
     name = "medusa"
 
-    def __init__(self, heads: MedusaHeadsRunner, target: Runner, num_heads: int) -> None:
+    def __init__(self, heads: MedusaHeadsRunner, num_heads: int) -> None:
         self.heads = heads
-        self.target = target
         self.num_heads = num_heads
         self._hidden: np.ndarray | None = None  # [1, D] hidden state at the last accepted position
 
     @classmethod
-    def from_manifest(cls, manifest, target: Runner, params: SamplingParams, rng, cache: dict | None = None):
+    def from_manifest(cls, manifest, cache: dict | None = None) -> "MedusaProposer":
+        """Heads from the bundle's `medusa` entry; `cache` keeps the heads session across requests."""
         cache = cache if cache is not None else {}
         if "heads" not in cache:
             cache["heads"] = MedusaHeadsRunner(manifest.path(manifest["medusa"]["onnx"]))
-        return cls(cache["heads"], target, int(manifest["medusa"]["num_heads"]))
+        return cls(cache["heads"], int(manifest["medusa"]["num_heads"]))
 
-    def start(self, tokens: np.ndarray, n: int) -> None:
+    def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None:
         # The prefill's last position predicted the first generated token (tokens[n - 1]).
-        self._hidden = self.target.hidden_states[-1:].copy()
+        if target_hidden is None:
+            raise ValueError("the Medusa proposer needs the target's hidden states (want_hidden=True)")
+        self._hidden = target_hidden[-1:].copy()
 
     def propose(self, tokens: np.ndarray, n: int, k: int) -> Proposal:
         logits = self.heads(self._hidden)[0]  # [H, V]
-        return Proposal(logits[: min(k, self.num_heads)].argmax(axis=-1).astype(np.int64), None, 1)
+        return Proposal.point_mass(logits[: min(k, self.num_heads)].argmax(axis=-1).astype(np.int64), calls=1)
 
-    def observe(self, n: int, num_accepted: int) -> None:
-        self._hidden = self.target.hidden_states[num_accepted:num_accepted + 1].copy()
+    def observe(self, n: int, num_accepted: int, target_hidden: np.ndarray | None = None) -> None:
+        # Row j of the verify pass: the last accepted position (its lm_head gave the token just emitted).
+        self._hidden = target_hidden[num_accepted:num_accepted + 1].copy()

@@ -46,7 +46,7 @@ class NgramProposer:
         self.indexed = 0  # tokens[:indexed] are in the tables (as n-grams that have a continuation)
         self._tokens: np.ndarray | None = None
 
-    def start(self, tokens: np.ndarray, n: int) -> None:
+    def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None:
         self.tables = {size: {} for size in range(self.min_n, self.max_n + 1)}
         self.indexed = 0
         self._tokens = tokens
@@ -73,14 +73,14 @@ class NgramProposer:
     def propose(self, tokens: np.ndarray, n: int, k: int) -> Proposal:
         start = self.match(tokens, n)
         if start is None:
-            return Proposal(tokens[:0].copy())
+            return Proposal.point_mass(tokens[:0].copy())
         period = n - start  # the match repeats with this period: continue the pattern past the end
         cand = tokens[start + np.arange(k) % period]
         for i, t in enumerate(cand.tolist()):
             if t in self.eos_ids:
                 cand = cand[:i]
                 break
-        return Proposal(cand)
+        return Proposal.point_mass(cand)
 
-    def observe(self, n: int, num_accepted: int) -> None:
+    def observe(self, n: int, num_accepted: int, target_hidden: np.ndarray | None = None) -> None:
         self._index(self._tokens, n)

@@ -35,7 +35,7 @@ class ReplayProposer:
         self.vocab_size = int(vocab_size)
         self.rng = rng if rng is not None else np.random.default_rng(0)
 
-    def start(self, tokens: np.ndarray, n: int) -> None:
+    def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None:
         pass
 
     def propose(self, tokens: np.ndarray, n: int, k: int) -> Proposal:
@@ -45,7 +45,7 @@ class ReplayProposer:
         if corrupt.any():
             shift = self.rng.integers(1, self.vocab_size, size=int(corrupt.sum()))
             draft[corrupt] = (draft[corrupt] + shift) % self.vocab_size  # never the original token
-        return Proposal(draft)
+        return Proposal.point_mass(draft)
 
-    def observe(self, n: int, num_accepted: int) -> None:
+    def observe(self, n: int, num_accepted: int, target_hidden: np.ndarray | None = None) -> None:
         pass

@@ -1,8 +1,7 @@
 """Timed runs and micro-measurements on a loaded `Generator`.
 
-`run_once` drives the speculative loop (`runtime.loop.decode`) directly, like `Generator.generate`, with
-one addition: the policy is wrapped to record per-step (k, drafted, accepted), which the per-token
-acceptance estimate needs. `verify_curve` times the target's verify pass over k + 1 tokens at a fixed
+`run_once` generates through `Generator.stream_tokens`, recording per-step (k, drafted, accepted) with
+the generator's step observer (the per-token acceptance estimate needs them). `verify_curve` times the target's verify pass over k + 1 tokens at a fixed
 past length. `memory` reads peak RSS (and CUDA memory where torch sees a GPU).
 """
 
@@ -20,28 +19,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..runtime.policy import FixedK
-from ..runtime.loop import decode
 from ..runtime.sampling import SamplingParams
 from ..runtime.stats import GenerationStats
-
-
-class RecordingPolicy:
-    """Wraps a k policy; remembers (k, drafted, accepted) of every step (k as clamped by the loop)."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.steps: list[tuple[int, int, int]] = []
-
-    def next_k(self) -> int:
-        return self.inner.next_k()
-
-    def __getattr__(self, name: str):  # current_k and whatever else the loop reads from a policy
-        return getattr(self.inner, name)
-
-    def update(self, k: int, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
-        self.steps.append((k, drafted, accepted))
-        self.inner.update(k, drafted, accepted, draft_s, verify_s)
 
 
 @dataclasses.dataclass
@@ -53,33 +32,22 @@ class Run:
 
 def run_once(gen, prompt_ids: np.ndarray, max_new_tokens: int, method: str, k: int | str,
              params: SamplingParams, proposer=None) -> Run:
-    """One generation. method "none" = plain; `proposer` overrides the method's own (e.g. replay)."""
-    rng = params.rng()
-    if method == "none":
-        proposer = policy = None
-    else:
-        if proposer is None:
-            proposer = gen.make_proposer(method, params, rng, {})
-        policy = RecordingPolicy(gen.make_policy(k, method) if method in ("draft", "ngram", "medusa")
-                                 else _generic_policy(k, gen.max_draft_tokens))
-    stats = GenerationStats(method=method, backend=gen.backend, prompt_tokens=int(prompt_ids.size),
-                            provider=gen.target.describe().get("provider", gen.backend))
+    """One generation through `Generator.stream_tokens` (the users' code path, with the generator's lock).
+    method "none" = plain; `proposer` overrides the method's own (e.g. replay)."""
+    steps: list[tuple[int, int, int]] = []
     ids: list[int] = []
-    started = time.perf_counter()
-    for chunk in decode(gen.target, proposer, policy, prompt_ids, max_new_tokens=max_new_tokens,
-                        max_draft_tokens=gen.max_draft_tokens, params=params, rng=rng, eos_ids=gen.eos_ids,
-                        stats=stats):
+    stats = None
+    options = dict(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=params.seed,
+                   on_step=lambda *step: steps.append(step))
+    if method == "none":
+        options.update(method="none")
+    elif proposer is not None:
+        options.update(proposer=proposer, num_speculative_tokens=k)
+    else:
+        options.update(method=method, num_speculative_tokens=k)
+    for chunk, stats in gen.stream_tokens(prompt_ids, max_new_tokens, **options):
         ids.extend(chunk)
-    stats.elapsed_s = time.perf_counter() - started
-    return Run(ids, stats, policy.steps if policy is not None else [])
-
-
-def _generic_policy(k, max_k: int):
-    if k == "auto":
-        from ..runtime.policy import AdaptiveK
-
-        return AdaptiveK(max_k)
-    return FixedK(int(k))
+    return Run(ids, stats, steps)
 
 
 def verify_curve(target, past_len: int, ks: Sequence[int], reps: int = 7, vocab: int | None = None) -> dict[str, Any]:

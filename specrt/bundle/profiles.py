@@ -6,7 +6,7 @@ execution context each) when engines are built. The runtime checks every call ag
 S = new tokens per call, P = past length (positions already cached). Prefill covers P > 0 as well:
 the loop prefills long prompts in chunks of at most PREFILL_CHUNK_MAX tokens, and the draft runner
 catches up on accepted tokens in chunks of the same size at any P. Keep runtime/loop.PREFILL_CHUNK and
-the draft proposer's prefill_chunk <= PREFILL_CHUNK_MAX (tests/trt/test_profiles.py checks it).
+the draft proposer's prefill_chunk <= PREFILL_CHUNK_MAX (tests/trt/test_trt_profiles.py checks it).
 """
 
 from __future__ import annotations
@@ -48,21 +48,9 @@ def profiles_for_model(config: Any, max_seq_len: int, max_draft_tokens: int) -> 
     return out
 
 
-def phase_for(new_tokens: int, past_len: int, max_seq_len: int, max_draft_tokens: int) -> str:
-    """Which profile a call with S new tokens and P past positions falls into (ValueError if none)."""
-    ranges = profile_ranges(max_seq_len, max_draft_tokens)
-    for phase in PHASE_PREFERENCE:
-        r = ranges[phase]
-        if r["S"][0] <= new_tokens <= r["S"][2] and r["P"][0] <= past_len <= r["P"][2]:
-            return phase
-    raise ValueError(
-        f"no optimization profile covers S={new_tokens} new tokens at past length {past_len} "
-        f"(max_seq_len={max_seq_len}, max_draft_tokens={max_draft_tokens})"
-    )
-
-
 def phase_in_profiles(profiles: dict[str, Any], new_tokens: int, past_len: int) -> str:
-    """Like phase_for, but against profiles recorded in a manifest ({phase: {input: {min, opt, max}}})."""
+    """Which recorded profile ({phase: {input: {min, opt, max}}}, most specific first) covers a call with
+    S new tokens at past length P (ValueError if none)."""
     for phase in [p for p in PHASE_PREFERENCE if p in profiles] + [p for p in profiles if p not in PHASE_PREFERENCE]:
         ids, past = profiles[phase][graph_io.INPUT_IDS], profiles[phase].get(graph_io.past_key(0))
         ok = ids["min"][1] <= new_tokens <= ids["max"][1]

@@ -8,7 +8,6 @@ compile options) matches; otherwise it is rebuilt.
 from __future__ import annotations
 
 import hashlib
-import json
 import statistics
 from pathlib import Path
 from typing import Any, Callable
@@ -160,8 +159,3 @@ def run_demo(out: Path, models: Path = ASSETS, backend: str = "auto", method: st
             "speculative_tokens_per_second": spec,
         },
     }
-
-
-def metrics_card(models: Path = ASSETS) -> dict[str, Any]:
-    path = models / "metrics.json"
-    return json.loads(path.read_text()) if path.exists() else {}

@@ -27,8 +27,6 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
-    def token_to_id(self, token: str) -> int | None:
-        return self._tok.token_to_id(token)
 
 
 class IncrementalDecoder:

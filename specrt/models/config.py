@@ -79,11 +79,6 @@ class DecoderConfig:
                 f"num_key_value_heads={self.num_kv_heads}"
             )
 
-    @property
-    def kv_shape(self) -> tuple[int, int]:
-        """Per-position shape of one layer's key or value cache: [kv_heads, head_dim]."""
-        return (self.num_kv_heads, self.head_dim)
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

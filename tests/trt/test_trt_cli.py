@@ -36,11 +36,11 @@ def make_command(seen: dict, target: Path | None = None):
 
 def test_options_arrive_as_one_dict():
     seen: dict = {}
-    res = CliRunner().invoke(make_command(seen), ["--backend", "trt", "--precision", "bf16", "--hardware-compat",
+    res = CliRunner().invoke(make_command(seen), ["--engines", "trt", "--precision", "bf16", "--hardware-compat",
                                                   "ampere-plus", "--version-compatible", "--workspace", "4GiB",
                                                   "--builder-optimization-level", "5", "--gpu-memory-budget", "20GiB"])
     assert res.exit_code == 0, res.output
-    assert seen == {"backend": "trt", "precision": "bf16", "hardware_compat": "ampere-plus",
+    assert seen == {"engines": "trt", "precision": "bf16", "hardware_compat": "ampere-plus",
                     "version_compatible": True, "workspace": 4 * 2**30, "builder_optimization_level": 5,
                     "timing_cache": None, "gpu_memory_budget": 20 * 2**30}
 
@@ -48,7 +48,7 @@ def test_options_arrive_as_one_dict():
 def test_defaults_and_bad_values():
     seen: dict = {}
     assert CliRunner().invoke(make_command(seen), []).exit_code == 0
-    assert seen["backend"] == "onnx" and seen["precision"] == "fp32" and seen["workspace"] is None
+    assert seen["engines"] == "none" and seen["precision"] == "fp32" and seen["workspace"] is None
     for bad in (["--workspace", "lots"], ["--builder-optimization-level", "9"], ["--precision", "int8"]):
         res = CliRunner().invoke(make_command({}), bad)
         assert res.exit_code == 2, (bad, res.output)
@@ -59,20 +59,20 @@ def test_build_options_mapping_and_timing_cache_default(tmp_path):
     assert o.hardware_compat == "same_compute_capability" and o.precision == "fp16"
     assert o.timing_cache == tmp_path / "bundle.timing-cache"
     assert build_options({"timing_cache": tmp_path / "tc"}).timing_cache == tmp_path / "tc"
-    assert trt_extra_steps({"backend": "onnx"}, 128, 8) == []
-    assert len(trt_extra_steps({"backend": "trt"}, 128, 8, tmp_path / "b")) == 1
+    assert trt_extra_steps({"engines": "none"}, 128, 8) == []
+    assert len(trt_extra_steps({"engines": "trt"}, 128, 8, tmp_path / "b")) == 1
     with pytest.raises(InvalidArgument, match="builder-optimization-level"):
         build_options({"builder_optimization_level": 7})
 
 
 @tensorrt_missing
-def test_backend_trt_fails_before_any_work(llama_target, tmp_path):
+def test_engines_trt_fails_before_any_work(llama_target, tmp_path):
     out = tmp_path / "never"
     with pytest.raises(BackendUnavailable, match=r"TensorRT is not installed.*specrt\[gpu\].*NVIDIA GPU"):
-        prepare_trt_compile({"backend": "trt"}, target=llama_target, draft=None, output=out, max_seq_len=128,
+        prepare_trt_compile({"engines": "trt"}, target=llama_target, draft=None, output=out, max_seq_len=128,
                             max_draft_tokens=8)
     assert not out.exists()
-    res = CliRunner().invoke(make_command({}, llama_target), ["-o", str(out), "--backend", "trt"])
+    res = CliRunner().invoke(make_command({}, llama_target), ["-o", str(out), "--engines", "trt"])
     assert res.exit_code == 1 and "built" not in res.output
     assert res.output.count("\n") == 1 and res.output.startswith("error: TensorRT is not installed")
 
@@ -83,7 +83,7 @@ def test_budget_refuses_before_building(llama_target, llama_draft):
     with pytest.raises(InvalidArgument, match=r"exceeds --gpu-memory-budget 1\.0 MiB: cuda:0 needs .*target: "
                                               r"weights .*draft: weights"):
         check_budget_before_build({"gpu_memory_budget": 2**20}, llama_target, llama_draft, 128, 8)
-    half = check_budget_before_build({"gpu_memory_budget": 2**40, "backend": "trt", "precision": "fp16",
+    half = check_budget_before_build({"gpu_memory_budget": 2**40, "engines": "trt", "precision": "fp16",
                                       "workspace": 2**20}, llama_target, None, 128, 8)
     assert half["rows"][0]["weights_bytes"] * 2 == plan["rows"][0]["weights_bytes"]
     assert check_budget_before_build({}, llama_target, None, 128, 8) is None

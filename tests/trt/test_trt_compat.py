@@ -24,7 +24,7 @@ def test_tensorrt_version_mismatch_names_both_and_the_fix():
     with pytest.raises(VersionMismatch) as err:
         check_engine_entry("target", ENTRY, dict(HERE, tensorrt_version="10.7.0"))
     assert "10.3.0.26" in str(err.value) and "10.7.0" in str(err.value) and "specrt compile" in str(err.value)
-    assert "--backend trt" in str(err.value)
+    assert "--engines trt" in str(err.value)
 
 
 def test_version_compatible_engine_runs_on_later_tensorrt_only():

@@ -7,13 +7,16 @@ import types
 import pytest
 
 from specrt.bundle import graph_io
-from specrt.bundle.profiles import (PREFILL_CHUNK_MAX, phase_for, phase_in_profiles, profile_ranges,
-                                      profiles_for_model)
+from specrt.bundle.profiles import PREFILL_CHUNK_MAX, phase_in_profiles, profile_ranges, profiles_for_model
 
 CONFIG = types.SimpleNamespace(num_layers=2, num_kv_heads=2, head_dim=16)
 
 
-def test_phase_for_prefers_decode_then_verify_then_prefill():
+def phase_for(s: int, p: int, max_seq_len: int, max_draft_tokens: int) -> str:
+    return phase_in_profiles(profiles_for_model(CONFIG, max_seq_len, max_draft_tokens), s, p)
+
+
+def test_phase_prefers_decode_then_verify_then_prefill():
     assert phase_for(1, 0, 128, 8) == "decode"
     assert phase_for(1, 127, 128, 8) == "decode"
     assert phase_for(9, 50, 128, 8) == "verify"

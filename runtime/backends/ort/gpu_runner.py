@@ -87,7 +87,6 @@ class OrtGpuRunner(Runner):
         c = config
         self.cache = KVCache(c.num_layers, capacity, c.num_kv_heads, c.head_dim,
                              lambda shape: torch.zeros(shape, dtype=torch.float32, device=self.device))
-        self._row_bytes = c.num_kv_heads * c.head_dim * 4
         self._index = index
         self.max_short = max_short_tokens
         self._ids = torch.zeros((1, capacity), dtype=torch.int64, device=self.device)  # [1, capacity]
@@ -100,9 +99,8 @@ class OrtGpuRunner(Runner):
     def _bind_dev(self, bind, name: str, shape, ptr: int, dtype=np.float32) -> None:
         bind(name, "cuda", self._index, dtype, list(shape), ptr)
 
-    def forward(self, token_ids: np.ndarray) -> np.ndarray:
-        self.check(token_ids)
-        s, p = token_ids.size, self.cache.length
+    def _forward(self, token_ids: np.ndarray, p: int) -> np.ndarray:
+        s = token_ids.size
         c, b = self.config, self._binding
         if s > self._logits.shape[1]:
             self._logits = np.empty((1, s, c.vocab_size), dtype=np.float32)
@@ -115,7 +113,7 @@ class OrtGpuRunner(Runner):
             for name_in, name_out, buf in ((graph_io.past_key(i), graph_io.new_key(i), self.cache.keys[i]),
                                            (graph_io.past_value(i), graph_io.new_value(i), self.cache.values[i])):
                 self._bind_dev(b.bind_input, name_in, (1, p, *kv), buf.data_ptr())  # rows [0, P)
-                self._bind_dev(b.bind_output, name_out, (1, s, *kv), buf.data_ptr() + p * self._row_bytes)
+                self._bind_dev(b.bind_output, name_out, (1, s, *kv), buf.data_ptr() + self.cache.row_offset(p))
         b.bind_output(graph_io.LOGITS, "cpu", 0, np.float32, [1, s, c.vocab_size], self._logits.ctypes.data)
         self._bind_dev(b.bind_output, graph_io.HIDDEN_STATES, (1, s, c.hidden_size), self._hidden.data_ptr())
         try:
@@ -123,7 +121,6 @@ class OrtGpuRunner(Runner):
             self.session.run_with_iobinding(b)
         except Exception as exc:
             raise BackendError(f"ONNX Runtime run failed (S={s}, P={p}): {exc}") from None
-        self.cache.length = p + s
         self.hidden_states = self._hidden[0, :s].cpu().numpy() if self.want_hidden else None
         return self._logits[0, :s]
 

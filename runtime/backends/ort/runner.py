@@ -20,12 +20,6 @@ from ....models.config import DecoderConfig
 from ...kv_cache import KVCache
 from ..base import Runner
 
-PROVIDERS = {
-    "cpu": ["CPUExecutionProvider"],
-    "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
-    "trt": ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
-}
-
 
 def one_line(exc: Exception, limit: int = 300) -> str:
     """ONNX Runtime's messages span many lines (node dumps): keep the first meaningful one."""
@@ -95,7 +89,7 @@ class OrtRunner(Runner):
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.provider_request = "cpu"
         try:
-            self.session = ort.InferenceSession(str(onnx_path), opts, providers=PROVIDERS["cpu"])
+            self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
         except Exception as exc:
             raise BackendError(f"ONNX Runtime could not load {onnx_path}: {one_line(exc)}") from None
         self.onnx_path = onnx_path
@@ -104,11 +98,9 @@ class OrtRunner(Runner):
         self.max_short = max_short_tokens
         self._logits = np.empty((1, max_short_tokens, config.vocab_size), dtype=np.float32)
         self._hidden = np.empty((1, max_short_tokens, config.hidden_size), dtype=np.float32)
-        self._row_bytes = config.num_kv_heads * config.head_dim * 4
         self._binding = self.session.io_binding()
         self._bind_in, self._bind_out = self._fast_binders(ort)
         self._positions = np.arange(capacity, dtype=np.int64)[None, :]  # [1, capacity]
-        self._kv = (config.num_kv_heads, config.head_dim)
         self._key_ptrs = [k.ctypes.data for k in self.cache.keys]
         self._value_ptrs = [v.ctypes.data for v in self.cache.values]
         self._names = [(graph_io.past_key(i), graph_io.past_value(i), graph_io.new_key(i), graph_io.new_value(i))
@@ -131,14 +123,13 @@ class OrtRunner(Runner):
             return (lambda n, shape, ptr: b.bind_input(n, "cpu", 0, np.float32, shape, ptr),
                     lambda n, shape, ptr: b.bind_output(n, "cpu", 0, np.float32, shape, ptr))
 
-    def forward(self, token_ids: np.ndarray) -> np.ndarray:
-        self.check(token_ids)
-        s, p = token_ids.size, self.cache.length
+    def _forward(self, token_ids: np.ndarray, p: int) -> np.ndarray:
+        s = token_ids.size
         b = self._binding
         b.bind_cpu_input(graph_io.INPUT_IDS, np.ascontiguousarray(token_ids, dtype=np.int64)[None, :])
         b.bind_cpu_input(graph_io.POSITION_IDS, self._positions[:, p:p + s])
-        kv_past, kv_new = [1, p, *self._kv], [1, s, *self._kv]
-        offset = p * self._row_bytes
+        kv_past, kv_new = [1, p, *self.cache.row_shape], [1, s, *self.cache.row_shape]
+        offset = self.cache.row_offset(p)
         for i in range(self.config.num_layers):
             k_ptr, v_ptr = self._key_ptrs[i], self._value_ptrs[i]
             self._bind_in(self._names[i][0], kv_past, k_ptr)
@@ -158,7 +149,6 @@ class OrtRunner(Runner):
         except Exception as exc:
             raise BackendError(f"ONNX Runtime run failed on {self.onnx_path} (S={s}, P={p}): {one_line(exc)}; "
                                "if the bundle's manifest was edited, recompile it") from None
-        self.cache.length = p + s
         self.hidden_states = hidden_buf[0, :s] if self.want_hidden else None
         return logits_buf[0, :s]
 

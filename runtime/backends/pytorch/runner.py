@@ -63,9 +63,8 @@ class TorchRunner(Runner):
         self._positions = torch.arange(capacity, device=self.device)[None, :]
 
     @torch.inference_mode()
-    def forward(self, token_ids: np.ndarray) -> np.ndarray:
-        self.check(token_ids)
-        s, p = token_ids.size, self.cache.length
+    def _forward(self, token_ids: np.ndarray, p: int) -> np.ndarray:
+        s = token_ids.size
         ids = torch.from_numpy(np.ascontiguousarray(token_ids, dtype=np.int64))[None, :].to(self.device)
         c = self.cache
         out = self.decoder(ids, self._positions[:, p:p + s],
@@ -73,7 +72,6 @@ class TorchRunner(Runner):
         for i in range(self.config.num_layers):
             c.keys[i][:, p:p + s] = out.new_keys[i]
             c.values[i][:, p:p + s] = out.new_values[i]
-        c.length = p + s
         self.hidden_states = out.hidden_states[0].float().cpu().numpy() if self.want_hidden else None
         return out.logits[0].cpu().numpy()
 

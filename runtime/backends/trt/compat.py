@@ -21,7 +21,7 @@ from ....core.errors import BackendError, BundleError, VersionMismatch
 HW_LEVELS = ("none", "ampere_plus", "same_compute_capability")
 ENGINE_KEYS = ("path", "tensorrt_version", "cuda_version", "gpu_name", "compute_capability",
                "hardware_compatibility_level", "version_compatible", "precision", "profiles")
-REBUILD = "rebuild the engines on this machine: specrt compile --target ... -o BUNDLE --backend trt --force"
+REBUILD = "rebuild the engines on this machine: specrt compile --target ... -o BUNDLE --engines trt --force"
 
 
 def parse_version(text: str) -> tuple[int, ...]:

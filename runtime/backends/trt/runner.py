@@ -35,7 +35,7 @@ def trt_unavailable_reason(manifest, device: str = "cuda:0") -> str | None:
     engines = manifest.get("engines") or {}
     missing = [role for role in manifest.models if role not in engines]
     if missing:
-        return f"the bundle has no TensorRT engine for {', '.join(missing)} (compile with --backend trt)"
+        return f"the bundle has no TensorRT engine for {', '.join(missing)} (compile with --engines trt)"
     try:
         facts = installed_facts(device)
         for role, entry in engines.items():
@@ -58,7 +58,7 @@ class TrtRunner(Runner):
             raise BackendUnavailable(f"backend 'trt' needs an NVIDIA GPU: {reason}; {INSTALL_HINT}")
         entry = (manifest.get("engines") or {}).get(role)
         if entry is None:
-            raise BundleError(f"the bundle has no TensorRT engine for {role}: recompile with --backend trt")
+            raise BundleError(f"the bundle has no TensorRT engine for {role}: recompile with --engines trt")
         self.device = torch.device(device)
         check_engine_entry(role, entry, installed_facts(device))
         self.config, self.want_hidden, self.entry, self._torch = config, want_hidden, entry, torch
@@ -77,8 +77,8 @@ class TrtRunner(Runner):
             self.contexts = self._create_contexts(trt, entry["profiles"])
             c = config
             self.cache = KVCache(c.num_layers, capacity, c.num_kv_heads, c.head_dim,
-                                 lambda shape: torch.zeros(shape, dtype=dtype, device=self.device))
-            self._row_bytes = c.num_kv_heads * c.head_dim * self.cache.keys[0].element_size()
+                                 lambda shape: torch.zeros(shape, dtype=dtype, device=self.device),
+                                 element_size=torch.finfo(dtype).bits // 8)
             max_s = max(p[graph_io.INPUT_IDS]["max"][1] for p in self.profiles.values())
             self._ids = torch.zeros((1, max_s), dtype=torch.int64, device=self.device)  # [1, S_max]
             self._positions = torch.arange(capacity, dtype=torch.int64, device=self.device)[None]  # [1, capacity]
@@ -94,7 +94,7 @@ class TrtRunner(Runner):
         expected = set(graph_io.input_names(n)) | set(graph_io.output_names(n))
         if names != expected:
             raise BundleError(f"engine {role} has I/O {sorted(names ^ expected)} that differ from the graph I/O "
-                              "naming scheme: recompile with --backend trt")
+                              "naming scheme: recompile with --engines trt")
 
     def _create_contexts(self, trt, phases: list[str]) -> dict[str, Any]:
         n = self.engine.num_optimization_profiles
@@ -133,16 +133,15 @@ class TrtRunner(Runner):
             k, v = self.cache.keys[i].data_ptr(), self.cache.values[i].data_ptr()
             shapes[graph_io.past_key(i)] = shapes[graph_io.past_value(i)] = (1, p, c.num_kv_heads, c.head_dim)
             addresses[graph_io.past_key(i)], addresses[graph_io.past_value(i)] = k, v  # rows [0, P)
-            addresses[graph_io.new_key(i)] = k + p * self._row_bytes  # rows [P, P + S)
-            addresses[graph_io.new_value(i)] = v + p * self._row_bytes
+            addresses[graph_io.new_key(i)] = k + self.cache.row_offset(p)  # rows [P, P + S)
+            addresses[graph_io.new_value(i)] = v + self.cache.row_offset(p)
         for name, shape in shapes.items():
             check_call(ctx.set_input_shape(name, shape), "set_input_shape", f"{name} {shape}, {where}")
         for name, ptr in addresses.items():
             check_call(ctx.set_tensor_address(name, ptr), "set_tensor_address", f"{name}, {where}")
 
-    def forward(self, token_ids: np.ndarray) -> np.ndarray:
-        self.check(token_ids)
-        s, p = token_ids.size, self.cache.length
+    def _forward(self, token_ids: np.ndarray, p: int) -> np.ndarray:
+        s = token_ids.size
         try:
             phase = phase_in_profiles(self.profiles, s, p)
         except ValueError as exc:
@@ -159,7 +158,6 @@ class TrtRunner(Runner):
             if self.want_hidden:
                 self._hidden_host[:s].copy_(self._hidden[0, :s])
             self.stream.synchronize()
-        self.cache.length = p + s
         self.hidden_states = self._hidden_host[:s].numpy() if self.want_hidden else None
         return self._logits_host[:s].numpy()
 

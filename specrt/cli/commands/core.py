@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..main import KType, echo_json, handle_errors, main
+from ..options import backend_option, method_option
 from ...compiler.trt.cli import prepare_trt_compile, trt_compile_options
 from ..progress import step_progress
 
@@ -24,7 +25,7 @@ from ..progress import step_progress
 @trt_compile_options
 @handle_errors
 def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, as_json, trt_options):
-    """Export target (and draft) to ONNX, validate, and write a bundle (with --backend trt: plus engines)."""
+    """Export target (and draft) to ONNX, validate, and write a bundle (with --engines trt: plus engines)."""
     from ...compiler import compile_bundle
     from ...compiler.pipeline import check_compile_args
 
@@ -58,14 +59,12 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
 @click.option("--top-k", default=0, show_default=True, type=int, help="0 = off.")
 @click.option("--top-p", default=1.0, show_default=True, type=float, help="1 = off.")
 @click.option("--seed", default=None, type=int, help="Makes sampling reproducible.")
-@click.option("--method", type=click.Choice(["draft", "ngram", "medusa", "none"]), default=None,
-              help="Drafting method (default: draft when the bundle has one, else ngram).")
+@method_option()
 @click.option("--num-speculative-tokens", "k", default="auto", show_default=True, type=KType(),
               help="Tokens drafted per step, or 'auto' (adaptive).")
 @click.option("--ngram-min", default=None, type=int, help="Shortest suffix n-gram to match (ngram method; 1..32).")
 @click.option("--ngram-max", default=None, type=int, help="Longest suffix n-gram to match (ngram method; 1..32).")
-@click.option("--backend", default="auto", show_default=True,
-              type=click.Choice(["auto", "ort", "torch", "trt", "ort-cuda", "ort-trt"]))
+@backend_option()
 @click.option("--target-device", default=None, help="e.g. cpu, cuda:0")
 @click.option("--draft-device", default=None, help="e.g. cpu, cuda:1")
 @click.option("--threads", default=None, type=int, help="CPU threads per model (default: all cores).")

@@ -8,15 +8,15 @@ from pathlib import Path
 import click
 
 from ..main import KType, handle_errors, main
+from ..options import backend_option, method_option
 from ..progress import step_progress
 
 
 @main.command("demo")
 @click.option("--output", default=Path("artifacts/demo"), show_default=True, type=click.Path(path_type=Path),
               help="Where the compiled demo bundle is kept (reused while current).")
-@click.option("--backend", default="auto", show_default=True,
-              type=click.Choice(["auto", "ort", "torch", "trt", "ort-cuda", "ort-trt"]))
-@click.option("--method", default="draft", show_default=True, type=click.Choice(["draft", "ngram", "medusa"]))
+@backend_option()
+@method_option("draft", allow_none=False, help_text="Drafting method compared with plain decoding.")
 @click.option("--num-speculative-tokens", "k", default="2", show_default=True, type=KType(),
               help="k per step, or auto (faster on this pair, but drafts more per step: lower accepted/drafted).")
 @click.option("--max-new-tokens", default=128, show_default=True, type=int)

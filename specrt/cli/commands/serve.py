@@ -7,22 +7,21 @@ from pathlib import Path
 import click
 
 from ..main import KType, handle_errors, main
+from ..options import backend_option, method_option
 
 
 @main.command("serve")
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--method", type=click.Choice(["draft", "ngram", "medusa", "none"]), default=None,
-              help="Default drafting method (default: draft when the bundle has one, else ngram).")
+@method_option(help_text="Default drafting method (default: draft when the bundle has one, else ngram).")
 @click.option("--num-speculative-tokens", "k", default="auto", show_default=True, type=KType(),
               help="Default tokens drafted per step, or 'auto' (adaptive).")
 @click.option("--max-concurrency", default=1, show_default=True, type=click.IntRange(min=1),
               help="Generations running at once (one loaded generator each).")
 @click.option("--max-queue", default=64, show_default=True, type=click.IntRange(min=0),
               help="Requests waiting for a slot before the server answers 429.")
-@click.option("--backend", default="auto", show_default=True,
-              type=click.Choice(["auto", "ort", "torch", "trt", "ort-cuda", "ort-trt"]))
+@backend_option()
 @click.option("--api-key", default=None, envvar="SPECRT_API_KEY",
               help="Require 'Authorization: Bearer KEY' on /v1/* (or set SPECRT_API_KEY).")
 @click.option("--served-model-name", default=None, help="Model id in the API (default: the bundle directory name).")

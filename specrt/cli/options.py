@@ -1,0 +1,18 @@
+"""Click options shared by several commands, built from the runtime's registries (no hard-coded lists)."""
+
+from __future__ import annotations
+
+import click
+
+from ..runtime.backends import BACKENDS
+from ..runtime.generator import METHODS
+
+
+def backend_option(help_text: str = "Run-time backend: auto picks trt / ort-cuda / ort / torch by what is installed."):
+    return click.option("--backend", default="auto", show_default=True, type=click.Choice(BACKENDS), help=help_text)
+
+
+def method_option(default: str | None = None, *, allow_none: bool = True, help_text: str | None = None):
+    choices = [m for m in METHODS if allow_none or m != "none"]
+    return click.option("--method", type=click.Choice(choices), default=default, show_default=default is not None,
+                        help=help_text or "Drafting method (default: draft when the bundle has one, else ngram).")
