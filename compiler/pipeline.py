@@ -24,7 +24,7 @@ from . import graph_io
 from .export import ONNX_IR_VERSION, ONNX_OPSET, onnx_from_decoder
 from .profiles import profiles_for_model
 from .tokenizer_check import check_same_vocab, load_vocab
-from .validate import validate_onnx, validation_shapes
+from .validate import validate_onnx, validation_shapes, window_shapes
 
 MAX_DRAFT_TOKENS_LIMIT = 64
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -147,7 +147,7 @@ def compile_bundle(
             onnx_path = onnx_from_decoder(decoder, tmp / role / "model.onnx")
             done()
             done = progress(f"validate {role} against PyTorch")
-            stats = validate_onnx(decoder, onnx_path, shapes)
+            stats = validate_onnx(decoder, onnx_path, shapes + window_shapes(ck.config, max_seq_len, max_draft_tokens))
             done()
             for name in ("config.json", "generation_config.json"):
                 if (ck.path / name).exists():

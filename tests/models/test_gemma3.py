@@ -194,3 +194,13 @@ def test_ort_matches_torch_runner_across_the_window(gemma_bundle):
             r.truncate(12)
         a, b = (r.forward(ids[30:36]).copy() for r in pair)
         assert np.allclose(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_compile_validates_a_verify_beyond_the_window():
+    from specrt.compiler.validate import window_shapes
+
+    c270 = parse_config(_real_config())
+    assert window_shapes(c270, 1024, 4) == [(5, 515)]  # past 515 > window 512: the mask is exercised
+    assert window_shapes(c270, 512, 4) == []  # the context never reaches past the window
+    llama = dataclasses.replace(c270, layer_types=(), local_rope=None)
+    assert window_shapes(llama, 1024, 4) == []
