@@ -11,8 +11,8 @@ import torch
 
 from helpers import GEMMA3_WINDOW, make_checkpoint
 
-from specrt.checkpoint import open_checkpoint
-from specrt.errors import CheckpointError
+from specrt.models.checkpoint import open_checkpoint
+from specrt.core.errors import CheckpointError
 from specrt.models import empty_past, parse_config
 from specrt.models.layers import attend
 
