@@ -25,7 +25,7 @@ from .output_dir import check_output, commit, identity, make_temp, release_temp,
 from .export import ONNX_IR_VERSION, ONNX_OPSET, onnx_from_decoder
 from ..bundle.profiles import profiles_for_model
 from .tokenizer_check import check_same_vocab, load_vocab
-from .validate import validate_onnx, validation_shapes
+from .validate import validate_onnx, validation_shapes, window_shapes
 
 MAX_DRAFT_TOKENS_LIMIT = 64
 # OS errors that mean "the output location is unusable" (exit 2 with one line, not a traceback)
@@ -180,7 +180,7 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], vocab_size: int, max_
         onnx_path = onnx_from_decoder(decoder, tmp / role / "model.onnx")
         done()
         done = progress(f"validate {role} against PyTorch")
-        stats = validate_onnx(decoder, onnx_path, shapes)
+        stats = validate_onnx(decoder, onnx_path, shapes + window_shapes(ck.config, max_seq_len, max_draft_tokens))
         done()
         for name in ("config.json", "generation_config.json"):
             if (ck.path / name).exists():

@@ -28,6 +28,14 @@ def validation_shapes(max_seq_len: int, max_draft_tokens: int) -> list[tuple[int
     return [(min(7, max_seq_len), 0), (1, 5), (verify, 9), (verify, far)]
 
 
+def window_shapes(config, max_seq_len: int, max_draft_tokens: int) -> list[tuple[int, int]]:
+    """A verify whose past reaches beyond the sliding window (Gemma 3), when the context allows one."""
+    verify = max_draft_tokens + 1
+    if not config.windowed or max_seq_len <= config.sliding_window:
+        return []
+    return [(verify, min(max_seq_len - verify, config.sliding_window + 3))]
+
+
 def validate_onnx(decoder: Decoder, onnx_path: Path, shapes: list[tuple[int, int]],
                   atol: float = 1e-4, rtol: float = 1e-4) -> dict:
     """Compare ORT and PyTorch on `shapes`; raise ValidationError beyond tolerance. Returns the stats."""

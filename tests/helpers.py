@@ -56,7 +56,41 @@ def hf_config(arch: str, vocab: int, layers: int = 2, hidden: int = 64, seed_var
         return tf.Qwen2Config(**kw)
     if arch == "qwen3":
         return tf.Qwen3Config(head_dim=32, **kw)
+    if arch.startswith("gemma3"):
+        return gemma3_config(arch, kw)
     raise ValueError(arch)
+
+
+GEMMA3_WINDOW = 6  # shorter than every test context, so prefill, decode and verify cross it
+
+
+def gemma3_config(arch: str, kw: dict):
+    """Tiny Gemma 3: sliding layers around a global one, per-type rope (linear scaling on the global layers),
+    query_pre_attn_scalar != head_dim, final logit soft-capping; tied embeddings unless `_untied`."""
+    import transformers as tf
+
+    layers = kw["num_hidden_layers"]
+    types = ["full_attention" if i % 3 == 1 else "sliding_attention" for i in range(layers)]
+    rope = {"full_attention": {"rope_type": "linear", "rope_theta": 100000.0, "factor": 2.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+    return tf.Gemma3TextConfig(head_dim=32, sliding_window=GEMMA3_WINDOW, layer_types=types, rope_parameters=rope,
+                               query_pre_attn_scalar=24, final_logit_softcapping=8.0,
+                               tie_word_embeddings=not arch.endswith("_untied"), **kw)
+
+
+def _gemma3_legacy_config(raw: dict) -> dict:
+    """The older Gemma 3 config.json form (Gemma 3 1B): rope_theta + rope_local_base_freq + rope_scaling, and
+    sliding_window_pattern instead of layer_types."""
+    rope = raw.pop("rope_parameters")
+    types = raw.pop("layer_types")
+    raw.pop("_sliding_window_pattern", None)
+    pattern = types.index("full_attention") + 1 if "full_attention" in types else len(types) + 1
+    assert types == ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(len(types))]
+    raw["sliding_window_pattern"] = pattern
+    raw["rope_theta"] = rope["full_attention"]["rope_theta"]
+    raw["rope_local_base_freq"] = rope["sliding_attention"]["rope_theta"]
+    raw["rope_scaling"] = {"rope_type": "linear", "factor": rope["full_attention"]["factor"]}
+    return raw
 
 
 ARCH_CASES = ("llama", "llama_tied_llama3", "llama_linear_legacy", "mistral", "qwen2", "qwen3", "gpt2")
@@ -76,6 +110,13 @@ def make_checkpoint(path: Path, arch: str, tokenizer: Path, layers: int = 2, hid
     torch.manual_seed(seed)
     config = hf_config(arch, vocab, layers, hidden)
     model = tf.AutoModelForCausalLM.from_config(config).eval()
+    if arch.startswith("gemma3"):  # transformers starts Gemma's (1 + w) norms at w = 0: make them matter
+        import torch
+
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.normal_(0.0, 0.3)
     model.save_pretrained(str(path), max_shard_size="40KB" if shards else "5GB")
     shutil.copy(tokenizer, path / "tokenizer.json")
     if arch == "llama_linear_legacy":  # rewrite the rope block in the older top-level form
@@ -83,5 +124,8 @@ def make_checkpoint(path: Path, arch: str, tokenizer: Path, layers: int = 2, hid
         rope = raw.pop("rope_parameters")
         raw["rope_theta"] = rope["rope_theta"]
         raw["rope_scaling"] = {"type": "linear", "factor": rope["factor"]}
+        (path / "config.json").write_text(json.dumps(raw, indent=2))
+    if arch.endswith("_legacy") and arch.startswith("gemma3"):
+        raw = _gemma3_legacy_config(json.loads((path / "config.json").read_text()))
         (path / "config.json").write_text(json.dumps(raw, indent=2))
     return path

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..core.errors import CheckpointError
-from . import gpt2, llama, qwen
+from . import gemma3, gpt2, llama, qwen
 from .base import Decoder, DecoderOutput, empty_past
 from .config import DecoderConfig
 
@@ -16,6 +16,7 @@ ARCHITECTURES: dict[str, tuple[Callable[[dict[str, Any], str], DecoderConfig], t
     "Qwen2ForCausalLM": (qwen.parse_config, qwen.QwenDecoder),
     "Qwen3ForCausalLM": (qwen.parse_config, qwen.QwenDecoder),
     "GPT2LMHeadModel": (gpt2.parse_config, gpt2.GPT2Decoder),
+    "Gemma3ForCausalLM": (gemma3.parse_config, gemma3.Gemma3Decoder),
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from ..core.errors import CheckpointError
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +49,7 @@ class RopeConfig:
 @dataclasses.dataclass(frozen=True)
 class DecoderConfig:
     architecture: str
-    family: str  # "llama" | "qwen" | "gpt2": which module file builds it
+    family: str  # "llama" | "qwen" | "gpt2" | "gemma3": which module file builds it
     vocab_size: int
     hidden_size: int
     num_layers: int
@@ -68,8 +69,29 @@ class DecoderConfig:
     rope: RopeConfig = dataclasses.field(default_factory=RopeConfig)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    # Gemma 3: per-layer attention kind ("sliding_attention" | "full_attention"; empty = all full). A model
+    # with layer_types applies `sliding_window` in the graph (attention mask), so it bounds no context length.
+    layer_types: tuple[str, ...] = ()
+    local_rope: RopeConfig | None = None  # rope of the sliding layers (None: `rope` everywhere)
+    query_pre_attn_scalar: float | None = None  # attention scale = this ** -0.5 (None: head_dim ** -0.5)
+    attn_logit_softcapping: float | None = None  # scores -> cap * tanh(scores / cap)
+    final_logit_softcapping: float | None = None  # logits -> cap * tanh(logits / cap)
 
     def __post_init__(self) -> None:
+        # a manifest gives lists and dicts back: restore tuples and RopeConfigs (the dataclass is frozen)
+        for name in ("rope", "local_rope"):
+            if isinstance(getattr(self, name), dict):
+                object.__setattr__(self, name, RopeConfig(**getattr(self, name)))
+        object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        bad = sorted(set(self.layer_types) - set(LAYER_TYPES))
+        if bad:
+            raise CheckpointError(f"config.json: unsupported layer_types {bad}; supported: {', '.join(LAYER_TYPES)}")
+        if self.layer_types and len(self.layer_types) != self.num_layers:
+            raise CheckpointError(
+                f"config.json: layer_types has {len(self.layer_types)} entries for {self.num_layers} layers"
+            )
+        if "sliding_attention" in self.layer_types and not (self.sliding_window and self.sliding_window > 0):
+            raise CheckpointError(f"config.json: sliding layers need sliding_window > 0, got {self.sliding_window}")
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim"):
             if getattr(self, name) <= 0:
                 raise CheckpointError(f"config.json: {name} must be positive, got {getattr(self, name)}")
@@ -78,6 +100,15 @@ class DecoderConfig:
                 f"config.json: num_attention_heads={self.num_heads} is not a multiple of "
                 f"num_key_value_heads={self.num_kv_heads}"
             )
+
+    @property
+    def windowed(self) -> bool:
+        """True when the graph itself applies `sliding_window` (per layer, through the attention mask)."""
+        return "sliding_attention" in self.layer_types
+
+    def layer_window(self, i: int) -> int | None:
+        """Sliding window of layer i, or None for full attention."""
+        return self.sliding_window if self.layer_types and self.layer_types[i] == "sliding_attention" else None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

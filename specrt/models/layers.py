@@ -76,11 +76,16 @@ def attend(
     k_new: torch.Tensor,  # [B, S, Hkv, D]
     v_new: torch.Tensor,  # [B, S, Hkv, D]
     scale: float,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:  # -> [B, S, Hq * D]
     """Causal attention of S new queries over P past positions plus the S new positions.
 
     Grouped-query heads are handled by reshaping the queries to [B, Hkv, G*S, D] (query head h uses
-    kv head h // G), so the cache is never repeated.
+    kv head h // G), so the cache is never repeated. Cache row = position, so with a sliding `window` the
+    new query i (row P + i) sees only keys at rows > P + i - window, in both blocks (transformers'
+    `kv_idx > q_idx - sliding_window`); every row stays in the buffer, the mask hides the old ones.
+    `softcap` applies cap * tanh(score / cap) before masking (Gemma's attention logit soft-capping).
     """
     b, s, hq, d = q.shape
     hkv = k_new.shape[2]
@@ -90,10 +95,19 @@ def attend(
     kn = k_new.permute(0, 2, 3, 1)  # [B, Hkv, D, S]
     scores_past = torch.matmul(qg, kp) * scale  # [B, Hkv, G*S, P]
     scores_new = torch.matmul(qg, kn) * scale  # [B, Hkv, G*S, S]
+    if softcap is not None:
+        scores_past = torch.tanh(scores_past / softcap) * softcap
+        scores_new = torch.tanh(scores_new / softcap) * softcap
     row = torch.arange(s, device=q.device).repeat(g)[:, None]  # query's index within the new block
     col = torch.arange(s, device=q.device)[None, :]
-    scores_new = scores_new.masked_fill(col > row, torch.finfo(scores_new.dtype).min)
+    lowest = torch.finfo(scores_new.dtype).min
+    hidden_new = col > row
     p_len = scores_past.shape[-1]
+    if window is not None:
+        hidden_new = hidden_new | (row - col >= window)
+        past_col = torch.arange(p_len, device=q.device)[None, :]  # [1, P]: key row (= position)
+        scores_past = scores_past.masked_fill(row + p_len - past_col >= window, lowest)
+    scores_new = scores_new.masked_fill(hidden_new, lowest)
     probs = torch.softmax(torch.cat((scores_past, scores_new), dim=-1).float(), dim=-1).to(q.dtype)
     out = torch.matmul(probs[..., :p_len], v_past.transpose(1, 2)) + torch.matmul(
         probs[..., p_len:], v_new.transpose(1, 2)
