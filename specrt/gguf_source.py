@@ -71,6 +71,14 @@ def quantization_of(gguf_file: Path) -> dict[str, Any]:
             "tensor_types": dict(sorted(counts.items())), "gguf_architecture": arch_name}
 
 
+def missing_extra() -> str | None:
+    """None when GGUF input works here, else the one-line hint naming the extra."""
+    import importlib.util
+
+    missing = [m for m in ("gguf", "transformers", "accelerate") if importlib.util.find_spec(m) is None]
+    return f"{EXTRA_HINT} (missing: {', '.join(missing)})" if missing else None
+
+
 def _import_extra() -> Any:
     try:
         import accelerate  # noqa: F401  (transformers needs it to load GGUF weights)

