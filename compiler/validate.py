@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import InvalidArgument, SpecrtError
+from ..core.errors import InvalidArgument, SpecrtError
 from ..models import Decoder
-from . import graph_io
+from ..bundle import graph_io
 from .export import sample_inputs
 
 

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .errors import BundleError, SpecrtError
+from .core.errors import BundleError, SpecrtError
 
 DOWNLOAD_TIMEOUT_S = 900
 

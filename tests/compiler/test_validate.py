@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from specrt.bundle import read_manifest
+from specrt.bundle.manifest import read_manifest
 from specrt.compiler import compile_bundle
 from specrt.compiler import pipeline
 from specrt.compiler.validate import Tolerance, ValidationError, _check_argmax, _check_tensor, _Worst
-from specrt.errors import InvalidArgument
+from specrt.core.errors import InvalidArgument
 from specrt.models.layers import rope_inv_freq
 
 DEEP_LAYERS, DEEP_VOCAB = 24, 32768

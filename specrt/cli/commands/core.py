@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from ..cli import KType, echo_json, handle_errors, main
-from ..compiler.trt.cli import prepare_trt_compile, trt_compile_options
+from ..main import KType, echo_json, handle_errors, main
+from ...compiler.trt.cli import prepare_trt_compile, trt_compile_options
 from ..progress import step_progress
 
 
@@ -28,15 +28,15 @@ from ..progress import step_progress
 @handle_errors
 def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, tolerance, as_json, trt_options):
     """Export target (and draft) to ONNX, validate, and write a bundle (with --backend trt: plus engines)."""
-    from ..compiler import compile_bundle
-    from ..compiler.pipeline import check_compile_args
-    from ..compiler.validate import Tolerance
+    from ...compiler import compile_bundle
+    from ...compiler.pipeline import check_compile_args
+    from ...compiler.validate import Tolerance
 
     check_compile_args(max_seq_len, max_draft_tokens, output, force)
     tol = Tolerance.parse(tolerance) if tolerance is not None else None
     extra = []
     if medusa is not None:
-        from ..compiler.medusa import medusa_step
+        from ...compiler.medusa import medusa_step
 
         extra.append(medusa_step(medusa, target))
     extra += prepare_trt_compile(trt_options, target=target, draft=draft, output=output,
@@ -44,7 +44,7 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     with step_progress(enabled=not as_json) as progress:
         out = compile_bundle(target, output, draft, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
                              force=force, tolerance=tol, progress=progress, extra_steps=extra)
-    from ..inspect import bundle_summary
+    from ..describe import bundle_summary
 
     summary = bundle_summary(out)
     if as_json:
@@ -81,8 +81,8 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
 def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_k, top_p, seed, method, k, ngram_min,
                  ngram_max, backend, target_device, draft_device, threads, stream, as_json):
     """Generate text from BUNDLE with speculative decoding."""
-    from ..errors import InvalidArgument
-    from ..runtime import load
+    from ...core.errors import InvalidArgument
+    from ...runtime import load
 
     if (prompt is None) == (chat is None):
         raise InvalidArgument("give exactly one of --prompt and --chat")
@@ -90,7 +90,7 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
         raise InvalidArgument("--system needs --chat")
     gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
     if chat is not None:
-        from ..serve.chat import ChatFormatter, chat_prompt_ids
+        from ...serve.chat import ChatFormatter, chat_prompt_ids
 
         formatter = ChatFormatter.from_manifest(gen.manifest)
         if formatter.kind == "plain":
@@ -123,7 +123,7 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
 @handle_errors
 def inspect_cmd(bundle, memory, max_seq_len, as_json):
     """Describe a bundle: models, graph I/O, profiles, engines, checksums."""
-    from ..inspect import bundle_summary, print_summary
+    from ..describe import bundle_summary, print_summary
 
     summary = bundle_summary(bundle, memory=memory, max_seq_len=max_seq_len)
     if as_json:
