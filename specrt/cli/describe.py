@@ -29,6 +29,8 @@ def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | 
             "outputs": [o["name"] for o in e["outputs"]],
             "profiles": {phase: {"input_ids": shapes["input_ids"]} for phase, shapes in e["profiles"].items()},
             "validation_max_abs_diff": e["validation"]["max_abs_diff"],
+            "validation": e["validation"],
+            "source": e.get("source", {"format": "hf"}),
         }
     out: dict[str, Any] = {
         "bundle": str(m.root),
@@ -39,6 +41,7 @@ def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | 
         "max_draft_tokens": m.max_draft_tokens,
         "onnx": m["onnx"],
         "models": models,
+        "chat_template": m["tokenizer"].get("chat_template"),
         "medusa": m.get("medusa"),
         "engines": m.get("engines") or {},
         "files": len(m["files"]),
@@ -73,6 +76,14 @@ def print_summary(summary: dict[str, Any]) -> None:
         table.add_row(role, m["architecture"], f"{m['parameters'] / 1e6:.1f}M", str(m["layers"]), str(m["hidden_size"]),
                       f"{m['heads']}/{m['kv_heads']}", str(m["vocab_size"]), m["dtype"], f"{m['validation_max_abs_diff']:.1e}")
     console.print(table)
+    for role, m in summary["models"].items():
+        console.print(f"{role}: {_validation_line(m['validation'])}")
+        src = m["source"]
+        if src.get("format") == "gguf":
+            console.print(f"{role} source: GGUF {src.get('member') or src['file']} ({src.get('quantization')}, "
+                          f"{src.get('gguf_architecture')}), sha256 {src['sha256'][:16]}…")
+    chat = summary.get("chat_template")
+    console.print(f"chat template: {chat if chat else 'none (chat uses the plain role: content format)'}")
     if summary.get("medusa"):
         console.print(f"medusa heads: {summary['medusa']['num_heads']}")
     for name, eng in (summary.get("engines") or {}).items():
@@ -91,6 +102,16 @@ def print_summary(summary: dict[str, Any]) -> None:
         console.print(t)
         for dev, total in mem["per_device"].items():
             console.print(f"{dev}: {_gib(total)} total")
+
+
+def _validation_line(v: dict) -> str:
+    """One line: measured ONNX-vs-PyTorch error and greedy agreement against the tolerance used."""
+    if "max_rel_diff" not in v:  # bundles written before scale-aware validation
+        return f"validation max |diff| {v.get('max_abs_diff', 0):.2g}"
+    return (f"validation max |diff| {v['max_abs_diff']:.2g} ({v['max_rel_diff']:.2g} of the tensor scale; logits "
+            f"{v['logits_max_abs_diff']:.2g} on values up to {v['logits_scale']:.3g}), greedy agreement "
+            f"{v['argmax_agree']}/{v['argmax_positions']} ({v['argmax_near_ties']} near-ties), "
+            f"tolerance atol {v['atol']:g} + rtol {v['rtol']:g}")
 
 
 def _gib(n: float) -> str:

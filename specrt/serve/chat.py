@@ -81,6 +81,25 @@ class ChatFormatter:
             return cls()
         return cls(template, _token_text(cfg.get("bos_token")), _token_text(cfg.get("eos_token")))
 
+    @classmethod
+    def from_manifest(cls, manifest) -> "ChatFormatter":
+        """The bundle's template: `tokenizer.chat_template` names tokenizer_config.json or chat_template.jinja
+        (bundles written before that key existed: tokenizer_config.json, as before); none: plain template."""
+        tok = manifest["tokenizer"]
+        cfg_rel = tok.get("config")
+        where = tok.get("chat_template", cfg_rel)
+        try:
+            cfg = json.loads(manifest.path(cfg_rel).read_text()) if cfg_rel else {}
+            if where is None:
+                return cls()
+            template = (manifest.path(where).read_text() if where.endswith(".jinja")
+                        else _pick_template(cfg.get("chat_template")))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BundleError(f"cannot read the bundle's chat template ({where}): {exc}") from None
+        if template is None:
+            return cls()
+        return cls(template, _token_text(cfg.get("bos_token")), _token_text(cfg.get("eos_token")))
+
     def render(self, messages: Sequence[dict[str, str]]) -> tuple[str, bool]:
         if not messages:
             raise InvalidArgument("messages must hold at least one message")
@@ -94,3 +113,14 @@ class ChatFormatter:
         except TemplateError as exc:
             raise InvalidArgument(f"the model's chat template rejected the messages: {exc}") from None
         return text, False
+
+
+def chat_prompt_ids(gen: Any, message: str, system: Optional[str] = None,
+                    formatter: Optional[ChatFormatter] = None) -> list[int]:
+    """One user message (and an optional system message) -> prompt token ids for `gen.generate`."""
+    if not message:
+        raise InvalidArgument("--chat message must not be empty")
+    formatter = formatter or ChatFormatter.from_manifest(gen.manifest)
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": message}]
+    text, add_special = formatter.render(messages)
+    return gen.tokenizer.encode(text, add_special_tokens=add_special)

