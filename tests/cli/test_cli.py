@@ -80,10 +80,10 @@ def test_packaging_installs_only_namespaced_packages():
     import tomllib
     from pathlib import Path
 
-    cfg = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"]
+    cfg = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert all(p == "specrt" or p.startswith("specrt.") for p in cfg["packages"])
     assert cfg["package-dir"]["specrt.compiler"] == "compiler" and cfg["package-dir"]["specrt.runtime"] == "runtime"
-    deps = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    deps = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
     assert not any(d.startswith(("onnxruntime", "transformers")) for d in deps["dependencies"])
     assert deps["optional-dependencies"]["cpu"] == ["onnxruntime>=1.20"]
     assert any(d.startswith("onnxruntime-gpu") for d in deps["optional-dependencies"]["gpu"])
