@@ -195,12 +195,11 @@ class Gemma3Decoder(Decoder):
     def forward(self, input_ids, position_ids, past_keys, past_values) -> DecoderOutput:
         # input_ids, position_ids: [B, S]; past_*: L x [B, P, Hkv, D]
         x = self.embed(input_ids)
-        rope = {None: self.rotary_global.cos_sin(position_ids)}
-        if self.config.windowed:
-            rope["local"] = self.rotary_local.cos_sin(position_ids)
+        global_rope = self.rotary_global.cos_sin(position_ids)  # (cos, sin): [B, S, 1, D] each
+        local_rope = self.rotary_local.cos_sin(position_ids) if self.config.windowed else global_rope
         new_keys, new_values = [], []
         for layer, k_past, v_past in zip(self.model.layers, past_keys, past_values):
-            cos, sin = rope["local" if layer.self_attn.window is not None else None]
+            cos, sin = local_rope if layer.self_attn.window is not None else global_rope
             x, k, v = layer(x, cos, sin, k_past, v_past)
             new_keys.append(k)
             new_values.append(v)

@@ -204,3 +204,20 @@ def test_compile_validates_a_verify_beyond_the_window():
     assert window_shapes(c270, 512, 4) == []  # the context never reaches past the window
     llama = dataclasses.replace(c270, layer_types=(), local_rope=None)
     assert window_shapes(llama, 1024, 4) == []
+
+
+def test_embedding_scale_is_rounded_to_the_embedding_dtype_as_in_transformers():
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3TextScaledWordEmbedding
+
+    from specrt.models import build_decoder
+
+    hidden = 40  # sqrt(40) = 6.3246 is 6.3125 in bf16
+    c = parse_config(_real_config(hidden_size=hidden, vocab_size=300, num_hidden_layers=1, intermediate_size=8,
+                                  head_dim=8, layer_types=["sliding_attention"]))
+    ours = build_decoder(c).to(torch.bfloat16)
+    ref = Gemma3TextScaledWordEmbedding(300, hidden, 0, embed_scale=hidden**0.5).to(torch.bfloat16)
+    ref.weight.data.copy_(ours.model.embed_tokens.weight.data)
+    ids = torch.arange(300)[None]
+    with torch.no_grad():
+        assert torch.equal(ours.embed(ids), ref(ids))
+        assert not torch.equal(ours.embed(ids), (ours.model.embed_tokens(ids).float() * hidden**0.5).to(torch.bfloat16))
