@@ -25,6 +25,7 @@ from .export import ONNX_IR_VERSION, ONNX_OPSET, onnx_from_decoder
 from .profiles import profiles_for_model
 from .tokenizer_check import check_same_vocab, load_vocab
 from .validate import validate_onnx, validation_shapes
+from .variants import check_ort_graph, fused_variant
 
 MAX_DRAFT_TOKENS_LIMIT = 64
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -102,14 +103,17 @@ def compile_bundle(
     force: bool = False,
     progress: Callable[[str], Callable[[], None]] | None = None,
     extra_steps: list[Callable[[Path, dict], None]] | None = None,
+    ort_graph: str = "fused",
 ) -> Path:
     """Compile `target` (and optionally `draft`) into the bundle directory `out`. Returns `out`.
 
     `progress(description)` is called when a step starts and returns a callable invoked when it ends.
     `extra_steps` run inside the temporary directory before the manifest is written (Medusa, engines).
+    `ort_graph="fused"` adds ONNX Runtime's fused graph variant where supported (compiler/variants.py).
     """
     out = Path(out)
     progress = progress or _noop_progress
+    check_ort_graph(ort_graph)
     check_compile_args(max_seq_len, max_draft_tokens, out, force)
     roles: dict[str, Checkpoint] = {"target": open_checkpoint(target)}
     if draft is not None:
@@ -152,7 +156,17 @@ def compile_bundle(
             for name in ("config.json", "generation_config.json"):
                 if (ck.path / name).exists():
                     shutil.copy2(ck.path / name, tmp / role / name)
-            manifest["models"][role] = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params)
+            entry = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params)
+            entry["graphs"] = {"portable": {"onnx": entry["onnx"], "onnx_data": entry["onnx_data"]}}
+            if ort_graph == "fused":
+                done = progress(f"build and validate {role}'s fused ONNX Runtime graph")
+                fused, skipped = fused_variant(decoder, tmp / role, role, max_seq_len, shapes)
+                done()
+                if fused:
+                    entry["graphs"]["fused"] = fused
+                else:
+                    entry["fused_skipped"] = skipped
+            manifest["models"][role] = entry
             del decoder
         (tmp / "tokenizer").mkdir()
         for name in TOKENIZER_FILES:

@@ -29,7 +29,11 @@ def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | 
             "outputs": [o["name"] for o in e["outputs"]],
             "profiles": {phase: {"input_ids": shapes["input_ids"]} for phase, shapes in e["profiles"].items()},
             "validation_max_abs_diff": e["validation"]["max_abs_diff"],
+            "graphs": {name: {"onnx": g["onnx"], "validation_max_abs_diff": g.get("validation", e["validation"])["max_abs_diff"]}
+                       for name, g in (e.get("graphs") or {"portable": {"onnx": e["onnx"]}}).items()},
         }
+        if e.get("fused_skipped"):
+            models[role]["fused_skipped"] = e["fused_skipped"]
     out: dict[str, Any] = {
         "bundle": str(m.root),
         "format_version": m["format_version"],
@@ -73,6 +77,11 @@ def print_summary(summary: dict[str, Any]) -> None:
         table.add_row(role, m["architecture"], f"{m['parameters'] / 1e6:.1f}M", str(m["layers"]), str(m["hidden_size"]),
                       f"{m['heads']}/{m['kv_heads']}", str(m["vocab_size"]), m["dtype"], f"{m['validation_max_abs_diff']:.1e}")
     console.print(table)
+    for role, m in summary["models"].items():
+        graphs = ", ".join(f"{name} ({g['onnx']}, max |ORT-PyTorch| {g['validation_max_abs_diff']:.1e})"
+                           for name, g in m.get("graphs", {}).items())
+        console.print(f"{role} graphs: {graphs}" + (f"; no fused graph: {m['fused_skipped']}"
+                                                    if m.get("fused_skipped") else ""))
     if summary.get("medusa"):
         console.print(f"medusa heads: {summary['medusa']['num_heads']}")
     for name, eng in (summary.get("engines") or {}).items():

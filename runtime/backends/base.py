@@ -7,6 +7,7 @@ A runner is one compiled model plus its KV cache, for batch size 1:
         (a view valid until the next call). `runner.hidden_states` ([S, hidden]) is the matching final
         hidden state when the runner was created with `want_hidden=True`.
     runner.prefill(token_ids)   # the same in chunks; returns the last position's logits [V]
+    runner.forward_last(token_ids)  # forward, returning only the last position's logits [V]
     runner.truncate(n)          # keep only the first n positions (O(1) rollback of rejected drafts)
     runner.reset()              # empty cache for a new request
     runner.length               # positions currently cached
@@ -60,8 +61,13 @@ class Runner(abc.ABC):
         profile); return the last position's logits [V]."""
         logits = None
         for start in range(0, token_ids.size, chunk):
-            logits = self.forward(token_ids[start:start + chunk])
-        return logits[-1]
+            logits = self.forward_last(token_ids[start:start + chunk])
+        return logits
+
+    def forward_last(self, token_ids: np.ndarray) -> np.ndarray:
+        """Like `forward`, but returns only the last position's logits [V]. Runners whose graph can
+        skip the other rows' logits (the lm_head over the whole vocabulary) override this."""
+        return self.forward(token_ids)[-1]
 
     @abc.abstractmethod
     def forward(self, token_ids: np.ndarray) -> np.ndarray:

@@ -63,6 +63,23 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def cpu_session(ort, onnx_path: Path, threads: int | None):
+    """(InferenceSession on the CPU provider, its SessionOptions) with specrt's thread settings."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads or default_threads()
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if os.environ.get("SPECRT_ORT_SPIN", "0") != "1":
+        # Two sessions (draft, target) alternate on the same cores: spinning pool threads of the idle
+        # one would steal the cores from the busy one.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    try:
+        return ort.InferenceSession(str(onnx_path), opts, providers=PROVIDERS["cpu"]), opts
+    except Exception as exc:
+        raise BackendError(f"ONNX Runtime could not load {onnx_path}: {exc}") from None
+
+
 class OrtRunner(Runner):
     name = "ort"
 
@@ -77,20 +94,8 @@ class OrtRunner(Runner):
         self.config = config
         self.want_hidden = want_hidden
         self._ort = ort
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or default_threads()
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if os.environ.get("SPECRT_ORT_SPIN", "0") != "1":
-            # Two sessions (draft, target) alternate on the same cores: spinning pool threads of the idle
-            # one would steal the cores from the busy one.
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.provider_request = "cpu"
-        try:
-            self.session = ort.InferenceSession(str(onnx_path), opts, providers=PROVIDERS["cpu"])
-        except Exception as exc:
-            raise BackendError(f"ONNX Runtime could not load {onnx_path}: {exc}") from None
+        self.session, opts = cpu_session(ort, onnx_path, threads)
         self.cache = KVCache(config.num_layers, capacity, config.num_kv_heads, config.head_dim,
                              lambda shape: np.zeros(shape, dtype=np.float32))
         self.max_short = max_short_tokens

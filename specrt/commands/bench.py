@@ -42,7 +42,7 @@ def _k(value: str):
 @click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy (outputs compared to plain).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--backend", default="auto", show_default=True,
-              type=click.Choice(["auto", "ort", "torch", "trt", "ort-cuda", "ort-trt"]))
+              type=click.Choice(["auto", "ort", "ort-portable", "torch", "trt", "ort-cuda", "ort-trt"]))
 @click.option("--threads", default=None, type=int, help="CPU threads per model (default: all cores).")
 @click.option("--peer", type=click.Choice(["hf"]), default=None, help="Also run Hugging Face transformers on the same checkpoints.")
 @click.option("--target-checkpoint", type=click.Path(path_type=Path), help="HF checkpoint of the target (for --peer hf).")

@@ -20,10 +20,14 @@ from ..progress import step_progress
 @click.option("--max-seq-len", default=2048, show_default=True, type=int, help="Context length (prompt + generated).")
 @click.option("--max-draft-tokens", default=8, show_default=True, type=int, help="Largest k the bundle accepts.")
 @click.option("--force", is_flag=True, help="Replace an existing output directory.")
+@click.option("--ort-graph", type=click.Choice(["fused", "portable"]), default="fused", show_default=True,
+              help="fused: also write ONNX Runtime's fused graph (GroupQueryAttention, in-place KV cache) where the "
+                   "architecture supports it (Llama, Mistral, Qwen2/3); portable: only the standard-ops graph.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 @trt_compile_options
 @handle_errors
-def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, as_json, trt_options):
+def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, ort_graph, as_json,
+                trt_options):
     """Export target (and draft) to ONNX, validate, and write a bundle (with --backend trt: plus engines)."""
     from ..compiler import compile_bundle
     from ..compiler.pipeline import check_compile_args
@@ -38,7 +42,7 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
                                  max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens)
     with step_progress(enabled=not as_json) as progress:
         out = compile_bundle(target, output, draft, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
-                             force=force, progress=progress, extra_steps=extra)
+                             force=force, progress=progress, extra_steps=extra, ort_graph=ort_graph)
     from ..inspect import bundle_summary
 
     summary = bundle_summary(out)
@@ -64,7 +68,7 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
 @click.option("--ngram-min", default=None, type=int, help="Shortest suffix n-gram to match (ngram method).")
 @click.option("--ngram-max", default=None, type=int, help="Longest suffix n-gram to match (ngram method).")
 @click.option("--backend", default="auto", show_default=True,
-              type=click.Choice(["auto", "ort", "torch", "trt", "ort-cuda", "ort-trt"]))
+              type=click.Choice(["auto", "ort", "ort-portable", "torch", "trt", "ort-cuda", "ort-trt"]))
 @click.option("--target-device", default=None, help="e.g. cpu, cuda:0")
 @click.option("--draft-device", default=None, help="e.g. cpu, cuda:1")
 @click.option("--threads", default=None, type=int, help="CPU threads per model (default: all cores).")

@@ -15,7 +15,7 @@ from ..progress import step_progress
 @click.option("--output", default=Path("artifacts/demo"), show_default=True, type=click.Path(path_type=Path),
               help="Where the compiled demo bundle is kept (reused while current).")
 @click.option("--backend", default="auto", show_default=True,
-              type=click.Choice(["auto", "ort", "torch", "trt", "ort-cuda", "ort-trt"]))
+              type=click.Choice(["auto", "ort", "ort-portable", "torch", "trt", "ort-cuda", "ort-trt"]))
 @click.option("--method", default="draft", show_default=True, type=click.Choice(["draft", "ngram", "medusa"]))
 @click.option("--num-speculative-tokens", "k", default="2", show_default=True, type=KType(),
               help="k per step, or auto (faster on this pair, but drafts more per step: lower accepted/drafted).")

@@ -22,7 +22,7 @@ from ..cli import KType, handle_errors, main
 @click.option("--max-queue", default=64, show_default=True, type=click.IntRange(min=0),
               help="Requests waiting for a slot before the server answers 429.")
 @click.option("--backend", default="auto", show_default=True,
-              type=click.Choice(["auto", "ort", "torch", "trt", "ort-cuda", "ort-trt"]))
+              type=click.Choice(["auto", "ort", "ort-portable", "torch", "trt", "ort-cuda", "ort-trt"]))
 @click.option("--api-key", default=None, envvar="SPECRT_API_KEY",
               help="Require 'Authorization: Bearer KEY' on /v1/* (or set SPECRT_API_KEY).")
 @click.option("--served-model-name", default=None, help="Model id in the API (default: the bundle directory name).")
