@@ -25,6 +25,7 @@ from .export import ONNX_IR_VERSION, ONNX_OPSET, onnx_from_decoder
 from .profiles import profiles_for_model
 from .tokenizer_check import check_same_vocab, load_vocab
 from .validate import validate_onnx, validation_shapes
+from .logit_rows import add_logit_start, validate_logit_start
 from .variants import check_ort_graph, fused_variant
 
 MAX_DRAFT_TOKENS_LIMIT = 64
@@ -150,14 +151,18 @@ def compile_bundle(
             done = progress(f"export {role} to ONNX")
             onnx_path = onnx_from_decoder(decoder, tmp / role / "model.onnx")
             done()
+            has_logit_start = add_logit_start(onnx_path)
             done = progress(f"validate {role} against PyTorch")
             stats = validate_onnx(decoder, onnx_path, shapes)
+            if has_logit_start:
+                validate_logit_start(decoder, onnx_path)
             done()
             for name in ("config.json", "generation_config.json"):
                 if (ck.path / name).exists():
                     shutil.copy2(ck.path / name, tmp / role / name)
             entry = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params)
-            entry["graphs"] = {"portable": {"onnx": entry["onnx"], "onnx_data": entry["onnx_data"]}}
+            entry["graphs"] = {"portable": {"onnx": entry["onnx"], "onnx_data": entry["onnx_data"],
+                                            "optional_inputs": ["logit_start"] if has_logit_start else []}}
             if ort_graph == "fused":
                 done = progress(f"build and validate {role}'s fused ONNX Runtime graph")
                 fused, skipped = fused_variant(decoder, tmp / role, role, max_seq_len, shapes)

@@ -81,7 +81,9 @@ class OrtGpuRunner(Runner):
         if provider == "trt":
             providers.insert(1, ("CUDAExecutionProvider", {"device_id": index}))
         try:
-            self.session = ort.InferenceSession(str(onnx_path), ort.SessionOptions(), providers=providers)
+            opts = ort.SessionOptions()
+            opts.log_severity_level = 3  # errors only: the portable graph's defaulted logit_start input would warn on every load
+            self.session = ort.InferenceSession(str(onnx_path), opts, providers=providers)
         except Exception as exc:
             raise BackendError(f"ONNX Runtime ({provider_name}) could not load {onnx_path}: {exc}") from None
         c = config
