@@ -23,7 +23,7 @@ import torch
 from ..models import Decoder
 from ..models.config import DecoderConfig
 from ..models.layers import rope_inv_freq
-from . import graph_io
+from ..bundle import graph_io
 from .export import ONNX_IR_VERSION, ONNX_OPSET
 
 MS = "com.microsoft"

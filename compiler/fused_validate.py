@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..models import Decoder
-from . import graph_io
+from ..bundle import graph_io
 from .export import sample_inputs
 from .fused_graph import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
 from .validate import ValidationError

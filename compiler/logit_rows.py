@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import graph_io
+from ..bundle import graph_io
 from .validate import ValidationError
 
 LOGIT_START = "logit_start"  # [1] int64, default 0: logits for rows [logit_start, S) of the new tokens

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidArgument
+from ..core.errors import InvalidArgument
 from ..models import Decoder
 from .fused_graph import fused_io, fused_onnx_from_decoder, fused_unsupported_reason
 from .fused_validate import validate_fused_onnx

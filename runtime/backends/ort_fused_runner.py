@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from ...compiler import graph_io
+from ...bundle import graph_io
 from ...compiler.fused_graph import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
-from ...errors import BackendError, BackendUnavailable
+from ...core.errors import BackendError, BackendUnavailable
 from ...models.config import DecoderConfig
 from ..kv_cache import KVCache
 from .base import Runner
-from .ort_runner import cpu_session, import_ort
+from .ort.runner import cpu_session, import_ort
 
 
 class HeadMajorKVCache(KVCache):

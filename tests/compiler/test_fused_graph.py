@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from specrt.bundle import read_manifest
-from specrt.checkpoint import open_checkpoint
+from specrt.bundle.manifest import read_manifest
+from specrt.models.checkpoint import open_checkpoint
 from specrt.compiler import compile_bundle
 from specrt.compiler.fused_graph import build_fused_model, fused_onnx_from_decoder
 from specrt.compiler.fused_validate import validate_fused_onnx
@@ -130,7 +130,7 @@ def test_ort_graph_portable_writes_no_fused_variant(tmp_path, llama_target):
 
 
 def test_bad_ort_graph_value(tmp_path, llama_target):
-    from specrt.errors import InvalidArgument
+    from specrt.core.errors import InvalidArgument
 
     with pytest.raises(InvalidArgument, match="--ort-graph"):
         compile_bundle(llama_target, tmp_path / "b", max_seq_len=64, max_draft_tokens=4, ort_graph="fast")

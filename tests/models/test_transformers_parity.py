@@ -7,7 +7,7 @@ import torch
 
 from helpers import ARCH_CASES, make_checkpoint
 
-from specrt.checkpoint import open_checkpoint
+from specrt.models.checkpoint import open_checkpoint
 from specrt.models import empty_past
 
 
@@ -70,7 +70,7 @@ def test_greedy_matches_transformers_generate(arch_bundle):
 
 
 def test_fused_graph_variant_in_manifest(arch_bundle):
-    from specrt.bundle import read_manifest
+    from specrt.bundle.manifest import read_manifest
 
     arch, _, bundle = arch_bundle
     for role, entry in read_manifest(bundle).models.items():

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from ...compiler import graph_io
-from ...compiler.logit_rows import LOGIT_START
-from ...errors import BackendError, BackendUnavailable
-from ...models.config import DecoderConfig
-from ..kv_cache import KVCache
-from .base import Runner
+from ....bundle import graph_io
+from ....compiler.logit_rows import LOGIT_START
+from ....core.errors import BackendError, BackendUnavailable
+from ....models.config import DecoderConfig
+from ...kv_cache import KVCache
+from ..base import Runner
 
 PROVIDERS = {
     "cpu": ["CPUExecutionProvider"],

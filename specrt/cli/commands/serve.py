@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..cli import KType, handle_errors, main
+from ..main import KType, handle_errors, main
 
 
 @main.command("serve")
@@ -37,7 +37,7 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_queue, backend
     try:
         import uvicorn
 
-        from ..serve import create_app
+        from ...serve import create_app
     except ImportError as exc:
         raise click.ClickException(f"{exc.name} is not installed: pip install 'specrt[serve]'") from None
 
