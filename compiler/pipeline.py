@@ -26,6 +26,8 @@ from .export import ONNX_IR_VERSION, ONNX_OPSET, onnx_from_decoder
 from ..bundle.profiles import profiles_for_model
 from .tokenizer_check import check_same_vocab, load_vocab
 from .validate import Tolerance, validate_onnx, validation_shapes, window_shapes
+from .logit_rows import add_logit_start, validate_logit_start
+from .variants import check_ort_graph, fused_variant
 
 MAX_DRAFT_TOKENS_LIMIT = 64
 # OS errors that mean "the output location is unusable" (exit 2 with one line, not a traceback)
@@ -133,6 +135,7 @@ def compile_bundle(
     progress: Callable[[str], Callable[[], None]] | None = None,
     extra_steps: list[Callable[[Path, dict], None]] | None = None,
     inputs: tuple = (),
+    ort_graph: str = "fused",
 ) -> Path:
     """Compile `target` (and optionally `draft`) into the bundle directory `out`. Returns `out`.
 
@@ -147,9 +150,11 @@ def compile_bundle(
     `extra_steps` run inside the temporary directory before the manifest is written (Medusa, engines).
     `inputs` are further input directories (Medusa heads) that `out` must stay clear of.
     The output rules (what --force may replace, locking, cleanup) are in output_dir.py.
+    `ort_graph="fused"` adds ONNX Runtime's fused graph variant where supported (compiler/variants.py).
     """
     out = Path(out)
     progress = progress or _noop_progress
+    check_ort_graph(ort_graph)
     check_compile_args(max_seq_len, max_draft_tokens, out, force, (Path(target), draft, *inputs))
     started_as = identity(out)
     try:
@@ -173,7 +178,7 @@ def compile_bundle(
             for role, ck in roles.items():
                 check_context(ck, max_seq_len, role)
             _compile_into(tmp, roles, sources, vocab_size, max_seq_len, max_draft_tokens, tolerance or Tolerance(),
-                          progress, extra_steps)
+                          ort_graph, progress, extra_steps)
             commit(tmp, out, force, started_as)
         except OSError as exc:
             if exc.errno not in OUTPUT_ERRNOS:
@@ -186,7 +191,8 @@ def compile_bundle(
 
 
 def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, dict], vocab_size: int,
-                  max_seq_len: int, max_draft_tokens: int, tolerance: Tolerance, progress, extra_steps) -> None:
+                  max_seq_len: int, max_draft_tokens: int, tolerance: Tolerance, ort_graph: str, progress,
+                  extra_steps) -> None:
     """Every compile step, writing into the temporary directory `tmp` (manifest last)."""
     manifest: dict[str, Any] = {
         "format": FORMAT_NAME,
@@ -211,14 +217,28 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
         done = progress(f"export {role} to ONNX")
         onnx_path = onnx_from_decoder(decoder, tmp / role / "model.onnx")
         done()
+        has_logit_start = add_logit_start(onnx_path)
         done = progress(f"validate {role} against PyTorch")
         stats = validate_onnx(decoder, onnx_path, shapes + window_shapes(ck.config, max_seq_len, max_draft_tokens),
                               tolerance)
+        if has_logit_start:
+            validate_logit_start(decoder, onnx_path)
         done()
         for name in ("config.json", "generation_config.json"):
             if (ck.path / name).exists():
                 shutil.copy2(ck.path / name, tmp / role / name)
-        manifest["models"][role] = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params, sources[role])
+        entry = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params, sources[role])
+        entry["graphs"] = {"portable": {"onnx": entry["onnx"], "onnx_data": entry["onnx_data"],
+                                        "optional_inputs": ["logit_start"] if has_logit_start else []}}
+        if ort_graph == "fused":
+            done = progress(f"build and validate {role}'s fused ONNX Runtime graph")
+            fused, skipped = fused_variant(decoder, tmp / role, role, max_seq_len, shapes)
+            done()
+            if fused:
+                entry["graphs"]["fused"] = fused
+            else:
+                entry["fused_skipped"] = skipped
+        manifest["models"][role] = entry
         del decoder
     (tmp / "tokenizer").mkdir()
     for name in TOKENIZER_FILES:

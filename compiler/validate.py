@@ -157,6 +157,7 @@ def validate_onnx(decoder: Decoder, onnx_path: Path, shapes: list[tuple[int, int
             "validating the exported graph needs ONNX Runtime: pip install 'specrt[cpu]' (or 'specrt[gpu]')"
         ) from None
     opts = ort.SessionOptions()
+    opts.log_severity_level = 3  # errors only: the portable graph's defaulted logit_start input would warn on every load
     opts.intra_op_num_threads = max(1, min(4, torch.get_num_threads()))
     session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
     c = decoder.config

@@ -1,6 +1,8 @@
 """Backends: one runner per model, all with the contract in base.py.
 
-    "ort"     ONNX Runtime, CPU provider (the embedded default)
+    "ort"     ONNX Runtime, CPU provider (the embedded default): the bundle's fused graph variant when it
+              has one (ort/fused_runner.py), else the portable graph
+    "ort-portable"  ONNX Runtime, CPU provider, always the portable graph
     "torch"   PyTorch reference (the exported modules themselves)
     "trt"     TensorRT engines from the bundle (NVIDIA GPU; see trt/runner.py)
     "ort-cuda" / "ort-trt"  ONNX Runtime CUDA / TensorRT providers (onnxruntime-gpu)
@@ -13,11 +15,12 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from ...bundle.variants import graph_entry
 from ...core.errors import BackendUnavailable, InvalidArgument
 from ...models.config import decoder_config
 from .base import Runner
 
-BACKENDS = ("auto", "ort", "torch", "trt", "ort-cuda", "ort-trt")
+BACKENDS = ("auto", "ort", "ort-portable", "torch", "trt", "ort-cuda", "ort-trt")
 
 
 def ort_available() -> bool:
@@ -61,7 +64,13 @@ def create_runner(manifest, role: str, backend: str, *, capacity: int, max_short
     entry = manifest.models[role]
     config = decoder_config(entry)
     onnx_path = manifest.path(entry["onnx"])
-    if backend == "ort":
+    fused = graph_entry(entry, "fused")
+    if backend == "ort" and fused is not None:
+        from .ort.fused_runner import OrtFusedRunner
+
+        return OrtFusedRunner(manifest.path(fused["onnx"]), config, capacity, max_short_tokens,
+                              device=device or "cpu", threads=threads, want_hidden=want_hidden)
+    if backend in ("ort", "ort-portable"):
         from .ort.runner import OrtRunner
 
         return OrtRunner(onnx_path, config, capacity, max_short_tokens, device=device or "cpu",

@@ -7,6 +7,7 @@ A runner is one compiled model plus its KV cache, for batch size 1:
         (a view valid until the next call). `runner.hidden_states` ([S, hidden]) is the matching final
         hidden state when the runner was created with `want_hidden=True`.
     runner.prefill(token_ids)   # the same in chunks; returns the last position's logits [V]
+    runner.forward_last(token_ids)  # forward, returning only the last position's logits [V]
     runner.truncate(n)          # keep only the first n positions (O(1) rollback of rejected drafts)
     runner.reset()              # empty cache for a new request
     runner.length               # positions currently cached
@@ -56,11 +57,9 @@ class Runner(abc.ABC):
         The template every backend shares: check the call in Python (shape, context capacity), run the
         backend's `_forward` with the past length P, then commit the S new rows to the cache.
         """
-        if token_ids.ndim != 1 or token_ids.size == 0:
-            raise InvalidArgument(f"forward needs a non-empty 1-D array of token ids, got shape {token_ids.shape}")
-        self.cache.reserve(token_ids.size)
-        logits = self._forward(token_ids, self.cache.length)
-        self.cache.length += token_ids.size
+        past = self._check(token_ids)
+        logits = self._forward(token_ids, past)
+        self.cache.length = past + token_ids.size
         return logits
 
     def prefill(self, token_ids: np.ndarray, chunk: int = 256) -> np.ndarray:
@@ -68,8 +67,27 @@ class Runner(abc.ABC):
         profile); return the last position's logits [V]."""
         logits = None
         for start in range(0, token_ids.size, chunk):
-            logits = self.forward(token_ids[start:start + chunk])
-        return logits[-1]
+            logits = self.forward_last(token_ids[start:start + chunk])
+        return logits
+
+    def forward_last(self, token_ids: np.ndarray) -> np.ndarray:
+        """Like `forward`, but returns only the last position's logits [V] (the same template)."""
+        past = self._check(token_ids)
+        row = self._forward_last(token_ids, past)
+        self.cache.length = past + token_ids.size
+        return row
+
+    def _check(self, token_ids: np.ndarray) -> int:
+        """Shape and context capacity, in Python before any native code; returns the past length P."""
+        if token_ids.ndim != 1 or token_ids.size == 0:
+            raise InvalidArgument(f"forward needs a non-empty 1-D array of token ids, got shape {token_ids.shape}")
+        self.cache.reserve(token_ids.size)
+        return self.cache.length
+
+    def _forward_last(self, token_ids: np.ndarray, past: int) -> np.ndarray:
+        """The last row of `_forward`. Runners whose graph can skip the other rows' logits (the lm_head over
+        the whole vocabulary) override this."""
+        return self._forward(token_ids, past)[-1]
 
     @abc.abstractmethod
     def _forward(self, token_ids: np.ndarray, past: int) -> np.ndarray:

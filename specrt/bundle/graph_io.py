@@ -42,3 +42,20 @@ def output_names(num_layers: int) -> list[str]:
     for i in range(num_layers):
         names += [new_key(i), new_value(i)]
     return names
+
+
+# --- the portable graph's optional input (compiler/logit_rows.py) ---------------------------------------
+LOGIT_START = "logit_start"  # [1] int64, default 0: logits for rows [logit_start, S) of the new tokens
+
+# --- the fused ONNX Runtime variant (compiler/fused_graph.py): one KV buffer per layer, past == present --
+SEQLENS_K = "seqlens_k"  # [1] int32: total length after this call - 1
+TOTAL_SEQUENCE_LENGTH = "total_sequence_length"  # [] int32: total length after this call
+LOGIT_POSITIONS = "logit_positions"  # [R] int64: rows of the S new tokens whose logits are computed
+
+
+def present_key(i: int) -> str:
+    return f"present_key.{i}"
+
+
+def present_value(i: int) -> str:
+    return f"present_value.{i}"

@@ -31,7 +31,11 @@ def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | 
             "validation_max_abs_diff": e["validation"]["max_abs_diff"],
             "validation": e["validation"],
             "source": e.get("source", {"format": "hf"}),
+            "graphs": {name: {"onnx": g["onnx"], "validation_max_abs_diff": g.get("validation", e["validation"])["max_abs_diff"]}
+                       for name, g in (e.get("graphs") or {"portable": {"onnx": e["onnx"]}}).items()},
         }
+        if e.get("fused_skipped"):
+            models[role]["fused_skipped"] = e["fused_skipped"]
     out: dict[str, Any] = {
         "bundle": str(m.root),
         "format_version": m["format_version"],
@@ -84,6 +88,10 @@ def print_summary(summary: dict[str, Any]) -> None:
                           f"{src.get('gguf_architecture')}), sha256 {src['sha256'][:16]}…")
     chat = summary.get("chat_template")
     console.print(f"chat template: {chat if chat else 'none (chat uses the plain role: content format)'}")
+        graphs = ", ".join(f"{name} ({g['onnx']}, max |ORT-PyTorch| {g['validation_max_abs_diff']:.1e})"
+                           for name, g in m.get("graphs", {}).items())
+        console.print(f"{role} graphs: {graphs}" + (f"; no fused graph: {m['fused_skipped']}"
+                                                    if m.get("fused_skipped") else ""))
     if summary.get("medusa"):
         console.print(f"medusa heads: {summary['medusa']['num_heads']}")
     for name, eng in (summary.get("engines") or {}).items():

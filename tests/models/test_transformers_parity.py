@@ -54,24 +54,42 @@ def test_greedy_matches_transformers_generate(arch_bundle):
 
     arch, target, bundle = arch_bundle
     hf = transformers.AutoModelForCausalLM.from_pretrained(target).eval()
-    gen = load(bundle, backend="ort")
+    gens = {backend: load(bundle, backend=backend) for backend in ("ort", "ort-portable")}
+    assert gens["ort-portable"].target.describe().get("graph") is None
+    assert (gens["ort"].target.describe().get("graph") == "fused") == (arch != "gpt2")
     for prompt in ("def main(argv):\n    ", "import json\n"):
-        ids = gen.tokenizer.encode(prompt)
+        ids = gens["ort"].tokenizer.encode(prompt)
         with torch.no_grad():
             out = hf.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False, eos_token_id=0,
                               pad_token_id=0)
         expected = out[0, len(ids):].tolist()
-        for method, k in (("none", 0), ("draft", 3), ("draft", 6)):
-            res = gen.generate(prompt, 24, method=method, num_speculative_tokens=k)
-            assert res.token_ids == expected, f"{arch} {method} k={k}"
+        for backend, gen in gens.items():
+            for method, k in (("none", 0), ("draft", 3), ("draft", 6), ("ngram", 4)):
+                res = gen.generate(prompt, 24, method=method, num_speculative_tokens=k)
+                assert res.token_ids == expected, f"{arch} {backend} {method} k={k}"
 
 
-def test_ort_matches_torch_reference(arch_bundle):
-    """Every backend matches the PyTorch reference: logits through prefill, decode and verify calls."""
+def test_fused_graph_variant_in_manifest(arch_bundle):
+    from specrt.bundle.manifest import read_manifest
+
+    arch, _, bundle = arch_bundle
+    for role, entry in read_manifest(bundle).models.items():
+        assert entry["graphs"]["portable"]["onnx"] == entry["onnx"]
+        if arch == "gpt2":
+            assert "fused" not in entry["graphs"] and "GPT2" in entry["fused_skipped"]
+        else:
+            fused = entry["graphs"]["fused"]
+            assert fused["onnx"] == f"{role}/model.fused.onnx" and fused["validation"]["max_abs_diff"] < 1e-4
+
+
+@pytest.mark.parametrize("backend", ["ort", "ort-portable"])
+def test_ort_matches_torch_reference(arch_bundle, backend):
+    """Every backend (both ONNX Runtime graph variants) matches the PyTorch reference: logits through prefill,
+    decode and verify calls, rollback, and the last-row-only prefill form."""
     from specrt.runtime import load
 
     arch, _, bundle = arch_bundle
-    ort_gen, torch_gen = load(bundle, backend="ort"), load(bundle, backend="torch")
+    ort_gen, torch_gen = load(bundle, backend=backend), load(bundle, backend="torch")
     rng = np.random.default_rng(0)
     ids = rng.integers(0, ort_gen.vocab_size, size=40).astype(np.int64)
     for runner_pair in ((ort_gen.target, torch_gen.target), (ort_gen.draft, torch_gen.draft)):
@@ -84,3 +102,7 @@ def test_ort_matches_torch_reference(arch_bundle):
             r.truncate(22)
         a, b = (r.forward(ids[30:33]).copy() for r in runner_pair)
         assert np.allclose(a, b, atol=1e-4, rtol=1e-4)
+        a, b = (r.forward_last(ids[33:38]).copy() for r in runner_pair)
+        assert a.shape == (ort_gen.vocab_size,) and np.allclose(a, b, atol=1e-4, rtol=1e-4)
+        a, b = (r.forward(ids[38:39]).copy() for r in runner_pair)  # the cache after forward_last is right
+        assert all(r.length == 31 for r in runner_pair) and np.allclose(a, b, atol=1e-4, rtol=1e-4)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ....bundle import graph_io
+from ....bundle.graph_io import LOGIT_START
 from ....core.errors import BackendError, BackendUnavailable
 from ....models.config import DecoderConfig
 from ...kv_cache import KVCache
@@ -64,6 +65,24 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def cpu_session(ort, onnx_path: Path, threads: int | None):
+    """(InferenceSession on the CPU provider, its SessionOptions) with specrt's thread settings."""
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3  # errors only: the portable graph's defaulted logit_start input would warn on every load
+    opts.intra_op_num_threads = threads or default_threads()
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if os.environ.get("SPECRT_ORT_SPIN", "0") != "1":
+        # Two sessions (draft, target) alternate on the same cores: spinning pool threads of the idle
+        # one would steal the cores from the busy one.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    try:
+        return ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"]), opts
+    except Exception as exc:
+        raise BackendError(f"ONNX Runtime could not load {onnx_path}: {one_line(exc)}") from None
+
+
 class OrtRunner(Runner):
     name = "ort"
 
@@ -78,20 +97,8 @@ class OrtRunner(Runner):
         self.config = config
         self.want_hidden = want_hidden
         self._ort = ort
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or default_threads()
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if os.environ.get("SPECRT_ORT_SPIN", "0") != "1":
-            # Two sessions (draft, target) alternate on the same cores: spinning pool threads of the idle
-            # one would steal the cores from the busy one.
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.provider_request = "cpu"
-        try:
-            self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
-        except Exception as exc:
-            raise BackendError(f"ONNX Runtime could not load {onnx_path}: {one_line(exc)}") from None
+        self.session, opts = cpu_session(ort, onnx_path, threads)
         self.onnx_path = onnx_path
         self.cache = KVCache(config.num_layers, capacity, config.num_kv_heads, config.head_dim,
                              lambda shape: np.zeros(shape, dtype=np.float32))
@@ -106,6 +113,9 @@ class OrtRunner(Runner):
         self._names = [(graph_io.past_key(i), graph_io.past_value(i), graph_io.new_key(i), graph_io.new_value(i))
                        for i in range(config.num_layers)]
         self.threads = opts.intra_op_num_threads
+        # logit_start (compiler/logit_rows.py): defaults to 0 (every row); forward_last feeds S - 1
+        self._has_logit_start = LOGIT_START in {i.name for i in self.session.get_overridable_initializers()}
+        self._output_names = graph_io.output_names(config.num_layers)
 
     def _fast_binders(self, ort):
         """(bind_input, bind_output) taking (name, shape, pointer) for host float32 buffers.
@@ -122,6 +132,27 @@ class OrtRunner(Runner):
         except AttributeError:
             return (lambda n, shape, ptr: b.bind_input(n, "cpu", 0, np.float32, shape, ptr),
                     lambda n, shape, ptr: b.bind_output(n, "cpu", 0, np.float32, shape, ptr))
+
+    def _forward_last(self, token_ids: np.ndarray, p: int) -> np.ndarray:
+        """Prefill form: the graph computes one logits row (logit_start = S - 1). ONNX Runtime cannot
+        IO-bind an input that has a default initializer, so this call feeds arrays instead: the past is
+        passed as views of the cache and only the S new K/V rows are copied in afterwards."""
+        if not self._has_logit_start:  # a bundle written before logit_start existed
+            return self._forward(token_ids, p)[-1]
+        s = token_ids.size
+        feeds = {graph_io.INPUT_IDS: np.ascontiguousarray(token_ids, dtype=np.int64)[None, :],
+                 graph_io.POSITION_IDS: self._positions[:, p:p + s],
+                 LOGIT_START: np.array([s - 1], dtype=np.int64)}
+        for i, (k, v) in enumerate(zip(self.cache.keys, self.cache.values)):
+            feeds[self._names[i][0]], feeds[self._names[i][1]] = k[:, :p], v[:, :p]
+        try:
+            logits, hidden, *new_kv = self.session.run(self._output_names, feeds)
+        except Exception as exc:
+            raise BackendError(f"ONNX Runtime run failed on {self.onnx_path} (S={s}, P={p}): {one_line(exc)}") from None
+        for i, (k, v) in enumerate(zip(self.cache.keys, self.cache.values)):
+            k[:, p:p + s], v[:, p:p + s] = new_kv[2 * i], new_kv[2 * i + 1]
+        self.hidden_states = hidden[0] if self.want_hidden else None
+        return logits[0, -1]
 
     def _forward(self, token_ids: np.ndarray, p: int) -> np.ndarray:
         s = token_ids.size

@@ -22,12 +22,16 @@ from ..progress import step_progress
 @click.option("--max-seq-len", default=2048, show_default=True, type=int, help="Context length (prompt + generated).")
 @click.option("--max-draft-tokens", default=8, show_default=True, type=int, help="Largest k the bundle accepts.")
 @click.option("--force", is_flag=True, help="Replace an existing bundle (or empty directory) at the output.")
+@click.option("--ort-graph", type=click.Choice(["fused", "portable"]), default="fused", show_default=True,
+              help="fused: also write ONNX Runtime's fused graph (GroupQueryAttention, in-place KV cache) where the "
+                   "architecture supports it (Llama, Mistral, Qwen2/3); portable: only the standard-ops graph.")
 @click.option("--tolerance", default=None, metavar="ATOL,RTOL",
               help="ONNX-vs-PyTorch check per tensor: max|diff| <= ATOL + RTOL * max|ref|  [default: 1e-4,1e-3]")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 @trt_compile_options
 @handle_errors
-def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, tolerance, as_json, trt_options):
+def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, ort_graph, tolerance, as_json,
+                trt_options):
     """Export target (and draft) to ONNX, validate, and write a bundle (with --engines trt: plus engines)."""
     from ...compiler import compile_bundle
     from ...compiler.pipeline import check_compile_args
@@ -45,7 +49,8 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
                                  max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens)
     with step_progress(enabled=not as_json) as progress:
         out = compile_bundle(target, output, draft, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
-                             force=force, tolerance=tol, progress=progress, extra_steps=extra, inputs=(medusa,))
+                             force=force, tolerance=tol, progress=progress, extra_steps=extra, inputs=(medusa,),
+                             ort_graph=ort_graph)
     from ..describe import bundle_summary
 
     summary = bundle_summary(out)

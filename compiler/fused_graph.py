@@ -1,0 +1,237 @@
+"""`fused_onnx_from_decoder`: the ONNX Runtime graph variant ("fused") of a Llama-family decoder.
+
+Built directly from the PyTorch decoder's weights with `onnx.helper` (no tracing), using ONNX Runtime's
+contrib ops (domain com.microsoft):
+
+    embed Gather -> per layer: [Skip]SimplifiedLayerNormalization -> one fused QKV MatMul (+ bias)
+      -> [Qwen3: per-head SimplifiedLayerNormalization on q and k] -> GroupQueryAttention (rotary inside,
+      KV cache as one [1, Hkv, C, D] buffer shared by past_* and present_*) -> o MatMul
+      -> SkipSimplifiedLayerNormalization -> one fused gate/up MatMul -> act(gate) * up -> down MatMul
+    -> final SkipSimplifiedLayerNormalization -> hidden_states; Gather(logit_positions) -> lm_head.
+
+Weights are initializers in the layout the MatMul consumes ([in, out]); a tied lm_head reuses the
+embedding through Gemm(transB=1) so the vocabulary matrix is stored once. I/O: see `fused_io`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..models import Decoder
+from ..models.config import DecoderConfig
+from ..models.layers import rope_inv_freq
+from ..bundle import graph_io
+from ..bundle.graph_io import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
+from .export import ONNX_IR_VERSION, ONNX_OPSET
+
+MS = "com.microsoft"
+FUSED_FAMILIES = ("llama", "qwen")
+GQA_HEAD_DIM_MULTIPLE = 16  # ONNX Runtime's CPU GroupQueryAttention kernel requires it
+
+
+
+
+def fused_unsupported_reason(c: DecoderConfig) -> str | None:
+    """None when the fused graph can express `c`, else why not (the caller falls back to portable)."""
+    if c.family not in FUSED_FAMILIES:
+        return f"{c.architecture} has no fused ONNX Runtime graph (only Llama, Mistral, Qwen2, Qwen3)"
+    if c.head_dim % GQA_HEAD_DIM_MULTIPLE:
+        return f"head_dim {c.head_dim} is not a multiple of {GQA_HEAD_DIM_MULTIPLE} (GroupQueryAttention on CPU)"
+    if c.hidden_act not in ACTIVATION_OPS:
+        return f"activation {c.hidden_act!r} has no fused form"
+    return None
+
+
+def fused_io(c: DecoderConfig) -> tuple[list[dict], list[dict]]:
+    """(inputs, outputs) of the fused graph for the manifest: name, dtype, shape (C = cache capacity)."""
+    kv = [1, c.num_kv_heads, "C", c.head_dim]
+    inputs = [{"name": graph_io.INPUT_IDS, "dtype": "int64", "shape": [1, "S"]},
+              {"name": LOGIT_POSITIONS, "dtype": "int64", "shape": ["R"]},
+              {"name": SEQLENS_K, "dtype": "int32", "shape": [1]},
+              {"name": TOTAL_SEQUENCE_LENGTH, "dtype": "int32", "shape": []}]
+    outputs = [{"name": graph_io.LOGITS, "dtype": "float32", "shape": [1, "R", c.vocab_size]},
+               {"name": graph_io.HIDDEN_STATES, "dtype": "float32", "shape": [1, "S", c.hidden_size]}]
+    for i in range(c.num_layers):
+        inputs += [{"name": n, "dtype": "float32", "shape": kv} for n in (graph_io.past_key(i), graph_io.past_value(i))]
+        outputs += [{"name": n, "dtype": "float32", "shape": kv} for n in (present_key(i), present_value(i))]
+    return inputs, outputs
+
+
+class _GraphBuilder:
+    """Collects nodes and initializers; `op` returns the output name(s) of the node it adds."""
+
+    def __init__(self) -> None:
+        self.nodes: list = []
+        self.inits: list = []
+        self._count = 0
+
+    def weight(self, name: str, array: np.ndarray) -> str:
+        from onnx import numpy_helper
+
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array, dtype=np.float32), name))
+        return name
+
+    def const_i64(self, name: str, values: list[int]) -> str:
+        from onnx import numpy_helper
+
+        self.inits.append(numpy_helper.from_array(np.asarray(values, dtype=np.int64), name))
+        return name
+
+    def op(self, op_type: str, inputs: list[str], n_out: int = 1, domain: str = "", name: str | None = None,
+           outputs: list[str] | None = None, **attrs):
+        from onnx import helper
+
+        self._count += 1
+        base = name or f"{op_type}_{self._count}"
+        outs = outputs or [f"{base}/out{j}" for j in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=base, domain=domain or None, **attrs))
+        return outs[0] if n_out == 1 else outs
+
+
+def _t(x: torch.Tensor) -> np.ndarray:
+    return x.detach().float().cpu().numpy()
+
+
+def _matmul_weight(*linears) -> np.ndarray:  # nn.Linear weights [out, in] -> [in, sum(out)]
+    return np.concatenate([_t(lin.weight).T for lin in linears], axis=1)
+
+
+def _bias(*linears) -> np.ndarray | None:
+    if linears[0].bias is None:
+        return None
+    return np.concatenate([_t(lin.bias) for lin in linears])
+
+
+def _silu(g: _GraphBuilder, x: str, p: str) -> str:
+    return g.op("Mul", [x, g.op("Sigmoid", [x], name=f"{p}/sigmoid")], name=f"{p}/silu")
+
+
+ACTIVATION_OPS = {
+    "silu": _silu,
+    "gelu": lambda g, x, p: g.op("Gelu", [x], domain=MS, name=f"{p}/gelu"),
+    "gelu_new": lambda g, x, p: g.op("FastGelu", [x], domain=MS, name=f"{p}/gelu"),
+    "gelu_pytorch_tanh": lambda g, x, p: g.op("FastGelu", [x], domain=MS, name=f"{p}/gelu"),
+    "relu": lambda g, x, p: g.op("Relu", [x], name=f"{p}/relu"),
+}
+
+
+def _linear(g: _GraphBuilder, x: str, weight: np.ndarray, bias: np.ndarray | None, p: str) -> str:
+    y = g.op("MatMul", [x, g.weight(f"{p}.weight", weight)], name=p)
+    return y if bias is None else g.op("Add", [y, g.weight(f"{p}.bias", bias)], name=f"{p}/bias")
+
+
+def _head_norm(g: _GraphBuilder, x: str, norm, heads: int, c: DecoderConfig, p: str) -> str:
+    """Qwen3: RMSNorm over each head's D values ([1, S, H*D] -> [1, S, H, D] -> norm -> back)."""
+    split = g.op("Reshape", [x, g.const_i64(f"{p}.shape4", [0, 0, heads, c.head_dim])], name=f"{p}/split_heads")
+    y = g.op("SimplifiedLayerNormalization", [split, g.weight(f"{p}.weight", _t(norm.weight))], axis=-1,
+             epsilon=float(norm.eps), name=p)
+    return g.op("Reshape", [y, g.const_i64(f"{p}.shape3", [0, 0, heads * c.head_dim])], name=f"{p}/join_heads")
+
+
+def _attention(g: _GraphBuilder, x: str, attn, i: int, c: DecoderConfig) -> str:
+    p = f"layers.{i}.attn"
+    qkv = _linear(g, x, _matmul_weight(attn.q_proj, attn.k_proj, attn.v_proj),
+                  _bias(attn.q_proj, attn.k_proj, attn.v_proj), f"{p}.qkv_proj")
+    if c.qk_norm:
+        q_size, kv_size = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        q, k, v = g.op("Split", [qkv, g.const_i64(f"{p}.qkv_split", [q_size, kv_size, kv_size])], n_out=3,
+                       axis=-1, name=f"{p}.qkv_split")
+        qkv_inputs = [_head_norm(g, q, attn.q_norm, c.num_heads, c, f"{p}.q_norm"),
+                      _head_norm(g, k, attn.k_norm, c.num_kv_heads, c, f"{p}.k_norm"), v]
+    else:  # packed QKV straight into the op
+        qkv_inputs = [qkv, "", ""]
+    out = g.op("GroupQueryAttention",
+               qkv_inputs + [graph_io.past_key(i), graph_io.past_value(i), SEQLENS_K, TOTAL_SEQUENCE_LENGTH,
+                             "cos_cache", "sin_cache"],
+               n_out=3, domain=MS, name=f"{p}.gqa", outputs=[f"{p}/out", present_key(i), present_value(i)],
+               num_heads=c.num_heads, kv_num_heads=c.num_kv_heads, scale=float(c.head_dim**-0.5), do_rotary=1)[0]
+    return _linear(g, out, _t(attn.o_proj.weight).T, _bias(attn.o_proj), f"{p}.o_proj")
+
+
+def _mlp(g: _GraphBuilder, x: str, mlp, i: int, c: DecoderConfig) -> str:
+    p = f"layers.{i}.mlp"
+    gate_up = _linear(g, x, _matmul_weight(mlp.gate_proj, mlp.up_proj), _bias(mlp.gate_proj, mlp.up_proj),
+                      f"{p}.gate_up_proj")
+    gate, up = g.op("Split", [gate_up, g.const_i64(f"{p}.split", [c.intermediate_size] * 2)], n_out=2, axis=-1,
+                    name=f"{p}.split")
+    h = g.op("Mul", [ACTIVATION_OPS[c.hidden_act](g, gate, p), up], name=f"{p}/mul")
+    return _linear(g, h, _t(mlp.down_proj.weight).T, _bias(mlp.down_proj), f"{p}.down_proj")
+
+
+def _skip_norm(g: _GraphBuilder, x: str, residual: str, norm, p: str) -> tuple[str, str]:
+    """(normed, x + residual) with one SkipSimplifiedLayerNormalization."""
+    normed, _, _, total = g.op("SkipSimplifiedLayerNormalization", [x, residual, g.weight(f"{p}.weight", _t(norm.weight))],
+                               n_out=4, domain=MS, epsilon=float(norm.eps), name=p,
+                               outputs=[f"{p}/out", "", "", f"{p}/sum"])
+    return normed, total
+
+
+def rope_caches(c: DecoderConfig, max_seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin [max_seq_len, D/2], computed exactly as the PyTorch reference does (float32)."""
+    inv_freq = rope_inv_freq(c.rope, c.head_dim)
+    freqs = torch.arange(max_seq_len).float()[:, None] * inv_freq
+    return _t(freqs.cos()), _t(freqs.sin())
+
+
+def build_fused_model(decoder: Decoder, max_seq_len: int):
+    """The fused graph as an in-memory onnx.ModelProto (weights as initializers)."""
+    from onnx import TensorProto, helper
+
+    c = decoder.config
+    reason = fused_unsupported_reason(c)
+    if reason:
+        raise ValueError(reason)
+    g = _GraphBuilder()
+    cos, sin = rope_caches(c, max_seq_len)
+    g.weight("cos_cache", cos)
+    g.weight("sin_cache", sin)
+    body = decoder.model
+    embed = g.weight("embed_tokens.weight", _t(body.embed_tokens.weight))
+    x = g.op("Gather", [embed, graph_io.INPUT_IDS], name="embed_tokens")
+    residual = None
+    for i, layer in enumerate(body.layers):
+        p = f"layers.{i}"
+        if residual is None:
+            normed = g.op("SimplifiedLayerNormalization", [x, g.weight(f"{p}.input_layernorm.weight",
+                                                                       _t(layer.input_layernorm.weight))],
+                          axis=-1, epsilon=float(layer.input_layernorm.eps), name=f"{p}.input_layernorm")
+            residual = x
+        else:
+            normed, residual = _skip_norm(g, x, residual, layer.input_layernorm, f"{p}.input_layernorm")
+        attn = _attention(g, normed, layer.self_attn, i, c)
+        normed, residual = _skip_norm(g, attn, residual, layer.post_attention_layernorm,
+                                      f"{p}.post_attention_layernorm")
+        x = _mlp(g, normed, layer.mlp, i, c)
+    hidden, _ = _skip_norm(g, x, residual, body.norm, "norm")
+    g.nodes.append(helper.make_node("Identity", [hidden], [graph_io.HIDDEN_STATES], name="hidden_states"))
+    rows = g.op("Gather", [hidden, LOGIT_POSITIONS], axis=1, name="logit_rows")  # [1, R, hidden]
+    rows2d = g.op("Squeeze", [rows, g.const_i64("axis0", [0])], name="logit_rows_2d")  # [R, hidden]
+    if c.tie_word_embeddings:
+        logits2d = g.op("Gemm", [rows2d, embed], transB=1, name="lm_head")
+    else:
+        logits2d = g.op("MatMul", [rows2d, g.weight("lm_head.weight", _t(decoder.lm_head_weight()).T)], name="lm_head")
+    g.nodes.append(helper.make_node("Unsqueeze", [logits2d, "axis0"], [graph_io.LOGITS], name="logits"))
+
+    dtypes = {"int64": TensorProto.INT64, "int32": TensorProto.INT32, "float32": TensorProto.FLOAT}
+    inputs, outputs = fused_io(c)
+    graph = helper.make_graph(
+        g.nodes, f"{c.architecture}-fused",
+        [helper.make_tensor_value_info(d["name"], dtypes[d["dtype"]], d["shape"]) for d in inputs],
+        [helper.make_tensor_value_info(d["name"], dtypes[d["dtype"]], d["shape"]) for d in outputs],
+        g.inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET), helper.make_opsetid(MS, 1)],
+                             ir_version=ONNX_IR_VERSION, producer_name="specrt")
+
+
+def fused_onnx_from_decoder(decoder: Decoder, path: Path, max_seq_len: int) -> Path:
+    """Write the fused graph to `path` (+ `path.data`, external weights). Returns `path`."""
+    import onnx
+
+    path = Path(path)
+    model = build_fused_model(decoder, max_seq_len)
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=path.name + ".data", size_threshold=1024)
+    return path

@@ -1,0 +1,104 @@
+"""`validate_fused_onnx`: run the fused graph in ONNX Runtime and compare it with the PyTorch module.
+
+The same (S new tokens, P past) shapes as the portable graph's validation (compiler/validate.py), with the
+same random inputs: the past keys/values are written into rows [0, P) of [1, Hkv, C, D] buffers that are
+bound as both past_* and present_* (as the runner does), and the present rows [P, P + S) must equal the
+reference's new keys/values. Logits are checked at every position (logit_positions = 0..S-1) and at the
+last one alone (the prefill form).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..models import Decoder
+from ..bundle import graph_io
+from .export import sample_inputs
+from ..bundle.graph_io import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
+from .validate import ValidationError
+
+
+def _session(onnx_path: Path):
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise ValidationError(
+            "validating the exported graph needs ONNX Runtime: pip install 'specrt[cpu]' (or 'specrt[gpu]')"
+        ) from None
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = max(1, min(4, torch.get_num_threads()))
+    return ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+
+
+def run_fused(session, ids: np.ndarray, positions: np.ndarray, keys: list[np.ndarray], values: list[np.ndarray],
+              past_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """One call with the KV buffers (L x [1, Hkv, C, D], updated in place) bound as past and present.
+
+    ids: [1, S] int64; positions: [R] int64 (logit rows). Returns (logits [1, R, V], hidden [1, S, H]).
+    """
+    binding = session.io_binding()
+    total = past_len + ids.shape[1]
+    binding.bind_cpu_input(graph_io.INPUT_IDS, ids)
+    binding.bind_cpu_input(LOGIT_POSITIONS, positions)
+    binding.bind_cpu_input(SEQLENS_K, np.array([total - 1], dtype=np.int32))
+    binding.bind_cpu_input(TOTAL_SEQUENCE_LENGTH, np.array(total, dtype=np.int32))
+    for i, (k, v) in enumerate(zip(keys, values)):
+        for name_in, name_out, buf in ((graph_io.past_key(i), present_key(i), k),
+                                       (graph_io.past_value(i), present_value(i), v)):
+            binding.bind_input(name_in, "cpu", 0, np.float32, list(buf.shape), buf.ctypes.data)
+            binding.bind_output(name_out, "cpu", 0, np.float32, list(buf.shape), buf.ctypes.data)
+    binding.bind_output(graph_io.LOGITS, "cpu")
+    binding.bind_output(graph_io.HIDDEN_STATES, "cpu")
+    session.run_with_iobinding(binding)
+    outs = binding.copy_outputs_to_cpu()  # in bind order: the presents (aliases) first, then these two
+    return outs[-2], outs[-1]
+
+
+def _compare(name: str, got: np.ndarray, expected: np.ndarray, atol: float, rtol: float, where: str,
+             worst: dict, onnx_path: Path) -> None:
+    if got.shape != expected.shape:
+        raise ValidationError(f"{onnx_path.name}: output {name} has shape {got.shape}, expected {expected.shape}")
+    diff = np.abs(got - expected)
+    worst["max_abs_diff"] = max(worst["max_abs_diff"], float(diff.max(initial=0.0)))
+    excess = float((diff - (atol + rtol * np.abs(expected))).max(initial=-1.0))
+    worst["max_rel_excess"] = max(worst["max_rel_excess"], excess)
+    if excess > 0 or not np.isfinite(got).all():
+        raise ValidationError(f"{onnx_path.name}: output {name} differs from PyTorch at {where}: "
+                              f"max |diff| = {diff.max():.3g} > atol {atol} + rtol {rtol}")
+
+
+def validate_fused_onnx(decoder: Decoder, onnx_path: Path, shapes: list[tuple[int, int]], capacity: int,
+                        atol: float = 1e-4, rtol: float = 1e-4) -> dict:
+    """Compare the fused graph with PyTorch on `shapes`; raise ValidationError beyond tolerance."""
+    session = _session(onnx_path)
+    c = decoder.config
+    worst = {"max_abs_diff": 0.0, "max_rel_excess": 0.0, "shapes": shapes, "atol": atol, "rtol": rtol}
+    for seed, (s, p) in enumerate(shapes):
+        ids, pos, past = sample_inputs(decoder, s, p, seed=seed)
+        shape = (1, c.num_kv_heads, capacity, c.head_dim)
+        keys = [np.zeros(shape, np.float32) for _ in range(c.num_layers)]
+        values = [np.zeros(shape, np.float32) for _ in range(c.num_layers)]
+        for i in range(c.num_layers):  # [1, P, Hkv, D] -> rows [0, P) of [1, Hkv, C, D]
+            keys[i][:, :, :p] = past[2 * i].float().numpy().transpose(0, 2, 1, 3)
+            values[i][:, :, :p] = past[2 * i + 1].float().numpy().transpose(0, 2, 1, 3)
+        with torch.no_grad():
+            ref = decoder(ids, pos, past[0::2], past[1::2])
+        where = f"S={s}, P={p}"
+        logits, hidden = run_fused(session, ids.numpy(), np.arange(s, dtype=np.int64), keys, values, p)
+        _compare(graph_io.LOGITS, logits, ref.logits.float().numpy(), atol, rtol, where, worst, onnx_path)
+        _compare(graph_io.HIDDEN_STATES, hidden, ref.hidden_states.float().numpy(), atol, rtol, where, worst,
+                 onnx_path)
+        for i in range(c.num_layers):
+            for name, buf, new in ((present_key(i), keys[i], ref.new_keys[i]),
+                                   (present_value(i), values[i], ref.new_values[i])):
+                _compare(name, buf[:, :, p:p + s].transpose(0, 2, 1, 3), new.float().numpy(), atol, rtol, where,
+                         worst, onnx_path)
+        for i in range(c.num_layers):  # the prefill form: last row only, over the same past
+            keys[i][:, :, p:], values[i][:, :, p:] = 0.0, 0.0
+        last, _ = run_fused(session, ids.numpy(), np.array([s - 1], dtype=np.int64), keys, values, p)
+        _compare(graph_io.LOGITS, last, ref.logits[:, -1:].float().numpy(), atol, rtol, f"{where} (last row)",
+                 worst, onnx_path)
+    return worst

@@ -1,0 +1,43 @@
+"""Graph variants per model in a bundle: `portable` (standard ONNX ops: TensorRT, every provider) is always
+present; `fused` (ONNX Runtime contrib ops, compiler/fused_graph.py) is added by `compile --ort-graph fused`
+(the default) where the architecture supports it.
+
+Manifest, per model:  "graphs": {"portable": {"onnx", "onnx_data"},
+                                 "fused": {"onnx", "onnx_data", "inputs", "outputs", "kv_layout",
+                                           "validation"}}
+plus "fused_skipped": "<reason>" when fused was asked for but the model cannot have it. Bundles written
+before variants existed have no "graphs" key: their `onnx` entry is the portable graph.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import InvalidArgument
+from ..models import Decoder
+from .fused_graph import fused_io, fused_onnx_from_decoder, fused_unsupported_reason
+from .fused_validate import validate_fused_onnx
+from ..bundle.variants import graph_entry  # noqa: F401  (re-exported for the compiler's callers)
+
+ORT_GRAPHS = ("fused", "portable")
+FUSED_KV_LAYOUT = "[1, kv_heads, max_seq_len, head_dim] per layer, bound as past_* and present_* (in place)"
+
+
+def check_ort_graph(ort_graph: str) -> str:
+    if ort_graph not in ORT_GRAPHS:
+        raise InvalidArgument(f"--ort-graph must be one of {', '.join(ORT_GRAPHS)}, got {ort_graph!r}")
+    return ort_graph
+
+
+def fused_variant(decoder: Decoder, role_dir: Path, role: str, max_seq_len: int,
+                  shapes: list[tuple[int, int]]) -> tuple[dict[str, Any] | None, str | None]:
+    """Write and validate `<role>/model.fused.onnx`. Returns (graphs entry, None) or (None, skip reason)."""
+    reason = fused_unsupported_reason(decoder.config)
+    if reason:
+        return None, reason
+    path = fused_onnx_from_decoder(decoder, role_dir / "model.fused.onnx", max_seq_len)
+    stats = validate_fused_onnx(decoder, path, shapes, capacity=max_seq_len)
+    inputs, outputs = fused_io(decoder.config)
+    return {"onnx": f"{role}/model.fused.onnx", "onnx_data": f"{role}/model.fused.onnx.data",
+            "inputs": inputs, "outputs": outputs, "kv_layout": FUSED_KV_LAYOUT, "validation": stats}, None

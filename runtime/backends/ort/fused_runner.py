@@ -1,0 +1,100 @@
+"""ONNX Runtime runner for the fused graph variant (compiler/fused_graph.py), CPU provider.
+
+The KV cache is one [1, Hkv, capacity, D] buffer per layer for keys and one for values, bound once as
+both `past_*` and `present_*`: GroupQueryAttention writes the S new rows at [P, P + S) in place and reads
+rows [0, P + S). The past length reaches the op as `seqlens_k` / `total_sequence_length`, so rollback of
+rejected drafts is `truncate(n)` (an integer store) and nothing is rebound per step except the token ids.
+Logits are computed only for the rows asked for (`logit_positions`): every row for decode / verify, the
+last row for prefill.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ....bundle import graph_io
+from ....bundle.graph_io import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
+from ....core.errors import BackendError, BackendUnavailable
+from ....models.config import DecoderConfig
+from ...kv_cache import KVCache
+from ..base import Runner
+from .runner import cpu_session, import_ort, one_line
+
+
+class HeadMajorKVCache(KVCache):
+    """KVCache with the layout GroupQueryAttention reads: [1, Hkv, capacity, D] per layer (keys, values)."""
+
+    def __init__(self, num_layers: int, capacity: int, kv_heads: int, head_dim: int) -> None:
+        super().__init__(num_layers, capacity, kv_heads, head_dim,
+                         lambda shape: np.zeros((shape[0], shape[2], shape[1], shape[3]), dtype=np.float32))
+
+
+class OrtFusedRunner(Runner):
+    name = "ort"
+
+    def __init__(self, onnx_path: Path, config: DecoderConfig, capacity: int, max_short_tokens: int,
+                 device: str = "cpu", threads: int | None = None, want_hidden: bool = False) -> None:
+        ort = import_ort()
+        if device != "cpu":
+            raise BackendUnavailable(f"ort device {device!r}: the fused ONNX Runtime runner runs on the CPU")
+        self.config = config
+        self.want_hidden = want_hidden
+        self._ort = ort
+        self.session, opts = cpu_session(ort, onnx_path, threads)
+        self.threads = opts.intra_op_num_threads
+        self.cache = HeadMajorKVCache(config.num_layers, capacity, config.num_kv_heads, config.head_dim)
+        self.max_short = max_short_tokens
+        v, h = config.vocab_size, config.hidden_size
+        self._logits = np.empty((1, max_short_tokens, v), dtype=np.float32)  # [1, R, V] for decode / verify
+        self._last_logits = np.empty((1, 1, v), dtype=np.float32)  # [1, 1, V] for prefill
+        self._hidden = np.empty((1, max_short_tokens, h), dtype=np.float32)
+        self._rows = np.arange(max(capacity, 1), dtype=np.int64)  # logit_positions source
+        self._seqlens_k = np.zeros(1, dtype=np.int32)  # [1]
+        self._total = np.zeros((), dtype=np.int32)  # []
+        self._binding = self.session.io_binding()
+        self._bind_cache()
+
+    def _bind_cache(self) -> None:
+        """Bind every layer's buffers as past and present once: they never move and never change shape."""
+        b = self._binding
+        for i, (k, v) in enumerate(zip(self.cache.keys, self.cache.values)):
+            for name_in, name_out, buf in ((graph_io.past_key(i), present_key(i), k),
+                                           (graph_io.past_value(i), present_value(i), v)):
+                b.bind_input(name_in, "cpu", 0, np.float32, list(buf.shape), buf.ctypes.data)
+                b.bind_output(name_out, "cpu", 0, np.float32, list(buf.shape), buf.ctypes.data)
+
+    def _run(self, token_ids: np.ndarray, p: int, rows: np.ndarray, logits_buf: np.ndarray) -> None:
+        s = token_ids.size
+        b = self._binding
+        b.bind_cpu_input(graph_io.INPUT_IDS, np.ascontiguousarray(token_ids, dtype=np.int64)[None, :])
+        b.bind_cpu_input(LOGIT_POSITIONS, rows)
+        self._seqlens_k[0] = p + s - 1
+        self._total[()] = p + s
+        b.bind_cpu_input(SEQLENS_K, self._seqlens_k)
+        b.bind_cpu_input(TOTAL_SEQUENCE_LENGTH, self._total)
+        v, h = self.config.vocab_size, self.config.hidden_size
+        hidden_buf = self._hidden if s <= self.max_short else np.empty((1, s, h), dtype=np.float32)
+        b.bind_output(graph_io.LOGITS, "cpu", 0, np.float32, [1, rows.size, v], logits_buf.ctypes.data)
+        b.bind_output(graph_io.HIDDEN_STATES, "cpu", 0, np.float32, [1, s, h], hidden_buf.ctypes.data)
+        try:
+            self.session.run_with_iobinding(b)
+        except Exception as exc:
+            raise BackendError(f"ONNX Runtime run failed (S={s}, P={p}): {one_line(exc)}") from None
+        self.hidden_states = hidden_buf[0, :s] if self.want_hidden else None
+
+    def _forward(self, token_ids: np.ndarray, past: int) -> np.ndarray:
+        s = token_ids.size
+        buf = self._logits if s <= self.max_short else np.empty((1, s, self.config.vocab_size), np.float32)
+        self._run(token_ids, past, self._rows[:s], buf)
+        return buf[0, :s]
+
+    def _forward_last(self, token_ids: np.ndarray, past: int) -> np.ndarray:
+        self._run(token_ids, past, self._rows[token_ids.size - 1:token_ids.size], self._last_logits)
+        return self._last_logits[0, 0]
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "graph": "fused", "provider": self.session.get_providers()[0],
+                "onnxruntime": self._ort.__version__, "threads": self.threads}
