@@ -57,12 +57,15 @@ class RayConfig:
         return threads or max(1, math.ceil(self.cpus_per_replica))
 
     def deployment_options(self, slots: int, max_queue: int) -> dict[str, Any]:
-        """@serve.deployment options. A replica takes as many requests as `specrt serve` would (its slots plus
-        its queue), so its 429 behaviour is unchanged; autoscaling aims at `slots` ongoing requests each."""
+        """@serve.deployment options; autoscaling aims at `slots` ongoing requests per replica.
+
+        Ray routes at most `max_ongoing_requests` to a replica and holds the rest in its proxy. One more than
+        a replica's slots plus queue lets the replica itself answer 429 when its queue is full, as
+        `specrt serve` does, instead of requests piling up unbounded in the proxy."""
         options: dict[str, Any] = {
             "name": self.app_name,
             "ray_actor_options": {"num_cpus": self.cpus_per_replica},
-            "max_ongoing_requests": slots + max_queue,
+            "max_ongoing_requests": slots + max_queue + 1,
             "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_S,
             "max_constructor_retry_count": LOAD_ATTEMPTS,
         }
