@@ -48,10 +48,11 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_queue, backend
                                 ("--max-replicas", max_replicas), ("--ray-address", ray_address),
                                 ("--cpus-per-replica", cpus_per_replica != 1.0)) if v]
     if use_ray:
-        return serve_ray(bundle, host, port, replicas, min_replicas, max_replicas, ray_address, cpus_per_replica,
-                         dict(served_model_name=served_model_name, api_key=api_key, max_concurrency=max_concurrency,
-                              max_queue=max_queue, method=method, num_speculative_tokens=k, backend=backend,
-                              threads=threads))
+        app_kwargs = dict(served_model_name=served_model_name, api_key=api_key, max_concurrency=max_concurrency,
+                          max_queue=max_queue, method=method, num_speculative_tokens=k, backend=backend,
+                          threads=threads)
+        return serve_ray(bundle, host, port, log_level, replicas, min_replicas, max_replicas, ray_address,
+                         cpus_per_replica, app_kwargs)
     if ray_given:
         raise click.UsageError(f"{', '.join(ray_given)} only apply with --ray")
     try:
@@ -69,7 +70,8 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_queue, backend
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30)
 
 
-def serve_ray(bundle, host, port, replicas, min_replicas, max_replicas, ray_address, cpus_per_replica, app_kwargs):
+def serve_ray(bundle, host, port, log_level, replicas, min_replicas, max_replicas, ray_address, cpus_per_replica,
+              app_kwargs):
     """`specrt serve --ray`: Ray is imported only here."""
     from ..serve.ray_config import RayConfig
 
@@ -79,4 +81,5 @@ def serve_ray(bundle, host, port, replicas, min_replicas, max_replicas, ray_addr
         from ..serve.ray_deploy import serve_on_ray
     except ImportError as exc:
         raise click.ClickException(f"{exc.name} is not installed: pip install 'specrt[ray]'") from None
-    serve_on_ray(bundle, config, host=host, port=port, app_kwargs=app_kwargs, log=lambda m: click.echo(m, err=True))
+    serve_on_ray(bundle, config, host=host, port=port, app_kwargs=app_kwargs, log_level=log_level,
+                 log=lambda m: click.echo(m, err=True))

@@ -22,7 +22,7 @@ class RayConfig:
     replicas: Optional[int] = None  # a fixed number of replicas (default 1 when no min/max is given)
     min_replicas: Optional[int] = None  # autoscaling bounds (both or neither)
     max_replicas: Optional[int] = None
-    address: Optional[str] = None  # an existing cluster ("ray://host:10001", "host:6379", "auto"); None: start one
+    address: Optional[str] = None  # a running cluster ("auto", "HOST:6379"); None: start a local Ray instance
     cpus_per_replica: float = 1.0  # Ray CPU resources reserved by each replica
     target_ongoing_requests: Optional[float] = None  # autoscaling target per replica (default: its slots)
     app_name: str = APP_NAME

@@ -22,7 +22,7 @@ from ray import serve
 
 from ..errors import InvalidArgument, SpecrtError
 from .ray_config import RayConfig
-from .ray_replica import LOAD_FAILED, replica_app
+from .ray_replica import LOAD_FAILED, replica_app, replica_states
 
 
 class RayDeployError(SpecrtError):
@@ -30,7 +30,10 @@ class RayDeployError(SpecrtError):
 
 
 def build_application(bundle: str, config: RayConfig, app_kwargs: dict[str, Any]) -> Any:
-    """A Serve application: `config`'s replicas of the app `specrt serve` builds from `bundle` and `app_kwargs`."""
+    """A Serve application: `config`'s replicas of the app `specrt serve` builds from `bundle` and `app_kwargs`
+    (create_app's keyword arguments; `threads` counts per replica)."""
+    app_kwargs = {**app_kwargs, "threads": config.threads_per_replica(app_kwargs.get("threads"))}
+
     def build_app() -> Any:  # runs on each replica when it starts
         return replica_app(bundle, app_kwargs)
 
@@ -77,14 +80,12 @@ class RayServer:
 
     @classmethod
     def start(cls, bundle: str | Path, config: RayConfig, *, host: str = "127.0.0.1", port: int = 8000,
-              app_kwargs: Optional[dict[str, Any]] = None, init_kwargs: Optional[dict[str, Any]] = None
-              ) -> "RayServer":
+              app_kwargs: Optional[dict[str, Any]] = None, init_kwargs: Optional[dict[str, Any]] = None,
+              log_level: str = "info") -> "RayServer":
         """Start (or join) Ray, deploy, and wait until every initial replica has loaded the bundle."""
         if not 1 <= port <= 65535:
             raise InvalidArgument(f"--port must be 1..65535 with --ray (the Ray Serve proxy needs a fixed port), "
                                   f"got {port}")
-        kwargs = dict(app_kwargs or {})
-        kwargs["threads"] = config.threads_per_replica(kwargs.get("threads"))
         owns_ray = not ray.is_initialized()
         if owns_ray:
             try:
@@ -97,23 +98,25 @@ class RayServer:
             if config.address is None:
                 check_capacity(config)
             serve.start(http_options={"host": host, "port": port})
-            serve.run(build_application(str(bundle), config, kwargs), name=config.app_name, route_prefix="/")
-        except BaseException as exc:
-            message = None if isinstance(exc, SpecrtError) else load_failure(exc, config.app_name)
+            serve.run(build_application(str(bundle), config, app_kwargs or {}), name=config.app_name,
+                      route_prefix="/", logging_config={"log_level": log_level.upper()})
+        except SpecrtError:
             server.shutdown()
-            if isinstance(exc, SpecrtError):
-                raise
-            if message is None and not isinstance(exc, Exception):
-                raise  # KeyboardInterrupt while waiting: the caller reports it
-            raise RayDeployError(message or f"Ray Serve could not deploy {bundle}: "
-                                 f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+            raise
+        except Exception as exc:  # noqa: BLE001 - Ray's errors carry pages of traceback: one line for the user
+            message = load_failure(exc, config.app_name)  # read before shutdown: the deployment status holds it
+            server.shutdown()
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise RayDeployError(message or f"Ray Serve could not deploy {bundle}: {type(exc).__name__}: {first}"
+                                 ) from None
+        except BaseException:  # KeyboardInterrupt while waiting for the replicas: clean up, the caller reports it
+            server.shutdown()
+            raise
         return server
 
     def replica_states(self) -> dict[str, int]:
         """Replica counts by state, e.g. {"RUNNING": 2}."""
-        app = serve.status().applications.get(self.config.app_name)
-        dep = app.deployments.get(self.config.app_name) if app else None
-        return dict(dep.replica_states) if dep else {}
+        return replica_states(self.config.app_name, self.config.app_name)
 
     def shutdown(self) -> None:
         """Graceful: Serve stops routing new requests and waits for running ones. On a cluster this process
@@ -144,13 +147,13 @@ def wait_for_signal() -> None:
 
 
 def serve_on_ray(bundle: str | Path, config: RayConfig, *, host: str, port: int, app_kwargs: dict[str, Any],
-                 log: Callable[[str], None] = print) -> None:
+                 log_level: str = "info", log: Callable[[str], None] = print) -> None:
     """`specrt serve --ray`: deploy, serve until SIGINT/SIGTERM, then shut down gracefully."""
     if config.address is None:  # a bundle on this machine: fail fast, before Ray starts (replicas verify checksums)
         from ..bundle import read_manifest
 
         read_manifest(bundle, verify_checksums=False)
-    server = RayServer.start(bundle, config, host=host, port=port, app_kwargs=app_kwargs)
+    server = RayServer.start(bundle, config, host=host, port=port, app_kwargs=app_kwargs, log_level=log_level)
     try:
         slots = app_kwargs.get("max_concurrency", 1)
         scale = (f"{config.min_replicas}..{config.max_replicas} replicas (autoscaling)" if config.autoscaling
@@ -161,3 +164,40 @@ def serve_on_ray(bundle: str | Path, config: RayConfig, *, host: str, port: int,
         log("shutting down: running requests finish first")
     finally:
         server.shutdown()
+
+
+CONFIG_ARGS = {"replicas": int, "min_replicas": int, "max_replicas": int, "cpus_per_replica": float,
+               "target_ongoing_requests": float}
+APP_ARGS = {"served_model_name": str, "api_key": str, "max_concurrency": int, "max_queue": int, "method": str,
+            "num_speculative_tokens": str, "backend": str, "threads": int}
+
+
+def typed(name: str, value: Any, kind: type) -> Any:
+    """An argument from a Serve config file or `serve run key=value` (strings there) as its type."""
+    if name == "num_speculative_tokens" and value == "auto":
+        return value
+    kind = int if name == "num_speculative_tokens" else kind
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"args.{name} must be {kind.__name__}, got {value!r}") from None
+
+
+def app_builder(args: dict[str, Any]) -> Any:
+    """Application builder for Ray Serve config files: `serve run`, `serve deploy`, a KubeRay RayService.
+
+        import_path: specrt.serve.ray_deploy:app_builder
+        args: {bundle: /models/demo, min_replicas: 1, max_replicas: 4, cpus_per_replica: 2, max_concurrency: 2}
+
+    `bundle` is required (a path readable on every node); the other keys are the `specrt serve --ray` options
+    in snake case."""
+    args = dict(args)
+    bundle = args.pop("bundle", None)
+    if not bundle:
+        raise InvalidArgument("args.bundle is required: the bundle directory, readable on every node")
+    unknown = sorted(set(args) - set(CONFIG_ARGS) - set(APP_ARGS))
+    if unknown:
+        raise InvalidArgument(f"unknown args {unknown}; known: bundle, {', '.join([*CONFIG_ARGS, *APP_ARGS])}")
+    config = RayConfig(**{k: typed(k, v, CONFIG_ARGS[k]) for k, v in args.items() if k in CONFIG_ARGS})
+    app_kwargs = {k: typed(k, v, APP_ARGS[k]) for k, v in args.items() if k in APP_ARGS}
+    return build_application(str(bundle), config, app_kwargs)

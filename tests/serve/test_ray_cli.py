@@ -1,9 +1,13 @@
-"""`specrt serve --ray` from the command line: options, errors without Ray, and one real run stopped by Ctrl-C."""
+"""`specrt serve --ray` from the command line: options, errors without Ray, a real run stopped by Ctrl-C, and a
+replica that cannot load its bundle."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import queue
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,6 +51,25 @@ def test_ray_config_deployment_options():
     assert RayConfig().initial_replicas == 1 and RayConfig().threads_per_replica() == 1
     assert RayConfig(cpus_per_replica=2.5).threads_per_replica() == 3
     assert RayConfig(cpus_per_replica=2.5).threads_per_replica(5) == 5
+
+
+def test_app_builder_args():
+    """The Serve-config entry point (KubeRay, `serve run`): typed args, one-line errors; no Ray instance needed."""
+    pytest.importorskip("ray", reason="needs Ray Serve: pip install 'specrt[ray]'")
+    from specrt.serve.ray_deploy import app_builder
+
+    from ray.serve._private.api import call_user_app_builder_with_args_if_necessary as build  # as `serve run` does
+
+    app = build(app_builder, {"bundle": "/b", "min_replicas": "1", "max_replicas": 3, "cpus_per_replica": "0.5",
+                              "max_concurrency": "2", "num_speculative_tokens": "auto"})
+    assert type(app).__name__ == "Application"
+    for args, message in [({"replicas": 1}, "args.bundle is required"),
+                          ({"bundle": "/b", "replica": 2}, "unknown args ['replica']"),
+                          ({"bundle": "/b", "replicas": "two"}, "args.replicas must be int, got 'two'"),
+                          ({"bundle": "/b", "num_speculative_tokens": "x"}, "num_speculative_tokens must be int"),
+                          ({"bundle": "/b", "min_replicas": 2}, "both --min-replicas and --max-replicas")]:
+        with pytest.raises(InvalidArgument, match=re.escape(message)):
+            app_builder(args)
 
 
 def test_plain_serve_does_not_import_ray():
@@ -125,3 +148,37 @@ def test_serve_ray_subprocess_until_ctrl_c(pair_bundle, pair_generator):
             pytest.fail("specrt serve --ray did not shut down on SIGINT")
     assert rc == 0
     assert len(procs) >= 4 and wait_gone(procs) == []
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_serve_ray_replica_load_failure_is_one_line(pair_bundle, tmp_path):
+    """A bundle whose copy is corrupted on the node: the replica's checksum check fails, the command says so in
+    one line and exits 1 after a few attempts, and leaves no Ray process behind."""
+    pytest.importorskip("ray", reason="needs Ray Serve: pip install 'specrt[ray]'")
+    broken = shutil.copytree(pair_bundle, tmp_path / "broken")
+    name = next(f for f in json.loads((broken / "manifest.json").read_text())["files"] if f.endswith(".onnx.data"))
+    data = bytearray((broken / name).read_bytes())
+    data[0] ^= 0xFF  # same size, other bytes: only the sha256 can tell
+    (broken / name).write_bytes(bytes(data))
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as stderr:  # a file, not a pipe: Ray's logs must never block the command
+        proc = subprocess.Popen([SPECRT, "serve", str(broken), "--ray", "--cpus-per-replica", "0.5", "--port",
+                                 str(free_port())], stderr=stderr, stdout=subprocess.DEVNULL)
+    procs: set = set()
+    deadline = time.monotonic() + 240
+    while proc.poll() is None and time.monotonic() < deadline:
+        procs |= ray_processes(psutil.Process(proc.pid))
+        time.sleep(0.5)
+    if proc.poll() is None:
+        proc.kill()
+        pytest.fail("specrt serve --ray kept running with a corrupted bundle")
+    err = log.read_text()
+    if "cannot start or reach a local Ray instance" in err:
+        pytest.skip("Ray cannot start here: " + err.strip().splitlines()[-1])
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 1, err[-3000:]
+    assert last.startswith(f"error: specrt replica could not load the bundle {broken} (replica "), err[-3000:]
+    assert "ChecksumMismatch" in last and name in last
+    assert "Traceback" not in err.split("error: specrt replica")[-1]
+    assert len(procs) >= 3 and wait_gone(procs) == []

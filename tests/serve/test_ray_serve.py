@@ -24,7 +24,7 @@ ray = pytest.importorskip("ray", reason="needs Ray Serve: pip install 'specrt[ra
 serve = pytest.importorskip("ray.serve", reason="needs Ray Serve: pip install 'specrt[ray]'")
 
 from specrt.serve.ray_config import RayConfig  # noqa: E402
-from specrt.serve.ray_deploy import RayDeployError, RayServer, build_application, load_failure  # noqa: E402
+from specrt.serve.ray_deploy import RayDeployError, RayServer, app_builder, load_failure  # noqa: E402
 from specrt.serve.ray_replica import LOAD_FAILED, REPLICA_HEADER  # noqa: E402
 
 PROMPT = "def main(args):\n    "
@@ -182,11 +182,10 @@ def test_replica_that_cannot_load_is_a_clear_error(ray_server, pair_bundle, tmp_
         first = f.read(1)
         f.seek(0)
         f.write(bytes([first[0] ^ 0xFF]))
-    config = RayConfig(replicas=1, cpus_per_replica=0.5, app_name="broken")
     t = time.monotonic()
-    with pytest.raises(RuntimeError) as info:
-        serve.run(build_application(str(broken), config, {**APP, "threads": 1}), name="broken",
-                  route_prefix="/broken")
+    with pytest.raises(RuntimeError) as info:  # deployed as a Serve config file would: through app_builder
+        serve.run(app_builder({"bundle": str(broken), "replicas": "1", "cpus_per_replica": 0.5, **APP}),
+                  name="broken", route_prefix="/broken")
     message = load_failure(info.value, "broken")
     try:
         assert message and message.startswith(f"{LOAD_FAILED} {broken}"), str(info.value)[-2000:]
