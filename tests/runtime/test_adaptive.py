@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from specrt.runtime.adaptive import AdaptiveK
+from specrt.runtime.policy import AdaptiveK
 
 
 def simulate(ctrl, acceptance, draft_cost, verify_cost, steps, rng):

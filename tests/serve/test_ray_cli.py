@@ -20,7 +20,7 @@ import pytest
 
 from conftest import K
 from ray_helpers import free_port, ray_processes, wait_gone
-from specrt.errors import InvalidArgument
+from specrt.core.errors import InvalidArgument
 from specrt.serve.ray_config import RayConfig
 
 SPECRT = str(Path(sys.executable).with_name("specrt"))
@@ -73,7 +73,7 @@ def test_app_builder_args():
 
 
 def test_plain_serve_does_not_import_ray():
-    code = ("import sys, specrt.cli, specrt.commands.serve, specrt.serve, specrt.serve.ray_config; "
+    code = ("import sys, specrt.cli.main, specrt.cli.commands.serve, specrt.serve, specrt.serve.ray_config; "
             "from specrt.serve import create_app; print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
@@ -83,7 +83,7 @@ def test_serve_ray_usage_errors(pair_bundle, tmp_path):
     """Each is refused before any Ray process starts (in-process: a subprocess per case costs seconds)."""
     from click.testing import CliRunner
 
-    from specrt.cli import main
+    from specrt.cli.main import main
 
     for args, message in [
         ((pair_bundle, "--replicas", 2), "--replicas only apply with --ray"),
@@ -100,7 +100,7 @@ def test_serve_ray_usage_errors(pair_bundle, tmp_path):
 
 
 def test_serve_ray_without_ray_installed(pair_bundle):
-    code = ("import sys; sys.modules['ray'] = None; from specrt.cli import main; "
+    code = ("import sys; sys.modules['ray'] = None; from specrt.cli.main import main; "
             f"main(['serve', {str(pair_bundle)!r}, '--ray'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "ray is not installed: pip install 'specrt[ray]'" in out.stderr, out.stderr

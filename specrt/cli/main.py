@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import click
 
-from .errors import SpecrtError
+from ..core.errors import SpecrtError
 
 
 def fail(message: str, code: int) -> None:
@@ -70,7 +70,7 @@ def main() -> None:
 
 
 def _register() -> None:
-    """Import every module of specrt.commands; each adds its commands to `main`."""
+    """Import every module of specrt.cli.commands; each adds its commands to `main`."""
     import importlib
     import pkgutil
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..cli import KType, handle_errors, main
+from ..main import KType, handle_errors, main
 
 
 @main.command("serve")
@@ -58,7 +58,7 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_queue, backend
     try:
         import uvicorn
 
-        from ..serve import create_app
+        from ...serve import create_app
     except ImportError as exc:
         raise click.ClickException(f"{exc.name} is not installed: pip install 'specrt[serve]'") from None
 
@@ -73,12 +73,12 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_queue, backend
 def serve_ray(bundle, host, port, log_level, replicas, min_replicas, max_replicas, ray_address, cpus_per_replica,
               app_kwargs):
     """`specrt serve --ray`: Ray is imported only here."""
-    from ..serve.ray_config import RayConfig
+    from ...serve.ray_config import RayConfig
 
     config = RayConfig(replicas=replicas, min_replicas=min_replicas, max_replicas=max_replicas,
                        address=ray_address, cpus_per_replica=cpus_per_replica)
     try:
-        from ..serve.ray_deploy import serve_on_ray
+        from ...serve.ray_deploy import serve_on_ray
     except ImportError as exc:
         raise click.ClickException(f"{exc.name} is not installed: pip install 'specrt[ray]'") from None
     serve_on_ray(bundle, config, host=host, port=port, app_kwargs=app_kwargs, log_level=log_level,

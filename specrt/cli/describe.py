@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .bundle import read_manifest
+from ..bundle.manifest import read_manifest
 
 
 def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | None = None) -> dict[str, Any]:
@@ -46,13 +46,13 @@ def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | 
         "checksums": "ok",
     }
     try:
-        from .compiler.trt.support import onnx_support_report
+        from ..compiler.trt.support import onnx_support_report
 
         out["tensorrt_support"] = {role: onnx_support_report(m.path(e["onnx"])) for role, e in m.models.items()}
     except ImportError:
         pass
     if memory:
-        from .compiler.trt.memory import memory_plan
+        from ..compiler.trt.memory import memory_plan
 
         out["memory"] = memory_plan(m, max_seq_len=max_seq_len)
     return out

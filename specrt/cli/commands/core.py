@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from ..cli import KType, echo_json, handle_errors, main
-from ..compiler.trt.cli import prepare_trt_compile, trt_compile_options
+from ..main import KType, echo_json, handle_errors, main
+from ...compiler.trt.cli import prepare_trt_compile, trt_compile_options
 from ..progress import step_progress
 
 
@@ -25,13 +25,13 @@ from ..progress import step_progress
 @handle_errors
 def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, as_json, trt_options):
     """Export target (and draft) to ONNX, validate, and write a bundle (with --backend trt: plus engines)."""
-    from ..compiler import compile_bundle
-    from ..compiler.pipeline import check_compile_args
+    from ...compiler import compile_bundle
+    from ...compiler.pipeline import check_compile_args
 
     check_compile_args(max_seq_len, max_draft_tokens, output, force)
     extra = []
     if medusa is not None:
-        from ..compiler.medusa import medusa_step
+        from ...compiler.medusa import medusa_step
 
         extra.append(medusa_step(medusa, target))
     extra += prepare_trt_compile(trt_options, target=target, draft=draft, output=output,
@@ -39,7 +39,7 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     with step_progress(enabled=not as_json) as progress:
         out = compile_bundle(target, output, draft, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
                              force=force, progress=progress, extra_steps=extra)
-    from ..inspect import bundle_summary
+    from ..describe import bundle_summary
 
     summary = bundle_summary(out)
     if as_json:
@@ -74,7 +74,7 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
 def generate_cmd(bundle, prompt, max_new_tokens, temperature, top_k, top_p, seed, method, k, ngram_min,
                  ngram_max, backend, target_device, draft_device, threads, stream, as_json):
     """Generate text from BUNDLE with speculative decoding."""
-    from ..runtime import load
+    from ...runtime import load
 
     gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
     kwargs = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, method=method,
@@ -104,7 +104,7 @@ def generate_cmd(bundle, prompt, max_new_tokens, temperature, top_k, top_p, seed
 @handle_errors
 def inspect_cmd(bundle, memory, max_seq_len, as_json):
     """Describe a bundle: models, graph I/O, profiles, engines, checksums."""
-    from ..inspect import bundle_summary, print_summary
+    from ..describe import bundle_summary, print_summary
 
     summary = bundle_summary(bundle, memory=memory, max_seq_len=max_seq_len)
     if as_json:

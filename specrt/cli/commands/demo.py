@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..cli import KType, handle_errors, main
+from ..main import KType, handle_errors, main
 from ..progress import step_progress
 
 

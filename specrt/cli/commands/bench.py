@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ..cli import KType, echo_json, handle_errors, main
+from ..main import KType, echo_json, handle_errors, main
 
 
 def _csv(kind, name: str):
@@ -66,7 +66,7 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
     from rich.console import Console
 
     if random_dir is not None:
-        from ..bench.random_target import make
+        from ...bench.random_target import make
 
         summary = make(random_dir, params)
         click.echo(f"wrote a random Llama ({summary['parameters']:,} parameters, {summary['num_hidden_layers']} layers, "
@@ -75,8 +75,8 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
         return
     if bundle is None:
         raise click.UsageError("missing BUNDLE (or --make-random-target DIR)")
-    from ..bench import BenchSettings, run_bench
-    from ..bench.report import markdown, print_tables
+    from ...bench import BenchSettings, run_bench
+    from ...bench.report import markdown, print_tables
 
     settings = BenchSettings(bundle=bundle, backend=backend, threads=threads, suites=suites,
                              prompts_file=prompts_file, prompts_per_suite=prompts_per_suite, methods=methods,
@@ -87,7 +87,7 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
     with _progress(not quiet) as progress:
         result = run_bench(settings, progress=progress, command=command)
     if plot_path is not None:
-        from ..bench.plot import save_plot
+        from ...bench.plot import save_plot
 
         save_plot(result, str(plot_path))
     if md_path is not None:
