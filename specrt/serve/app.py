@@ -13,7 +13,7 @@ import inspect
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, Optional, Sequence, Union
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -50,10 +50,12 @@ def create_app(bundle_or_generators: Union[str, Path, Any, Sequence[Any]], *, se
                api_key: Optional[str] = None, max_concurrency: int = 1, max_queue: int = 64,
                method: Optional[str] = None, num_speculative_tokens: Union[int, str] = "auto",
                backend: str = "auto", threads: Optional[int] = None, max_body_bytes: int = 1 << 20,
-               body_timeout_s: float = 30.0) -> FastAPI:
+               body_timeout_s: float = 30.0,
+               health_extra: Optional[Callable[[], Awaitable[dict[str, Any]]]] = None) -> FastAPI:
     """A bundle path loads `max_concurrency` generators; a Generator or a list of them is used as given
     (one slot each). With an `api_key` the API docs (/docs, /redoc, /openapi.json) are off;
-    `body_timeout_s` bounds how long a request body may take to arrive (408 after it)."""
+    `body_timeout_s` bounds how long a request body may take to arrive (408 after it); `health_extra` adds
+    keys to /health (the Ray replica's name and the replica count)."""
     if isinstance(bundle_or_generators, (str, Path)):
         generators = load_generators(bundle_or_generators, max_concurrency, backend, threads)
     elif isinstance(bundle_or_generators, (list, tuple)):
@@ -104,8 +106,9 @@ def create_app(bundle_or_generators: Union[str, Path, Any, Sequence[Any]], *, se
     @app.get("/health")
     async def health() -> dict[str, Any]:
         pool = service.pool
-        return {"status": "ok", "model": config.served_model_name, "slots": pool.size, "busy": pool.busy,
+        body = {"status": "ok", "model": config.served_model_name, "slots": pool.size, "busy": pool.busy,
                 "queued": pool.waiting, "max_queue": pool.max_queue}
+        return {**body, **(await health_extra())} if health_extra else body
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -29,10 +29,31 @@ from ..options import backend_option, method_option
               help="CPU threads in all, split over the slots (default: all cores).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--ray", "use_ray", is_flag=True,
+              help="Deploy on Ray Serve: replicas of this server across a Ray cluster (needs specrt[ray]).")
+@click.option("--replicas", default=None, type=click.IntRange(min=1), help="--ray: a fixed number of replicas [1].")
+@click.option("--min-replicas", default=None, type=click.IntRange(min=1), help="--ray: autoscale from A replicas...")
+@click.option("--max-replicas", default=None, type=click.IntRange(min=1), help="...to B (on ongoing requests).")
+@click.option("--ray-address", default=None, help="--ray: join this Ray cluster (default: start a local Ray instance).")
+@click.option("--cpus-per-replica", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="--ray: CPUs Ray reserves per replica (and its threads unless --threads is given).")
 @handle_errors
 def serve_cmd(bundle, host, port, method, k, max_concurrency, max_queue, backend, api_key, served_model_name,
-              threads, log_level):
-    """Serve BUNDLE with the OpenAI API (/v1/completions, /v1/chat/completions) on HOST:PORT."""
+              threads, log_level, use_ray, replicas, min_replicas, max_replicas, ray_address, cpus_per_replica):
+    """Serve BUNDLE with the OpenAI API (/v1/completions, /v1/chat/completions) on HOST:PORT.
+
+    With --ray, --threads counts per replica."""
+    ray_given = [f for f, v in (("--replicas", replicas), ("--min-replicas", min_replicas),
+                                ("--max-replicas", max_replicas), ("--ray-address", ray_address),
+                                ("--cpus-per-replica", cpus_per_replica != 1.0)) if v]
+    if use_ray:
+        app_kwargs = dict(served_model_name=served_model_name, api_key=api_key, max_concurrency=max_concurrency,
+                          max_queue=max_queue, method=method, num_speculative_tokens=k, backend=backend,
+                          threads=threads)
+        return serve_ray(bundle, host, port, log_level, replicas, min_replicas, max_replicas, ray_address,
+                         cpus_per_replica, app_kwargs)
+    if ray_given:
+        raise click.UsageError(f"{', '.join(ray_given)} only apply with --ray")
     try:
         import uvicorn
 
@@ -70,3 +91,18 @@ def listen_socket(host: str, port: int):
         raise SpecrtError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(True)
     return sock
+
+
+def serve_ray(bundle, host, port, log_level, replicas, min_replicas, max_replicas, ray_address, cpus_per_replica,
+              app_kwargs):
+    """`specrt serve --ray`: Ray is imported only here."""
+    from ...serve.ray_config import RayConfig
+
+    config = RayConfig(replicas=replicas, min_replicas=min_replicas, max_replicas=max_replicas,
+                       address=ray_address, cpus_per_replica=cpus_per_replica)
+    try:
+        from ...serve.ray_deploy import serve_on_ray
+    except ImportError as exc:
+        raise click.ClickException(f"{exc.name} is not installed: pip install 'specrt[ray]'") from None
+    serve_on_ray(bundle, config, host=host, port=port, app_kwargs=app_kwargs, log_level=log_level,
+                 log=lambda m: click.echo(m, err=True))

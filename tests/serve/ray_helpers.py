@@ -1,0 +1,72 @@
+"""Helpers of the Ray Serve tests: a free port, a small local Ray instance, and the Ray processes a test started."""
+
+from __future__ import annotations
+
+import socket
+import tempfile
+import time
+from typing import Any
+
+import psutil
+
+RAY_NAMES = ("raylet", "gcs_server", "ray::", "ray/", "default_worker", "dashboard", "log_monitor", "monitor.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def small_ray(num_cpus: int = 2) -> dict[str, Any]:
+    """ray.init arguments for a light local instance. The temp dir is short: Ray's socket paths live in it."""
+    return {"num_cpus": num_cpus, "include_dashboard": False, "object_store_memory": 80 << 20,
+            "_temp_dir": tempfile.mkdtemp(prefix="rt", dir="/tmp"), "log_to_driver": False}
+
+
+def is_ray(proc: psutil.Process) -> bool:
+    try:
+        text = " ".join(proc.cmdline()) or proc.name()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+    return any(name in text for name in RAY_NAMES)
+
+
+def ray_processes(root: psutil.Process) -> set[tuple[int, float]]:
+    """(pid, create_time) of the Ray processes below `root` (raylet, GCS, workers, replicas...)."""
+    found = set()
+    for proc in root.children(recursive=True):
+        try:
+            if is_ray(proc):
+                found.add((proc.pid, proc.create_time()))
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def alive(procs: set[tuple[int, float]], temp_dir: str = "") -> list[str]:
+    """Those of `procs` still running (zombies count as gone), plus any process naming `temp_dir`."""
+    left = []
+    for pid, created in procs:
+        try:
+            proc = psutil.Process(pid)
+            if proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE:
+                left.append(f"{pid} {' '.join(proc.cmdline())[:120]}")
+        except psutil.NoSuchProcess:
+            continue
+    if temp_dir:
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            cmd = " ".join(proc.info["cmdline"] or [])
+            if temp_dir in cmd and proc.pid not in {p for p, _ in procs}:
+                left.append(f"{proc.pid} {cmd[:120]}")
+    return left
+
+
+def wait_gone(procs: set[tuple[int, float]], temp_dir: str = "", timeout: float = 30.0) -> list[str]:
+    """Wait (bounded) until none of `procs` runs; returns those still alive at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = alive(procs, temp_dir)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.25)
