@@ -95,6 +95,7 @@ class Generator:
                 runner.reset()
                 runner.forward(ids[:s])
             runner.reset()
+        self._load_costs = measure_costs(self.target, self.draft, self.max_draft_tokens)
 
     # ----------------------------------------------------------------------------------------- API
     @property
@@ -183,6 +184,9 @@ class Generator:
             key = (method, max_k)
             if key not in self._controllers:  # kept across calls: costs and acceptance carry over
                 self._controllers[key] = AdaptiveK(max_k)
+                verify, draft = self._load_costs
+                if method != "medusa":  # start short runs at the k the load-time costs predict best
+                    self._controllers[key].prime(verify, draft if method == "draft" else 0.0)
             return self._controllers[key]
         return FixedK(min(k, max_k))
 
@@ -209,7 +213,7 @@ class Generator:
     def _iterate(self, prompt, max_new_tokens: int, *, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, method: str | None = None,
                  num_speculative_tokens: int | str | None = None, ngram_min: int | None = None,
-                 ngram_max: int | None = None):
+                 ngram_max: int | None = None, strict: bool = False):
         # Validate everything before touching a runner.
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InvalidArgument(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
@@ -225,19 +229,46 @@ class Generator:
             num_speculative_tokens = min(DEFAULT_K, self.max_draft_tokens)
         k = self._check_k(num_speculative_tokens)
         prompt_ids = self.encode_prompt(prompt)
+        room = self.max_seq_len - int(prompt_ids.size)
+        if strict and max_new_tokens > room:
+            raise InvalidArgument(
+                f"prompt has {prompt_ids.size} tokens: with max_new_tokens={max_new_tokens} it exceeds the "
+                f"bundle's context of {self.max_seq_len} tokens (at most {room} new tokens fit)")
         options = {key: v for key, v in (("min_n", ngram_min), ("max_n", ngram_max)) if v is not None}
-        return self._run(prompt_ids, max_new_tokens, params, method, k, options)
+        return self._run(prompt_ids, max_new_tokens, params, method, k, options, max_new_tokens > room)
 
-    def _run(self, prompt_ids, max_new_tokens, params, method, k, options):
+    def _run(self, prompt_ids, max_new_tokens, params, method, k, options, context_limited=False):
         rng = params.rng()
         with self._lock:
             proposer = self.make_proposer(method, params, rng, options)
             policy = self.make_policy(k, method) if proposer is not None else None
             stats = GenerationStats(method=method, backend=self.backend, prompt_tokens=int(prompt_ids.size),
-                                    provider=self.target.describe().get("provider", self.backend))
+                                    provider=self.target.describe().get("provider", self.backend),
+                                    context_limited=context_limited)
             started = time.perf_counter()
             for chunk in decode(self.target, proposer, policy, prompt_ids, max_new_tokens=max_new_tokens,
                                 max_draft_tokens=self.max_draft_tokens, params=params, rng=rng,
                                 eos_ids=self.eos_ids, stats=stats):
                 stats.elapsed_s = time.perf_counter() - started
+                if policy is not None and hasattr(policy, "off_reason"):
+                    stats.speculation_note = policy.off_reason() if stats.num_speculative_tokens == 0 else ""
                 yield chunk, prompt_ids.tolist(), stats
+
+
+def measure_costs(target, draft, max_k: int) -> tuple[list[float], float | None]:
+    """Seconds of one target pass over k + 1 tokens (k = 0..max_k) and of one draft token, measured at
+    load after the warm-up (best of two): the adaptive controller's starting point."""
+    ids = np.zeros(max_k + 1, dtype=np.int64)
+
+    def timed(runner, s: int) -> float:
+        best = float("inf")
+        for _ in range(2):
+            runner.reset()
+            t0 = time.perf_counter()
+            runner.forward(ids[:s])
+            best = min(best, time.perf_counter() - t0)
+        runner.reset()
+        return best
+
+    verify = [timed(target, k + 1) for k in range(max_k + 1)]
+    return verify, (timed(draft, 1) if draft is not None else None)
