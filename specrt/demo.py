@@ -59,6 +59,16 @@ def check_models(models: Path) -> None:
             raise BundleError(f"demo models not found in {models}/{sub}: the packaged pair is missing from this install")
 
 
+def bundle_is_current(models: Path, out: Path) -> bool:
+    """True when `out` holds a bundle of `models` that ensure_bundle would reuse."""
+    from .bundle import read_manifest
+
+    try:
+        return read_manifest(out, verify_checksums=True).get("demo", {}).get("fingerprint") == fingerprint(models)
+    except SpecrtError:
+        return False
+
+
 def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> tuple[Path, bool]:
     """Compile the demo pair into `out` unless a current bundle is there. Returns (path, rebuilt)."""
     from .bundle import read_manifest
@@ -94,6 +104,7 @@ def run_prompt(gen, prompt: str, max_new_tokens: int, repeats: int, method: str,
         plain_tps.append(plain.stats.tokens_per_second)
         spec_tps.append(spec.stats.tokens_per_second)
     p, s = statistics.median(plain_tps), statistics.median(spec_tps)
+    speedups = [st / pt if pt else 0.0 for st, pt in zip(spec_tps, plain_tps)]
     return {
         "text": spec.text,
         "identical": spec.token_ids == plain.token_ids,
@@ -101,6 +112,9 @@ def run_prompt(gen, prompt: str, max_new_tokens: int, repeats: int, method: str,
         "plain_tokens_per_second": p,
         "speculative_tokens_per_second": s,
         "speedup": s / p if p else 0.0,
+        "speedup_min": min(speedups),  # spread over the repeats
+        "speedup_max": max(speedups),
+        "_speedups": speedups,
         "acceptance_rate": spec.stats.acceptance_rate,
         "mean_accepted_tokens": spec.stats.mean_accepted_tokens,
         "num_speculative_tokens": spec.stats.num_speculative_tokens,
@@ -111,18 +125,26 @@ def run_prompt(gen, prompt: str, max_new_tokens: int, repeats: int, method: str,
 
 def run_demo(out: Path, models: Path = ASSETS, backend: str = "auto", method: str = "draft", k=2,
              max_new_tokens: int = 128, repeats: int = 3, progress: Callable | None = None,
-             on_prompt: Callable[[dict], None] | None = None) -> dict[str, Any]:
+             on_prompt: Callable[[dict], None] | None = None,
+             on_start: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
+    from .console import check_repeats, spread
     from .runtime import load
 
+    check_repeats(repeats)
     bundle, rebuilt = ensure_bundle(models, out, progress)
     gen = load(bundle, backend=backend)
     rows = []
-    for item in PROMPTS:
+    for i, item in enumerate(PROMPTS):
+        if on_start:
+            on_start(i + 1, len(PROMPTS), item["kind"])
         row = {"prompt": item["prompt"], "kind": item["kind"]}
         row.update(run_prompt(gen, item["prompt"], max_new_tokens, repeats, method, k))
         rows.append(row)
         if on_prompt:
             on_prompt(row)
+    per_repeat = [statistics.geometric_mean([max(r["_speedups"][j], 1e-9) for r in rows]) for j in range(repeats)]
+    for r in rows:
+        r.pop("_speedups")
     drafted = sum(r.pop("_drafted") for r in rows)
     accepted = sum(r.pop("_accepted") for r in rows)
     plain = statistics.geometric_mean([r["plain_tokens_per_second"] for r in rows])
@@ -136,6 +158,9 @@ def run_demo(out: Path, models: Path = ASSETS, backend: str = "auto", method: st
         "summary": {
             "identical": all(r["identical"] for r in rows),
             "speedup": spec / plain if plain else 0.0,
+            "speedup_min": spread(per_repeat)["min"],  # over repeats: per repeat, the geometric mean over prompts
+            "speedup_max": spread(per_repeat)["max"],
+            "repeats": repeats,
             "acceptance_rate": accepted / drafted if drafted else 0.0,
             "plain_tokens_per_second": plain,
             "speculative_tokens_per_second": spec,

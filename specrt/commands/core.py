@@ -124,3 +124,8 @@ def inspect_cmd(bundle, memory, max_seq_len, as_json):
         echo_json(summary)
     else:
         print_summary(summary)
+    if summary["failed_checks"]:  # described above, but still refused by generate/serve/bench
+        from ..cli import fail
+
+        fail(f"bundle {bundle} failed {len(summary['failed_checks'])} check(s) (marked FAILED): generate, serve "
+             "and bench refuse it; recompile it with `specrt compile`", 2)

@@ -20,38 +20,33 @@ from ..progress import step_progress
 @click.option("--num-speculative-tokens", "k", default="2", show_default=True, type=KType(),
               help="k per step, or auto (faster on this pair, but drafts more per step: lower accepted/drafted).")
 @click.option("--max-new-tokens", default=128, show_default=True, type=int)
-@click.option("--repeats", default=3, show_default=True, type=int, help="Timed runs per prompt (median).")
+@click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Timed runs per prompt (median, spread min-max).")
 @click.option("--models", default=None, type=click.Path(path_type=Path), hidden=True,
               help="Another pair in the packaged layout (target/, draft/, medusa/).")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def demo_cmd(output, backend, method, k, max_new_tokens, repeats, models, as_json):
     """Compile the packaged demo pair and compare plain and speculative decoding."""
-    from ..demo import ASSETS, run_demo
-
     from rich.console import Console
 
-    console = Console(stderr=as_json)
+    from ..demo import ASSETS, bundle_is_current, ensure_bundle, run_demo
+    from ..demo_screen import DemoScreen
 
-    def show(row):
-        if as_json:
-            return
-        console.rule(f"[bold]{row['kind']}[/bold]")
-        console.print(row["prompt"], end="", markup=False, style="dim")
-        console.print(row["text"], markup=False, style="green")
-        console.print(f"identical to plain: {row['identical']}   acceptance {row['acceptance_rate']:.2f}   "
-                      f"mean accepted {row['mean_accepted_tokens']:.2f}   plain {row['plain_tokens_per_second']:.0f} tok/s   "
-                      f"speculative {row['speculative_tokens_per_second']:.0f} tok/s   speedup {row['speedup']:.2f}x")
-
-    with step_progress(enabled=not as_json) as progress:
-        result = run_demo(output, models or ASSETS, backend=backend, method=method, k=k,
-                          max_new_tokens=max_new_tokens, repeats=repeats, progress=progress, on_prompt=show)
+    models = models or ASSETS
+    screen = DemoScreen(Console(stderr=as_json))
+    if not as_json:
+        current = bundle_is_current(models, output)
+        screen.announce(current, output)
+        screen.warn_if_busy()
+        if not current:  # the live compile display ends here, before any result is printed
+            with step_progress() as progress:
+                ensure_bundle(models, output, progress)
+    result = run_demo(output, models, backend=backend, method=method, k=k, max_new_tokens=max_new_tokens,
+                      repeats=repeats, progress=None, on_prompt=None if as_json else screen.row,
+                      on_start=None if as_json else screen.start)
     if as_json:
         click.echo(json.dumps({"prompts": result["prompts"], "summary": result["summary"],
                                "bundle": result["bundle"], "backend": result["backend"]}, indent=2))
         return
-    s = result["summary"]
-    console.rule("[bold]summary[/bold]")
-    console.print(f"backend {result['backend']}, method {result['method']}: outputs identical on every prompt: "
-                  f"{s['identical']}; acceptance {s['acceptance_rate']:.2f}; plain {s['plain_tokens_per_second']:.0f} tok/s, "
-                  f"speculative {s['speculative_tokens_per_second']:.0f} tok/s: [bold]{s['speedup']:.2f}x[/bold]")
+    screen.summary(result)
