@@ -102,8 +102,8 @@ class AdaptiveK:
             return ""
         v = self.verify_estimate()
         c = (self.draft_cost or 0.0) / v[0]
-        return (f"speculation off: no k is predicted to beat plain decoding here (per-token acceptance "
-                f"{self.acceptance:.2f}, a draft token costs {c:.2f} target steps); it probes again every "
+        return (f"speculation off: drafting is slower than plain decoding here; per-token acceptance "
+                f"{self.acceptance:.2f}, a draft token costs {c:.2f} target steps; probing again every "
                 f"{self.probe_every} steps")
 
     # ----------------------------------------------------------------------------- the protocol

@@ -19,7 +19,7 @@ def test_generate_json(pair_bundle, pair_generator):
     proc = specrt("generate", pair_bundle, "--prompt", "import os", "--max-new-tokens", 12,
                   "--method", "draft", "--num-speculative-tokens", 3, "--json", check=0)
     out = json.loads(proc.stdout)
-    assert set(out) == {"text", "token_ids", "stats"}
+    assert set(out) == {"text", "token_ids", "finish_reason", "stats"}
     expected = pair_generator.generate("import os", 12, method="none")
     assert out["token_ids"] == expected.token_ids and out["text"] == expected.text
     for key in ("method", "num_speculative_tokens", "new_tokens", "drafted_tokens", "accepted_tokens",
