@@ -142,19 +142,27 @@ def _progress(enabled: bool):
 
     @contextlib.contextmanager
     def bar():
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TimeRemainingColumn(), console=Console(stderr=True), transient=False) as p:
-            task = p.add_task("bench", total=None)
-            state = {"started": False}
+        # Started at the first tick: errors found while loading (bad --k, ...) print no bar before them.
+        p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                     TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+        task = p.add_task("bench", total=None)
+        state = {"started": False}
 
-            def tick(description: str, total: int) -> None:
-                p.update(task, total=total, description=description[:60])
-                if state["started"]:
-                    p.advance(task)
-                state["started"] = True
+        def tick(description: str, total: int) -> None:
+            if not state["started"]:
+                p.start()
+            p.update(task, total=total, description=description[:60])
+            if state["started"]:
+                p.advance(task)
+            state["started"] = True
 
+        try:
             yield tick
-            p.update(task, description="done")
-            p.advance(task)
+            if state["started"]:
+                p.update(task, description="done")
+                p.advance(task)
+        finally:
+            if state["started"]:
+                p.stop()
 
     return bar()

@@ -39,10 +39,13 @@ def test_results_are_written_before_a_failing_plot(pair_bundle, tmp_path):
     assert json.loads(js.read_text())["results"] and md.read_text().startswith("## Benchmark")
 
 
-def test_path_error_shows_no_progress_bar(tmp_path):
+def test_path_error_shows_no_progress_bar(tmp_path, pair_bundle):
     proc, _ = run([tmp_path / "missing"])
     assert proc.returncode == 2
     assert proc.stderr == f"error: bundle {tmp_path / 'missing'} does not exist (create one with `specrt compile`)\n"
+    proc, _ = run([pair_bundle, "--k", 99])  # found after loading the bundle: still no bar before it
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --k 99 is outside [1, 8]")
+    assert proc.stderr.count("\n") == 1, proc.stderr
 
 
 def test_tables_fit_80_columns_and_wide_shows_every_column(pair_bundle):
