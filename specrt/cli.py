@@ -66,6 +66,9 @@ class KType(click.ParamType):
             self.fail(f"{value!r} is neither an integer nor 'auto'", param, ctx)
 
 
+_NO_ARGS = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 class Group(click.Group):
     """Click's own usage errors printed like every other error: one `error: ...` line."""
 
@@ -77,6 +80,9 @@ class Group(click.Group):
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.Abort:
             fail("interrupted", 130)
+        except _NO_ARGS as exc:  # `specrt` alone: the help text, as click prints it
+            exc.show()
+            sys.exit(exc.exit_code)
         except click.ClickException as exc:
             hint = ""
             ctx = getattr(exc, "ctx", None)

@@ -3,6 +3,7 @@ error prefix, compile errors that guide. Real subprocesses on the tiny fixture b
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -97,6 +98,13 @@ def test_compile_errors_guide(tmp_path, pair_bundle, llama_target):
         assert proc.stderr.startswith(f"error: {flag} ") and message in proc.stderr, proc.stderr
         assert proc.stderr.count("\n") == 1  # one line, no empty line before it
     assert not (tmp_path / "out").exists()
+    # an error found inside the compile (after the progress display was set up): still one line, no empty line
+    (tmp_path / "foo").mkdir()
+    (tmp_path / "foo" / "config.json").write_text('{"architectures": ["FooForCausalLM"], "model_type": "foo"}')
+    shutil.copy(llama_target / "tokenizer.json", tmp_path / "foo" / "tokenizer.json")
+    proc = specrt("compile", "--target", tmp_path / "foo", "-o", tmp_path / "out")
+    assert proc.returncode == 2 and proc.stderr.startswith("error: unsupported architecture FooForCausalLM")
+    assert proc.stderr.count("\n") == 1
 
 
 def test_adaptive_off_says_why(pair_bundle):
@@ -106,3 +114,9 @@ def test_adaptive_off_says_why(pair_bundle):
     line = proc.stderr.strip()
     assert STATS.fullmatch(line), line
     assert ", k=0 (speculation off: drafting is slower than plain decoding here; per-token acceptance 0." in line
+
+
+def test_no_command_prints_the_help_not_an_error():
+    proc = specrt()
+    assert proc.stdout.startswith("Usage: specrt") or proc.stderr.startswith("Usage: specrt")
+    assert "error:" not in proc.stdout + proc.stderr
