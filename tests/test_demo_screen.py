@@ -43,6 +43,6 @@ def test_demo_results_stay_on_screen(tmp_path, tiny_pair, columns):
 
 
 def test_demo_repeats_zero_is_a_usage_error(tmp_path, tiny_pair):
-    lines, raw, status = run_in_terminal(["demo", "--models", tiny_pair, "--repeats", 0], cwd=tmp_path)
+    lines, raw, status = run_in_terminal(["demo", "--models", tiny_pair, "--repeats", 0], cwd=tmp_path, columns=120)
     assert status == 2
     assert lines == ["error: Invalid value for '--repeats': 0 is not in the range x>=1. (see 'specrt demo --help')"]
