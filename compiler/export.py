@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import SpecrtError
+from ..core.errors import SpecrtError
 from ..models import Decoder
-from . import graph_io
+from ..bundle import graph_io
 
 ONNX_OPSET = 18
 ONNX_IR_VERSION = 10

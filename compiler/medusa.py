@@ -13,8 +13,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..checkpoint import open_checkpoint
-from ..errors import CheckpointError
+from ..models.checkpoint import open_checkpoint
+from ..core.errors import CheckpointError
 from ..models.config import read_json
 from ..models.medusa import MedusaHeadsWithLMHead
 from .export import export_module

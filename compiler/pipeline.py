@@ -17,12 +17,12 @@ from typing import Any, Callable
 import torch
 
 from .. import BUNDLE_FORMAT_VERSION, __version__
-from ..bundle import FORMAT_NAME, MANIFEST, file_entries
-from ..checkpoint import Checkpoint, open_checkpoint
-from ..errors import CheckpointError, InvalidArgument
-from . import graph_io
+from ..bundle.manifest import FORMAT_NAME, MANIFEST, file_entries
+from ..models.checkpoint import Checkpoint, open_checkpoint
+from ..core.errors import CheckpointError, InvalidArgument
+from ..bundle import graph_io
 from .export import ONNX_IR_VERSION, ONNX_OPSET, onnx_from_decoder
-from .profiles import profiles_for_model
+from ..bundle.profiles import profiles_for_model
 from .tokenizer_check import check_same_vocab, load_vocab
 from .validate import validate_onnx, validation_shapes
 

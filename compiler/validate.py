@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import SpecrtError
+from ..core.errors import SpecrtError
 from ..models import Decoder
-from . import graph_io
+from ..bundle import graph_io
 from .export import sample_inputs
 
 

@@ -19,15 +19,15 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..bundle import Manifest, read_manifest
-from ..errors import InvalidArgument
+from ..bundle.manifest import Manifest, read_manifest
+from ..core.errors import InvalidArgument
 from . import backends
-from .controller import FixedK
+from .policy import FixedK
 from .loop import decode
 from .proposers.draft_model import DraftModelProposer
 from .sampling import SamplingParams
 from .stats import GenerationStats
-from .tokenizer import IncrementalDecoder, Tokenizer
+from ..core.tokenizer import IncrementalDecoder, Tokenizer
 
 METHODS = ("draft", "ngram", "medusa", "none")
 DEFAULT_K = 5
@@ -179,7 +179,7 @@ class Generator:
         if method == "medusa":  # one draft per head
             max_k = min(max_k, int(self.manifest["medusa"]["num_heads"]))
         if k == "auto":
-            from .adaptive import AdaptiveK
+            from .policy import AdaptiveK
 
             key = (method, max_k)
             if key not in self._controllers:  # kept across calls: costs and acceptance carry over

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..errors import InvalidArgument
+from ..core.errors import InvalidArgument
 
 
 class KVCache:

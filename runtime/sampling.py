@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from ..errors import InvalidArgument
+from ..core.errors import InvalidArgument
 
 
 @dataclasses.dataclass(frozen=True)

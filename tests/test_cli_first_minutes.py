@@ -54,7 +54,7 @@ def test_context_limit_warns_or_refuses_consistently(pair_bundle, pair_generator
     assert proc.stderr == (f"error: prompt has {n} tokens: with --max-new-tokens=50 it exceeds the bundle's "
                            f"context of 128 tokens (at most {room} new tokens fit)\n")
     # the Python API: the same error with strict=True, finish_reason "length" otherwise
-    from specrt.errors import InvalidArgument
+    from specrt.core.errors import InvalidArgument
 
     with pytest.raises(InvalidArgument, match="max_new_tokens=50 it exceeds"):
         pair_generator.generate(prompt, 50, strict=True)

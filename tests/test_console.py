@@ -7,7 +7,7 @@ from rich.console import Console
 
 from specrt.console import busy_warning, check_repeats, flag_names, pack, require, spread
 from specrt.demo_screen import DemoScreen
-from specrt.errors import InvalidArgument, SpecrtError
+from specrt.core.errors import InvalidArgument, SpecrtError
 
 
 def test_pack_never_breaks_a_phrase():
@@ -59,7 +59,7 @@ def test_demo_screen_prints_spread_and_busy_warning_without_breaking_phrases(mon
 
 
 def test_run_demo_validates_repeats(tmp_path):
-    from specrt.demo import run_demo
+    from specrt.cli.demo import run_demo
 
     with pytest.raises(InvalidArgument, match="--repeats must be an integer >= 1, got 0"):
         run_demo(tmp_path / "out", repeats=0)

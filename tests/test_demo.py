@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specrt.demo import ASSETS
+from specrt.cli.demo import ASSETS
 
 KEYS = {"prompt", "kind", "text", "identical", "plain_tokens_per_second", "speculative_tokens_per_second",
         "speedup", "speedup_min", "speedup_max", "acceptance_rate", "mean_accepted_tokens"}

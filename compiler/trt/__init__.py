@@ -13,7 +13,7 @@ that does, and turns its absence into BackendUnavailable.
 
 from __future__ import annotations
 
-from ...errors import BackendUnavailable
+from ...core.errors import BackendUnavailable
 
 INSTALL_HINT = "install specrt[gpu] on a machine with an NVIDIA GPU: pip install 'specrt[gpu]'"
 

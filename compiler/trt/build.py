@@ -17,8 +17,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ...errors import BackendError, InvalidArgument
-from ..profiles import PHASE_PREFERENCE
+from ...core.errors import BackendError, InvalidArgument
+from ...bundle.profiles import PHASE_PREFERENCE
 from .memory import DEFAULT_WORKSPACE
 from .precision import PRECISIONS, half_onnx_from_fp32
 

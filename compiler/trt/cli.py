@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import click
 
-from ...errors import BackendUnavailable, InvalidArgument
+from ...core.errors import BackendUnavailable, InvalidArgument
 from .memory import DEFAULT_WORKSPACE, check_budget, model_row, parse_size, plan_from_rows, safetensors_parameters
 
 Step = Callable[[Path, dict], None]
@@ -110,7 +110,7 @@ def check_budget_before_build(options: dict[str, Any], target: Path, draft: Path
     budget = options.get("gpu_memory_budget")
     if budget is None:
         return None
-    from ...checkpoint import open_checkpoint
+    from ...models.checkpoint import open_checkpoint
 
     trt = options.get("backend") == "trt"
     precision = (options.get("precision") or "fp32") if trt else "fp32"
@@ -139,7 +139,7 @@ def trt_extra_steps(options: dict[str, Any], max_seq_len: int, max_draft_tokens:
     def build_engines(tmp: Path, manifest: dict) -> None:
         from . import import_trt
         from .build import build_engine, engine_entry
-        from .compat import installed_facts
+        from ...runtime.backends.trt.compat import installed_facts
 
         trt = import_trt()
         o = opts

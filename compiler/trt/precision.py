@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import InvalidArgument
-from .. import graph_io
+from ...core.errors import InvalidArgument
+from ...bundle import graph_io
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 FP16_MAX = 65504.0

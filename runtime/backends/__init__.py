@@ -13,7 +13,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ...errors import BackendUnavailable, InvalidArgument
+from ...core.errors import BackendUnavailable, InvalidArgument
 from ...models.config import DecoderConfig, RopeConfig
 from .base import Runner
 
@@ -51,7 +51,7 @@ def resolve_backend(backend: str, manifest) -> str:
     if backend != "auto":
         return backend
     if manifest.get("engines"):
-        from .trt_runner import trt_unavailable_reason
+        from .trt.runner import trt_unavailable_reason
 
         reason = trt_unavailable_reason(manifest)
         if reason is None:
@@ -69,22 +69,22 @@ def create_runner(manifest, role: str, backend: str, *, capacity: int, max_short
     config = decoder_config(entry)
     onnx_path = manifest.path(entry["onnx"])
     if backend == "ort":
-        from .ort_runner import OrtRunner
+        from .ort.runner import OrtRunner
 
         return OrtRunner(onnx_path, config, capacity, max_short_tokens, device=device or "cpu",
                          threads=threads, want_hidden=want_hidden)
     if backend in ("ort-cuda", "ort-trt"):
-        from .ort_gpu_runner import OrtGpuRunner
+        from .ort.gpu_runner import OrtGpuRunner
 
         return OrtGpuRunner(onnx_path, config, capacity, max_short_tokens, provider=backend.split("-")[1],
                             device=device or "cuda:0", want_hidden=want_hidden)
     if backend == "torch":
-        from .torch_runner import TorchRunner
+        from .pytorch.runner import TorchRunner
 
         return TorchRunner(onnx_path, config, capacity, device=device or "cpu", threads=threads,
                            want_hidden=want_hidden)
     if backend == "trt":
-        from .trt_runner import TrtRunner
+        from .trt.runner import TrtRunner
 
         return TrtRunner(manifest, role, config, capacity, device=device or "cuda:0", want_hidden=want_hidden)
     raise BackendUnavailable(f"backend {backend!r} is not available")

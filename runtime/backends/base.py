@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InvalidArgument
+from ...core.errors import InvalidArgument
 from ...models.config import DecoderConfig
 from ..kv_cache import KVCache
 

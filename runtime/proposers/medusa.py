@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import BackendUnavailable
+from ...core.errors import BackendUnavailable
 from ..backends.base import Runner
 from ..sampling import SamplingParams
 from .base import Proposal
@@ -20,7 +20,7 @@ class MedusaHeadsRunner:
     """ONNX Runtime session for `medusa/heads.onnx`: hidden [N, D] -> logits [N, H, V]."""
 
     def __init__(self, onnx_path, threads: int | None = None) -> None:
-        from ..backends.ort_runner import import_ort
+        from ..backends.ort.runner import import_ort
 
         try:
             ort = import_ort()

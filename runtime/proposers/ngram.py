@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import InvalidArgument
+from ...core.errors import InvalidArgument
 from .base import Proposal
 
 DEFAULT_MIN_N = 1

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..runtime.controller import FixedK
+from ..runtime.policy import FixedK
 from ..runtime.loop import decode
 from ..runtime.sampling import SamplingParams
 from ..runtime.stats import GenerationStats
@@ -76,7 +76,7 @@ def run_once(gen, prompt_ids: np.ndarray, max_new_tokens: int, method: str, k: i
 
 def _generic_policy(k, max_k: int):
     if k == "auto":
-        from ..runtime.adaptive import AdaptiveK
+        from ..runtime.policy import AdaptiveK
 
         return AdaptiveK(max_k)
     return FixedK(int(k))

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import InvalidArgument
+from ..core.errors import InvalidArgument
 from . import predict
 
 

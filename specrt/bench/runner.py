@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import InvalidArgument
+from ..core.errors import InvalidArgument
 from . import aggregate, measure, suites
 from .aggregate import Config, Sample
 

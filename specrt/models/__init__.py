@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..errors import CheckpointError
+from ..core.errors import CheckpointError
 from . import gpt2, llama, qwen
 from .base import Decoder, DecoderOutput, empty_past
 from .config import DecoderConfig

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from ..errors import CheckpointError
+from ..core.errors import CheckpointError
 from .config import DecoderConfig
 
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError
+from ..core.errors import CheckpointError
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 

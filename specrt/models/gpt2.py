@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import CheckpointError
+from ..core.errors import CheckpointError
 from .base import Decoder, DecoderOutput
 from .config import DecoderConfig
 from .layers import ACTIVATIONS, attend

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import CheckpointError
+from ..core.errors import CheckpointError
 from .config import DecoderConfig
 from .llama import LlamaDecoder, parse_config as parse_llama
 

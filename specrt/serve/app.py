@@ -36,7 +36,7 @@ def threads_per_slot(max_concurrency: int, threads: Optional[int] = None) -> int
 def load_generators(bundle: Union[str, Path], max_concurrency: int = 1, backend: str = "auto",
                     threads: Optional[int] = None) -> list[Any]:
     """One Generator (own runners) per slot; checksums are verified once."""
-    from ..errors import InvalidArgument
+    from ..core.errors import InvalidArgument
     from ..runtime import load
 
     if max_concurrency < 1:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Union
 
-from ..errors import InvalidArgument
+from ..core.errors import InvalidArgument
 
 METHODS = ("draft", "ngram", "medusa", "none")
 

@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Any, Optional
 
-from ..errors import InvalidArgument
+from ..core.errors import InvalidArgument
 from .chat import ChatFormatter
 from .config import ServeConfig
 from .errors import APIError, bad_request

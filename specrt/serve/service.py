@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator, Optional
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from ..errors import InvalidArgument
+from ..core.errors import InvalidArgument
 from .chat import ChatFormatter
 from .config import ServeConfig
 from .errors import APIError, error_body

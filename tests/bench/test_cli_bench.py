@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from specrt.bench.aggregate import ROW_KEYS
 from specrt.bench.runner import TOP_KEYS
-from specrt.cli import main
+from specrt.cli.main import main
 
 SMALL = ["--repeats", "1", "--max-new-tokens", "16", "--prompts-per-suite", "1", "--quiet"]
 MACHINE_KEYS = ("cpu", "cores_available", "backend", "provider", "threads", "onnxruntime", "torch", "transformers", "date")

@@ -14,7 +14,7 @@ SMALL = ["--repeats", "1", "--max-new-tokens", "8", "--prompts-per-suite", "1", 
 def run(args, block=(), columns=None):
     """`specrt bench ...` in a subprocess; modules in `block` cannot be imported there (as if not installed)."""
     code = ("import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in block) +
-            "from specrt.cli import main\nmain(prog_name='specrt')")
+            "from specrt.cli.main import main\nmain(prog_name='specrt')")
     env = {**os.environ, **({"COLUMNS": str(columns)} if columns else {})}
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code, "bench", *map(str, args)], capture_output=True, text=True,

@@ -6,8 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from specrt.bench import random_target
-from specrt.cli import main
-from specrt.errors import InvalidArgument
+from specrt.cli.main import main
+from specrt.core.errors import InvalidArgument
 
 
 def test_parse_params_and_shape():

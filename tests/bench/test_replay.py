@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from specrt.bench import measure, predict
-from specrt.errors import InvalidArgument
+from specrt.core.errors import InvalidArgument
 from specrt.runtime.proposers.replay import ReplayProposer
 from specrt.runtime.sampling import SamplingParams
 

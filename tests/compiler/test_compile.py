@@ -7,9 +7,9 @@ import pytest
 
 from helpers import make_checkpoint, train_tokenizer
 
-from specrt.bundle import read_manifest
+from specrt.bundle.manifest import read_manifest
 from specrt.compiler import compile_bundle
-from specrt.errors import BundleError, ChecksumMismatch, CheckpointError, InvalidArgument
+from specrt.core.errors import BundleError, ChecksumMismatch, CheckpointError, InvalidArgument
 
 
 def test_manifest_records_what_load_needs(pair_bundle):

@@ -7,7 +7,7 @@ import torch
 
 from helpers import ARCH_CASES, make_checkpoint
 
-from specrt.checkpoint import open_checkpoint
+from specrt.models.checkpoint import open_checkpoint
 from specrt.models import empty_past
 
 

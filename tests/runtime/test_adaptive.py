@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from specrt.runtime.adaptive import AdaptiveK
+from specrt.runtime.policy import AdaptiveK
 
 
 def simulate(ctrl, acceptance, draft_cost, verify_cost, steps, rng):
@@ -70,7 +70,7 @@ def test_end_to_end_unrelated_draft_ends_with_speculation_off(pair_generator):
 
 def test_primed_controller_starts_at_the_predicted_k_and_says_why_it_is_off():
     """Issue 15, item 6: short runs start from the k that load-time costs predict, not from a plain step."""
-    from specrt.runtime.adaptive import AdaptiveK
+    from specrt.runtime.policy import AdaptiveK
 
     cheap = AdaptiveK(8)
     assert cheap.next_k() == 0  # unprimed: a plain step first

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specrt.errors import InvalidArgument
+from specrt.core.errors import InvalidArgument
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -48,7 +48,7 @@ def test_medusa_heads_match_reference(medusa_generator, workdir, llama_target):
     """The compiled heads graph == lm_head(h + silu(W_i h + b_i)) computed from the saved weights."""
     from safetensors.torch import load_file
 
-    from specrt.checkpoint import open_checkpoint
+    from specrt.models.checkpoint import open_checkpoint
     from specrt.runtime.proposers.medusa import MedusaHeadsRunner
 
     heads = MedusaHeadsRunner(medusa_generator.manifest.path("medusa/heads.onnx"))

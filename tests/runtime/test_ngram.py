@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from specrt.errors import InvalidArgument
+from specrt.core.errors import InvalidArgument
 from specrt.runtime.proposers.ngram import NgramProposer
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from specrt.errors import InvalidArgument
+from specrt.core.errors import InvalidArgument
 from specrt.runtime.sampling import SamplingParams, sample, warp
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from specrt.errors import BundleError, InvalidArgument
+from specrt.core.errors import BundleError, InvalidArgument
 from specrt.serve.chat import ChatFormatter, plain_template
 from specrt.serve.config import ServeConfig
 from specrt.serve.slots import QueueFull, SlotPool

@@ -49,7 +49,7 @@ def trt_bundles(llama_target, llama_draft, workdir):
 
 
 def _runners(bundle, role="target"):
-    from specrt.bundle import read_manifest
+    from specrt.bundle.manifest import read_manifest
     from specrt.runtime.backends import create_runner
 
     m = read_manifest(bundle)
@@ -99,7 +99,7 @@ def test_greedy_speculative_equals_plain_on_tensorrt(trt_bundles):
 
 
 def test_shape_outside_profiles_refused_in_python(trt_bundles):
-    from specrt.errors import InvalidArgument
+    from specrt.core.errors import InvalidArgument
 
     trt_runner, _ = _runners(trt_bundles["fp32"])
     trt_runner.profiles = json.loads(json.dumps(trt_runner.profiles))
@@ -111,8 +111,8 @@ def test_shape_outside_profiles_refused_in_python(trt_bundles):
 
 
 def test_corrupted_engine_is_a_typed_error(trt_bundles, tmp_path):
-    from specrt.bundle import file_entries, read_manifest
-    from specrt.errors import BundleError
+    from specrt.bundle.manifest import file_entries, read_manifest
+    from specrt.core.errors import BundleError
     from specrt.runtime.backends import create_runner
 
     b = shutil.copytree(trt_bundles["fp32"], tmp_path / "b")
@@ -145,7 +145,7 @@ def test_ort_cuda_provider_matches_cpu(trt_bundles):
 
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         pytest.skip("needs onnxruntime-gpu (CUDAExecutionProvider)")
-    from specrt.bundle import read_manifest
+    from specrt.bundle.manifest import read_manifest
     from specrt.runtime.backends import create_runner
 
     m = read_manifest(trt_bundles["fp32"])

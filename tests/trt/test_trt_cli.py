@@ -8,10 +8,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from specrt.cli import handle_errors
+from specrt.cli.main import handle_errors
 from specrt.compiler.trt.cli import (build_options, check_budget_before_build, prepare_trt_compile,
                                      trt_compile_options, trt_extra_steps)
-from specrt.errors import BackendUnavailable, InvalidArgument
+from specrt.core.errors import BackendUnavailable, InvalidArgument
 
 tensorrt_missing = pytest.mark.skipif(
     __import__("importlib").util.find_spec("tensorrt") is not None, reason="TensorRT is installed here")

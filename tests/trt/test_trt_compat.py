@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from specrt.compiler.trt.compat import check_call, check_engine_entry, engine_from_bytes, parse_cc, parse_version
-from specrt.errors import BackendError, BundleError, ChecksumMismatch, VersionMismatch
+from specrt.runtime.backends.trt.compat import check_call, check_engine_entry, engine_from_bytes, parse_cc, parse_version
+from specrt.core.errors import BackendError, BundleError, ChecksumMismatch, VersionMismatch
 
 ENTRY = {"path": "target/model.fp32.engine", "tensorrt_version": "10.3.0.26", "cuda_version": "12.4",
          "gpu_name": "NVIDIA L4", "compute_capability": "8.9", "hardware_compatibility_level": "none",
@@ -97,7 +97,7 @@ def test_check_call_names_the_call():
 
 
 def _bundle_with_fake_engine(src, dst):
-    from specrt.bundle import file_entries
+    from specrt.bundle.manifest import file_entries
 
     shutil.copytree(src, dst)
     (dst / "target" / "model.fp32.engine").write_bytes(b"\x00fake plan\x00" * 100)
@@ -109,7 +109,7 @@ def _bundle_with_fake_engine(src, dst):
 
 
 def test_corrupted_or_truncated_engine_is_refused_at_load(pair_bundle, tmp_path):
-    from specrt.bundle import read_manifest
+    from specrt.bundle.manifest import read_manifest
 
     b = _bundle_with_fake_engine(pair_bundle, tmp_path / "b")
     assert read_manifest(b)["engines"]["target"]["precision"] == "fp32"
@@ -125,7 +125,7 @@ def test_corrupted_or_truncated_engine_is_refused_at_load(pair_bundle, tmp_path)
 
 
 def test_auto_backend_falls_back_to_ort_with_a_warning(pair_bundle, tmp_path):
-    from specrt.bundle import read_manifest
+    from specrt.bundle.manifest import read_manifest
     from specrt.runtime.backends import resolve_backend
 
     m = read_manifest(_bundle_with_fake_engine(pair_bundle, tmp_path / "b"))

@@ -6,7 +6,7 @@ import pytest
 
 from specrt.compiler.trt.memory import (DEFAULT_WORKSPACE, activation_bytes, check_budget, kv_cache_bytes,
                                         memory_plan, parse_size, safetensors_parameters)
-from specrt.errors import InvalidArgument
+from specrt.core.errors import InvalidArgument
 
 CFG = {"num_layers": 32, "num_kv_heads": 8, "head_dim": 128, "vocab_size": 128256, "hidden_size": 4096,
        "intermediate_size": 14336, "num_heads": 32}
@@ -33,7 +33,7 @@ def test_kv_formula_llama3_8b_shape():
 
 
 def test_plan_from_bundle(pair_bundle):
-    from specrt.bundle import read_manifest
+    from specrt.bundle.manifest import read_manifest
 
     m = read_manifest(pair_bundle, verify_checksums=False)
     plan = memory_plan(m)

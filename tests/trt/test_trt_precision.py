@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specrt.compiler import graph_io
+from specrt.bundle import graph_io
 from specrt.compiler.trt.precision import half_array, half_onnx_from_fp32
-from specrt.errors import InvalidArgument
+from specrt.core.errors import InvalidArgument
 
 
 def _feeds(c, s: int, p: int, dtype, seed: int = 0) -> dict:
@@ -30,7 +30,7 @@ def _session(path):
 
 @pytest.fixture(scope="module")
 def target(pair_bundle):
-    from specrt.bundle import read_manifest
+    from specrt.bundle.manifest import read_manifest
 
     m = read_manifest(pair_bundle, verify_checksums=False)
     return m.path(m.models["target"]["onnx"]), m.models["target"]["decoder_config"]

@@ -6,9 +6,8 @@ import types
 
 import pytest
 
-from specrt.compiler import graph_io
-from specrt.compiler.profiles import (PREFILL_CHUNK_MAX, phase_for, phase_in_profiles, profile_ranges,
-                                      profiles_for_model)
+from specrt.bundle import graph_io
+from specrt.bundle.profiles import PREFILL_CHUNK_MAX, phase_for, phase_in_profiles, profile_ranges, profiles_for_model
 
 CONFIG = types.SimpleNamespace(num_layers=2, num_kv_heads=2, head_dim=16)
 

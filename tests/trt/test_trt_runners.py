@@ -7,15 +7,15 @@ import types
 
 import pytest
 
-from specrt.errors import BackendUnavailable
-from specrt.runtime.backends.ort_gpu_runner import check_gpu_provider, trt_ep_profile_options
+from specrt.core.errors import BackendUnavailable
+from specrt.runtime.backends.ort.gpu_runner import check_gpu_provider, trt_ep_profile_options
 
 no_tensorrt = pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None, reason="TensorRT is installed")
 
 
 @pytest.fixture(scope="module")
 def manifest(pair_bundle):
-    from specrt.bundle import read_manifest
+    from specrt.bundle.manifest import read_manifest
 
     return read_manifest(pair_bundle, verify_checksums=False)
 
@@ -23,7 +23,7 @@ def manifest(pair_bundle):
 @no_tensorrt
 def test_trt_backend_without_tensorrt(manifest):
     from specrt.runtime.backends import create_runner
-    from specrt.runtime.backends.trt_runner import trt_unavailable_reason
+    from specrt.runtime.backends.trt.runner import trt_unavailable_reason
 
     assert "TensorRT is not installed" in trt_unavailable_reason(manifest)
     with pytest.raises(BackendUnavailable, match=r"TensorRT is not installed.*pip install 'specrt\[gpu\]'"):

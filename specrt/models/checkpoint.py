@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from .errors import CheckpointError
-from .models import Decoder, DecoderConfig, build_decoder, parse_config
-from .models.config import eos_and_bos, read_json
+from ..core.errors import CheckpointError
+from . import Decoder, DecoderConfig, build_decoder, parse_config
+from .config import eos_and_bos, read_json
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ...errors import BackendError, BundleError, VersionMismatch
+from ....core.errors import BackendError, BundleError, VersionMismatch
 
 HW_LEVELS = ("none", "ampere_plus", "same_compute_capability")
 ENGINE_KEYS = ("path", "tensorrt_version", "cuda_version", "gpu_name", "compute_capability",
@@ -90,7 +90,7 @@ def installed_facts(device: str = "cuda:0") -> dict[str, Any]:
     """TensorRT version, CUDA version, GPU name and compute capability of `device` (needs both)."""
     import torch
 
-    from . import import_trt
+    from ....compiler.trt import import_trt
 
     trt = import_trt()
     props = torch.cuda.get_device_properties(torch.device(device))

@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import click
 
-from .console import flag_names
-from .errors import InvalidArgument, SpecrtError
+from ..console import flag_names
+from ..core.errors import InvalidArgument, SpecrtError
 
 
 def fail(message: str, code: int) -> None:
@@ -99,7 +99,7 @@ def main() -> None:
 
 
 def _register() -> None:
-    """Import every module of specrt.commands; each adds its commands to `main`."""
+    """Import every module of specrt.cli.commands; each adds its commands to `main`."""
     import importlib
     import pkgutil
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from ...compiler import graph_io
-from ...errors import BackendError, BackendUnavailable
-from ...models.config import DecoderConfig
-from ..kv_cache import KVCache
-from .base import Runner
+from ....bundle import graph_io
+from ....core.errors import BackendError, BackendUnavailable
+from ....models.config import DecoderConfig
+from ...kv_cache import KVCache
+from ..base import Runner
 
 PROVIDERS = {
     "cpu": ["CPUExecutionProvider"],

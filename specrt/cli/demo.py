@@ -13,8 +13,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-from . import __version__
-from .errors import BundleError, SpecrtError
+from .. import __version__
+from ..core.errors import BundleError, SpecrtError
 
 ASSETS = Path(__file__).parent / "assets" / "demo"
 MAX_SEQ_LEN = 512
@@ -61,7 +61,7 @@ def check_models(models: Path) -> None:
 
 def bundle_is_current(models: Path, out: Path) -> bool:
     """True when `out` holds a bundle of `models` that ensure_bundle would reuse."""
-    from .bundle import read_manifest
+    from ..bundle.manifest import read_manifest
 
     try:
         return read_manifest(out, verify_checksums=True).get("demo", {}).get("fingerprint") == fingerprint(models)
@@ -71,8 +71,8 @@ def bundle_is_current(models: Path, out: Path) -> bool:
 
 def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> tuple[Path, bool]:
     """Compile the demo pair into `out` unless a current bundle is there. Returns (path, rebuilt)."""
-    from .bundle import read_manifest
-    from .compiler import compile_bundle
+    from ..bundle.manifest import read_manifest
+    from ..compiler import compile_bundle
 
     check_models(models)
     fp = fingerprint(models)
@@ -83,7 +83,7 @@ def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> 
         pass  # missing, stale or corrupted: rebuild
     extra = []
     if (models / "medusa" / "medusa_config.json").exists():
-        from .compiler.medusa import medusa_step
+        from ..compiler.medusa import medusa_step
 
         extra.append(medusa_step(models / "medusa", models / "target"))
     extra.append(lambda tmp, manifest: manifest.update(demo={"fingerprint": fp, "models": str(models)}))
@@ -127,8 +127,8 @@ def run_demo(out: Path, models: Path = ASSETS, backend: str = "auto", method: st
              max_new_tokens: int = 128, repeats: int = 3, progress: Callable | None = None,
              on_prompt: Callable[[dict], None] | None = None,
              on_start: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
-    from .console import check_repeats, spread
-    from .runtime import load
+    from ..console import check_repeats, spread
+    from ..runtime import load
 
     check_repeats(repeats)
     bundle, rebuilt = ensure_bundle(models, out, progress)

@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...errors import BackendUnavailable, BundleError
-from ...models import Decoder, build_decoder
-from ...models.config import DecoderConfig
-from ..kv_cache import KVCache
-from .base import Runner
+from ....core.errors import BackendUnavailable, BundleError
+from ....models import Decoder, build_decoder
+from ....models.config import DecoderConfig
+from ...kv_cache import KVCache
+from ..base import Runner
 
 PREFIX = "decoder."
 

@@ -11,8 +11,8 @@ import json
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from . import BUNDLE_FORMAT_VERSION, __version__
-from .errors import BundleError, ChecksumMismatch, VersionMismatch
+from .. import BUNDLE_FORMAT_VERSION, __version__
+from ..core.errors import BundleError, ChecksumMismatch, VersionMismatch
 
 MANIFEST = "manifest.json"
 FORMAT_NAME = "specrt-bundle"

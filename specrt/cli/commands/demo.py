@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..cli import KType, handle_errors, main
+from ..main import KType, handle_errors, main
 from ..progress import step_progress
 
 
@@ -31,7 +31,7 @@ def demo_cmd(output, backend, method, k, max_new_tokens, repeats, models, as_jso
     from rich.console import Console
 
     from ..demo import ASSETS, bundle_is_current, ensure_bundle, run_demo
-    from ..demo_screen import DemoScreen
+    from ...demo_screen import DemoScreen
 
     models = models or ASSETS
     screen = DemoScreen(Console(stderr=as_json))

@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from ...compiler import graph_io
-from ...compiler.profiles import PREFILL_CHUNK_MAX
-from ...compiler.trt import cuda_device_error
-from ...errors import BackendError, BackendUnavailable
-from ...models.config import DecoderConfig
-from ..kv_cache import KVCache
-from .base import Runner
-from .ort_runner import import_ort
+from ....bundle import graph_io
+from ....bundle.profiles import PREFILL_CHUNK_MAX
+from ....compiler.trt import cuda_device_error
+from ....core.errors import BackendError, BackendUnavailable
+from ....models.config import DecoderConfig
+from ...kv_cache import KVCache
+from ..base import Runner
+from .runner import import_ort
 
 PROVIDER_NAMES = {"cuda": "CUDAExecutionProvider", "trt": "TensorrtExecutionProvider"}
 GPU_HINT = ("install onnxruntime-gpu on a machine with an NVIDIA GPU: pip uninstall -y onnxruntime && "

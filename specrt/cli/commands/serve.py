@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..cli import KType, handle_errors, main
+from ..main import KType, handle_errors, main
 
 
 @main.command("serve")
@@ -37,7 +37,7 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_queue, backend
     try:
         import uvicorn
 
-        from ..serve import create_app
+        from ...serve import create_app
     except ImportError as exc:
         raise click.ClickException(f"{exc.name} is not installed: pip install 'specrt[serve]'") from None
 
@@ -46,7 +46,7 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_queue, backend
                      num_speculative_tokens=k, backend=backend, threads=threads)
     click.echo(f"serving {bundle} as {app.state.service.config.served_model_name!r} on http://{host}:{port}/v1 "
                f"({max_concurrency} slot(s), queue {max_queue})", err=True)
-    from ..serve.access_log import configure
+    from ...serve.access_log import configure
 
     configure(log_level)  # our per-request line (method, path, status, tokens, duration) replaces uvicorn's
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30, access_log=False)

@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from ...compiler import graph_io
-from ...compiler.profiles import phase_in_profiles
-from ...compiler.trt import INSTALL_HINT, cuda_device_error, import_trt, trt_import_error
-from ...compiler.trt.compat import check_call, check_engine_entry, engine_from_bytes, installed_facts
-from ...errors import BackendError, BackendUnavailable, BundleError, InvalidArgument, SpecrtError
-from ...models.config import DecoderConfig
-from ..kv_cache import KVCache
-from .base import Runner
+from ....bundle import graph_io
+from ....bundle.profiles import phase_in_profiles
+from ....compiler.trt import INSTALL_HINT, cuda_device_error, import_trt, trt_import_error
+from .compat import check_call, check_engine_entry, engine_from_bytes, installed_facts
+from ....core.errors import BackendError, BackendUnavailable, BundleError, InvalidArgument, SpecrtError
+from ....models.config import DecoderConfig
+from ...kv_cache import KVCache
+from ..base import Runner
 
 
 def trt_unavailable_reason(manifest, device: str = "cuda:0") -> str | None:
@@ -66,7 +66,7 @@ class TrtRunner(Runner):
         dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[entry["precision"]]
         self._log: list[str] = []
         with torch.cuda.device(self.device):
-            from ...compiler.trt.build import make_logger
+            from ....compiler.trt.build import make_logger
 
             self._logger = make_logger(trt, self._log)
             self._runtime = trt.Runtime(self._logger)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from ..cli import echo_json, handle_errors, main
-from ..errors import InvalidArgument
+from ..main import echo_json, handle_errors, main
+from ...core.errors import InvalidArgument
 
 
 def _recipes():
@@ -16,13 +16,13 @@ def _recipes():
         import transformers  # noqa: F401
     except ImportError:
         raise InvalidArgument("training needs transformers: pip install 'specrt[train]'") from None
-    from .. import recipes
+    from ... import recipes
 
     return recipes
 
 
 def _check_inputs(target: Path, data: tuple[Path, ...]) -> None:
-    from ..checkpoint import open_checkpoint
+    from ...models.checkpoint import open_checkpoint
 
     open_checkpoint(target)  # a clear error for a missing or unsupported target
     if not data:
@@ -55,7 +55,7 @@ def distill_draft_cmd(target, data, output, layers, hidden, intermediate, heads,
     if layers < 1 or hidden < 16:
         raise InvalidArgument(f"--layers must be >= 1 and --hidden >= 16, got {layers}, {hidden}")
     _recipes()
-    from ..recipes.distill import distill_draft
+    from ...recipes.distill import distill_draft
 
     metrics = distill_draft(target, list(data), output, layers=layers, hidden=hidden, intermediate=intermediate,
                             heads=heads or max(1, hidden // 64), steps=steps, seq_len=seq_len,
@@ -89,7 +89,7 @@ def train_medusa_cmd(target, data, output, num_heads, steps, max_minutes, seq_le
     if not 1 <= num_heads <= 16:
         raise InvalidArgument(f"--num-heads must be in [1, 16], got {num_heads}")
     _recipes()
-    from ..recipes.medusa_train import train_heads_from_paths
+    from ...recipes.medusa_train import train_heads_from_paths
 
     metrics = train_heads_from_paths(target, list(data), output, num_heads=num_heads, steps=steps,
                                      max_minutes=max_minutes, seq_len=seq_len, batch_size=batch_size, lr=lr)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from ..cli import KType, echo_json, handle_errors, main
-from ..compiler.trt.cli import prepare_trt_compile, trt_compile_options
+from ..main import KType, echo_json, handle_errors, main
+from ...compiler.trt.cli import prepare_trt_compile, trt_compile_options
 from ..progress import step_progress
 
 
@@ -25,9 +25,9 @@ from ..progress import step_progress
 @handle_errors
 def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, as_json, trt_options):
     """Export target (and draft) to ONNX, validate, and write a bundle (with --backend trt: plus engines)."""
-    from ..compiler import compile_bundle
-    from ..compiler.input_check import check_checkpoint_dir
-    from ..compiler.pipeline import check_compile_args
+    from ...compiler import compile_bundle
+    from ...compiler.input_check import check_checkpoint_dir
+    from ...compiler.pipeline import check_compile_args
 
     for flag, path in (("--target", target), ("--draft", draft), ("--medusa", medusa)):
         if path is not None:
@@ -35,7 +35,7 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     check_compile_args(max_seq_len, max_draft_tokens, output, force)
     extra = []
     if medusa is not None:
-        from ..compiler.medusa import medusa_step
+        from ...compiler.medusa import medusa_step
 
         extra.append(medusa_step(medusa, target))
     extra += prepare_trt_compile(trt_options, target=target, draft=draft, output=output,
@@ -43,7 +43,7 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     with step_progress(enabled=not as_json) as progress:
         out = compile_bundle(target, output, draft, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
                              force=force, progress=progress, extra_steps=extra)
-    from ..inspect import bundle_summary
+    from ..describe import bundle_summary
 
     summary = bundle_summary(out)
     if as_json:
@@ -80,9 +80,9 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
 def generate_cmd(bundle, prompt, max_new_tokens, temperature, top_k, top_p, seed, method, k, ngram_min,
                  ngram_max, backend, target_device, draft_device, threads, stream, strict, as_json):
     """Generate text from BUNDLE with speculative decoding."""
-    from ..generate_output import context_warning, stats_line
-    from ..runtime import load
-    from ..runtime.tokenizer import IncrementalDecoder
+    from ...generate_output import context_warning, stats_line
+    from ...runtime import load
+    from ...core.tokenizer import IncrementalDecoder
 
     gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
     kwargs = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, method=method,
@@ -117,7 +117,7 @@ def generate_cmd(bundle, prompt, max_new_tokens, temperature, top_k, top_p, seed
 @handle_errors
 def inspect_cmd(bundle, memory, max_seq_len, as_json):
     """Describe a bundle: models, graph I/O, profiles, engines, checksums."""
-    from ..inspect import bundle_summary, print_summary
+    from ..describe import bundle_summary, print_summary
 
     summary = bundle_summary(bundle, memory=memory, max_seq_len=max_seq_len)
     if as_json:
@@ -125,7 +125,7 @@ def inspect_cmd(bundle, memory, max_seq_len, as_json):
     else:
         print_summary(summary)
     if summary["failed_checks"]:  # described above, but still refused by generate/serve/bench
-        from ..cli import fail
+        from ..main import fail
 
         fail(f"bundle {bundle} failed {len(summary['failed_checks'])} check(s) (marked FAILED): generate, serve "
              "and bench refuse it; recompile it with `specrt compile`", 2)

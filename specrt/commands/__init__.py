@@ -1,1 +1,0 @@
-"""CLI commands, grouped by issue area; each module adds its commands to `specrt.cli.main`."""
