@@ -113,6 +113,7 @@ class Generator:
                 runner.reset()
                 runner.forward(ids[:s])
             runner.reset()
+        self._load_costs = measure_costs(self.target, self.draft, self.max_draft_tokens)
 
     # ----------------------------------------------------------------------------------------- API
     @property
@@ -246,6 +247,9 @@ class Generator:
             key = (method, max_k)
             if key not in self._policies:  # kept across calls: costs and acceptance carry over
                 self._policies[key] = AdaptiveK(max_k)
+                verify, draft = self._load_costs
+                if method != "medusa":  # start short runs at the k the load-time costs predict best
+                    self._policies[key].prime(verify, draft if method == "draft" else 0.0)
             return self._policies[key]
         return FixedK(min(k, max_k))
 
@@ -271,7 +275,7 @@ class Generator:
                  top_p: float = 1.0, seed: int | None = None, method: str | None = None,
                  num_speculative_tokens: int | str | None = None, ngram_min: int | None = None,
                  ngram_max: int | None = None, proposer: Proposer | None = None, policy: KPolicy | None = None,
-                 on_step: Callable[[int, int, int], None] | None = None):
+                 on_step: Callable[[int, int, int], None] | None = None, strict: bool = False):
         # Validate everything before touching a runner.
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InvalidArgument(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
@@ -292,12 +296,19 @@ class Generator:
             num_speculative_tokens = min(DEFAULT_K, self.max_draft_tokens)
         k = self._check_k(num_speculative_tokens)
         prompt_ids = self.encode_prompt(prompt)
+        room = self.max_seq_len - int(prompt_ids.size)
+        if strict and max_new_tokens > room:
+            raise InvalidArgument(
+                f"prompt has {prompt_ids.size} tokens: with max_new_tokens={max_new_tokens} it exceeds the "
+                f"bundle's context of {self.max_seq_len} tokens (at most {room} new tokens fit)")
         options = {key: v for key, v in (("min_n", ngram_min), ("max_n", ngram_max)) if v is not None}
         if options:
             check_sizes(options.get("min_n", DEFAULT_MIN_N), options.get("max_n", DEFAULT_MAX_N))
-        return self._run(prompt_ids, max_new_tokens, params, method, k, options, proposer, policy, on_step)
+        return self._run(prompt_ids, max_new_tokens, params, method, k, options, proposer, policy, on_step,
+                         max_new_tokens > room)
 
-    def _run(self, prompt_ids, max_new_tokens, params, method, k, options, proposer, policy, on_step):
+    def _run(self, prompt_ids, max_new_tokens, params, method, k, options, proposer, policy, on_step,
+             context_limited=False):
         rng = params.rng()
         with self._exclusive():
             if proposer is None:
@@ -305,17 +316,39 @@ class Generator:
             if proposer is not None and policy is None:
                 policy = self.make_policy(k, method, params.seed is not None)
             stats = GenerationStats(method=method, backend=self.backend, prompt_tokens=int(prompt_ids.size),
-                                    provider=self.target.describe().get("provider", self.backend))
+                                    provider=self.target.describe().get("provider", self.backend),
+                                    context_limited=context_limited)
             started = time.perf_counter()
             for chunk in decode(self.target, proposer, policy, prompt_ids, max_new_tokens=max_new_tokens,
                                 max_draft_tokens=self.max_draft_tokens, params=params, rng=rng,
                                 eos_ids=self.eos_ids, stats=stats, on_step=on_step):
                 stats.elapsed_s = time.perf_counter() - started
+                if policy is not None and hasattr(policy, "off_reason"):
+                    stats.speculation_note = policy.off_reason() if stats.num_speculative_tokens == 0 else ""
                 yield chunk, prompt_ids.tolist(), stats
 
 
+def measure_costs(target, draft, max_k: int) -> tuple[list[float], float | None]:
+    """Seconds of one target pass over k + 1 tokens (k = 0..max_k) and of one draft token, measured at
+    load after the warm-up (best of two): the adaptive controller's starting point."""
+    ids = np.zeros(max_k + 1, dtype=np.int64)
+
+    def timed(runner, s: int) -> float:
+        best = float("inf")
+        for _ in range(2):
+            runner.reset()
+            t0 = time.perf_counter()
+            runner.forward(ids[:s])
+            best = min(best, time.perf_counter() - t0)
+        runner.reset()
+        return best
+
+    verify = [timed(target, k + 1) for k in range(max_k + 1)]
+    return verify, (timed(draft, 1) if draft is not None else None)
+
+
 _OPTIONS = ("temperature", "top_k", "top_p", "seed", "method", "num_speculative_tokens", "ngram_min", "ngram_max",
-            "proposer", "policy", "on_step")
+            "proposer", "policy", "on_step", "strict")
 
 
 def _check_options(public: str, options: dict[str, Any]) -> None:

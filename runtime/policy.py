@@ -122,6 +122,27 @@ class AdaptiveK:
             return 0
         return k
 
+    def prime(self, verify_costs, draft_cost: float | None) -> None:
+        """Start from costs measured at load (V(k) per k, seconds per draft token) instead of a plain step
+        and a step at `initial_k`: a short run then begins at the k those costs and the prior acceptance
+        predict best."""
+        for k, v in enumerate(list(verify_costs)[: self.max_k + 1]):
+            if v is not None and v > 0 and self.verify_cost[k] is None:
+                self.verify_cost[k] = float(v)
+        if draft_cost is not None and self.draft_cost is None:
+            self.draft_cost = float(draft_cost)
+        self.steps = max(self.steps, 2)
+
+    def off_reason(self) -> str:
+        """Why speculation is off ('' while it is on): for the stats line."""
+        if self.steps < 2 or self.best_k() > 0:
+            return ""
+        v = self.verify_estimate()
+        c = (self.draft_cost or 0.0) / v[0]
+        return (f"speculation off: drafting is slower than plain decoding here; per-token acceptance "
+                f"{self.acceptance:.2f}, a draft token costs {c:.2f} target steps; probing again every "
+                f"{self.probe_every} steps")
+
     # ----------------------------------------------------------------------------- the protocol
     def next_k(self) -> int:
         if self.steps == 0:

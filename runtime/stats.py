@@ -33,6 +33,8 @@ class GenerationStats:
     elapsed_s: float = 0.0
     finish_reason: str = ""
     provider: str = ""
+    speculation_note: str = ""  # why speculation is off (adaptive k settled on 0), else ""
+    context_limited: bool = False  # prompt + max_new_tokens exceeded max_seq_len: output stops at the context
 
     @property
     def acceptance_rate(self) -> float:

@@ -36,20 +36,26 @@ def row_cells(row: dict[str, Any]) -> list[str]:
 
 TERMINAL = ("config", "decode tok/s", "speedup [min-max]", "accept", "tokens/step", "c", "predicted", "efficiency",
             "identical")
+# Below 100 columns: fewer columns with short headers, so nothing is cut ("speed…").
+COMPACT = {"config": "config", "decode tok/s": "tok/s", "speedup [min-max]": "speedup",
+           "accept": "acc", "predicted": "pred", "efficiency": "eff", "identical": "same"}
 
 
 def suites_of(result: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(r["suite"] for r in result["results"]))
 
 
-def print_tables(result: dict[str, Any], console) -> None:
+def print_tables(result: dict[str, Any], console, compact: bool = False, wide: bool = False) -> None:
+    """TERMINAL columns; COMPACT ones (short headers) on narrow terminals; every column with `wide`."""
     from rich.table import Table
 
+    columns = COLUMNS if wide else tuple(COMPACT) if compact else TERMINAL
     for suite in suites_of(result):
-        table = Table(title=f"suite: {suite}", title_justify="left")
-        keep = [COLUMNS.index(c) for c in TERMINAL]
-        for col in TERMINAL:
-            table.add_column(col, justify="left" if col == "config" else "right")
+        table = Table(title=f"suite: {suite}", title_justify="left", box=None if compact else table_box())
+        keep = [COLUMNS.index(c) for c in columns]
+        for col in columns:
+            table.add_column(COMPACT[col] if compact else col, justify="left" if col == "config" else "right",
+                             no_wrap=compact)
         for row in result["results"]:
             if row["suite"] == suite:
                 cells = row_cells(row)
@@ -59,16 +65,28 @@ def print_tables(result: dict[str, Any], console) -> None:
         peer = result["peer"]
         table = Table(title=f"peer: transformers {peer['transformers']} ({peer['device']}, fp32, "
                             f"{peer['torch_threads']} torch threads = {peer['ort_threads']} ORT threads), end to end",
-                      title_justify="left")
-        for col in ("peer", "suite", "their tok/s", "our tok/s", "ours/theirs", "token agreement"):
-            table.add_column(col, justify="left" if col in ("peer", "suite") else "right")
+                      title_justify="left", box=None if compact else table_box())
+        cols = ("peer", "suite", "their tok/s", "our tok/s", "ours/theirs", "token agreement")
+        short = ("peer", "suite", "theirs", "ours", "ratio", "agree")
+        for col, name in zip(cols, short if compact else cols):
+            table.add_column(name, justify="left" if col in ("peer", "suite") else "right", no_wrap=True)
         for r in peer["results"]:
             table.add_row(*peer_cells(r))
         console.print(table)
+    from ..console import pack
+
     m = result["machine"]
-    console.print(f"{m['cpu']}, {m['cores_available']} cores, backend {m['backend']} ({m['provider']}, "
-                  f"{m['threads']} threads); peak RSS {result['memory']['peak_rss_mb']:.0f} MiB; "
-                  f"greedy outputs identical to plain: {_fmt(result['identical'])}; {result['elapsed_s']:.0f}s")
+    phrases = [f"{m['cpu']}, {m['cores_available']} cores, backend {m['backend']} ({m['provider']}, {m['threads']} threads);",
+               f"peak RSS {result['memory']['peak_rss_mb']:.0f} MiB;",
+               f"greedy outputs identical to plain: {_fmt(result['identical'])};", f"{result['elapsed_s']:.0f}s"]
+    for line in pack(phrases, console.width, sep=" "):
+        console.print(line, markup=False, soft_wrap=True)
+
+
+def table_box():
+    from rich import box
+
+    return box.HEAVY_HEAD
 
 
 def peer_cells(r: dict[str, Any]) -> list[str]:

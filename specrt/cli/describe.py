@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..bundle.manifest import read_manifest
+from ..inspect_checks import memory_notes, read_for_inspect
 
 
 def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | None = None) -> dict[str, Any]:
-    m = read_manifest(bundle, verify_checksums=True)
+    """Describes even a bundle that fails its file checks: `failed_checks` lists them (empty when sound)."""
+    m, failed = read_for_inspect(bundle)
     models = {}
     for role, e in m.models.items():
         c = e["decoder_config"]
@@ -50,35 +51,51 @@ def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | 
         "engines": m.get("engines") or {},
         "files": len(m["files"]),
         "bytes": sum(f["size"] for f in m["files"].values()),
-        "checksums": "ok",
+        "checksums": "ok" if not failed else f"FAILED ({len(failed)})",
+        "failed_checks": failed,
     }
     try:
         from ..compiler.trt.support import onnx_support_report
 
-        out["tensorrt_support"] = {role: onnx_support_report(m.path(e["onnx"])) for role, e in m.models.items()}
+        if not failed:
+            out["tensorrt_support"] = {role: onnx_support_report(m.path(e["onnx"])) for role, e in m.models.items()}
     except ImportError:
         pass
     if memory:
         from ..compiler.trt.memory import memory_plan
 
-        out["memory"] = memory_plan(m, max_seq_len=max_seq_len)
+        cpu = not m.get("engines")
+        out["memory"] = memory_plan(m, max_seq_len=max_seq_len, devices={r: "cpu" for r in m.models} if cpu else None,
+                                    workspace=0 if cpu else None)
+        out["memory"]["notes"] = memory_notes(m, max_seq_len)
     return out
 
 
 def print_summary(summary: dict[str, Any]) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
     console.print(f"[bold]{summary['bundle']}[/bold]  format v{summary['format_version']}, written by specrt "
                   f"{summary['specrt_version']} at {summary['created']}")
-    console.print(f"max_seq_len {summary['max_seq_len']}, max_draft_tokens {summary['max_draft_tokens']}, "
-                  f"ONNX opset {summary['onnx']['opset']} IR {summary['onnx']['ir_version']}, "
-                  f"{summary['files']} files, {summary['bytes'] / 2**20:.1f} MiB, checksums {summary['checksums']}")
-    table = Table("role", "architecture", "params", "layers", "hidden", "heads/kv", "vocab", "dtype", "max |ORT-PyTorch|")
+    from ..console import pack
+
+    for line in pack([f"max_seq_len {summary['max_seq_len']}, max_draft_tokens {summary['max_draft_tokens']},",
+                      f"ONNX opset {summary['onnx']['opset']} IR {summary['onnx']['ir_version']},",
+                      f"{summary['files']} files, {summary['bytes'] / 2**20:.1f} MiB,", f"checksums {summary['checksums']}"],
+                     console.width, sep=" "):
+        console.print(line, markup=False, soft_wrap=True)
+    for check in summary.get("failed_checks") or []:
+        console.print(f"FAILED {check}", style="bold red", markup=False, soft_wrap=True)
+    compact = console.width < 100
+    table = Table("role", "arch" if compact else "architecture", "params", "layers", "hidden", "heads/kv", "vocab",
+                  "dtype", "|ORT-PT|" if compact else "max |ORT-PyTorch|", box=None if compact else box.HEAVY_HEAD)
     for role, m in summary["models"].items():
-        table.add_row(role, m["architecture"], f"{m['parameters'] / 1e6:.1f}M", str(m["layers"]), str(m["hidden_size"]),
-                      f"{m['heads']}/{m['kv_heads']}", str(m["vocab_size"]), m["dtype"], f"{m['validation_max_abs_diff']:.1e}")
+        arch = m["architecture"].replace("ForCausalLM", "").replace("LMHeadModel", "") if compact else m["architecture"]
+        dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(m["dtype"], m["dtype"]) if compact else m["dtype"]
+        table.add_row(role, arch, f"{m['parameters'] / 1e6:.1f}M", str(m["layers"]), str(m["hidden_size"]),
+                      f"{m['heads']}/{m['kv_heads']}", str(m["vocab_size"]), dtype, f"{m['validation_max_abs_diff']:.1e}")
     console.print(table)
     for role, m in summary["models"].items():
         console.print(f"{role}: {_validation_line(m['validation'])}")
@@ -103,7 +120,10 @@ def print_summary(summary: dict[str, Any]) -> None:
                           + ("" if rep["supported"] else f" — {'; '.join(rep['problems'])}"))
     if "memory" in summary:
         mem = summary["memory"]
-        t = Table("device", "model", "weights", "kv cache", "workspace+activations", "total")
+        for note in mem.get("notes", []):
+            console.print(f"note: {note}", markup=False, soft_wrap=True)
+        t = Table("device", "model", "weights", "kv cache", "workspace+activ." if console.width < 100 else
+                  "workspace+activations", "total")
         for row in mem["rows"]:
             t.add_row(row["device"], row["model"], _gib(row["weights_bytes"]), _gib(row["kv_cache_bytes"]),
                       _gib(row["workspace_bytes"] + row["activation_bytes"]), _gib(row["total_bytes"]))

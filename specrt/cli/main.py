@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 import click
 
-from ..core.errors import SpecrtError
+from ..console import flag_names
+from ..core.errors import InvalidArgument, SpecrtError
 
 
 def fail(message: str, code: int) -> None:
@@ -32,7 +33,9 @@ def handle_errors(fn: Callable) -> Callable:
         except SpecrtError as exc:
             if os.environ.get("SPECRT_DEBUG"):
                 raise
-            fail(str(exc), exc.exit_code)
+            # CLI errors name flags (--max-new-tokens), not the API parameters (max_new_tokens).
+            message = flag_names(str(exc)) if isinstance(exc, InvalidArgument) else str(exc)
+            fail(message, exc.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
@@ -63,7 +66,33 @@ class KType(click.ParamType):
             self.fail(f"{value!r} is neither an integer nor 'auto'", param, ctx)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+_NO_ARGS = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class Group(click.Group):
+    """Click's own usage errors printed like every other error: one `error: ...` line."""
+
+    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            fail("interrupted", 130)
+        except _NO_ARGS as exc:  # `specrt` alone: the help text, as click prints it
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            hint = ""
+            ctx = getattr(exc, "ctx", None)
+            if isinstance(exc, click.UsageError) and ctx is not None:
+                hint = f" (see '{ctx.command_path} --help')"
+            fail(exc.format_message() + hint, exc.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="specrt")
 def main() -> None:
     """specrt: speculative decoding for LLM inference, compiled ahead of time."""

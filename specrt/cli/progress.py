@@ -17,16 +17,23 @@ def step_progress(enabled: bool = True) -> Iterator[Callable[[str], Callable[[],
         yield lambda description: (lambda: None)
         return
     console = Console(stderr=True)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:
+    # Started on the first step only: an error before any step then prints no empty progress line.
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                        console=console, transient=False)
 
-        def start(description: str) -> Callable[[], None]:
-            task = progress.add_task(description, total=1)
-            t0 = time.perf_counter()
+    def start(description: str) -> Callable[[], None]:
+        if not progress.live.is_started:
+            progress.start()
+        task = progress.add_task(description, total=1)
+        t0 = time.perf_counter()
 
-            def done() -> None:
-                progress.update(task, completed=1, description=f"{description} [{time.perf_counter() - t0:.1f}s]")
+        def done() -> None:
+            progress.update(task, completed=1, description=f"{description} [{time.perf_counter() - t0:.1f}s]")
 
-            return done
+        return done
 
+    try:
         yield start
+    finally:
+        if progress.live.is_started:
+            progress.stop()

@@ -22,6 +22,7 @@ from .config import ServeConfig
 from .errors import install_handlers
 from .metrics import CONTENT_TYPE
 from .guards import CatchAll
+from .access_log import AccessLog
 from .middleware import ApiKeyAuth, BodyLimit, RequestMetrics
 from .schemas import ChatRequest, CompletionRequest
 from .service import Service
@@ -86,6 +87,7 @@ def create_app(bundle_or_generators: Union[str, Path, Any, Sequence[Any]], *, se
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, timeout_s=body_timeout_s)
     app.add_middleware(ApiKeyAuth, api_key=config.api_key)
     app.add_middleware(RequestMetrics, metrics=service.metrics)
+    app.add_middleware(AccessLog)  # outermost: one line per request, after the response
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:

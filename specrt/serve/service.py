@@ -96,7 +96,7 @@ class Service:
             raise APIError(429, f"server busy: {exc}; retry later", type="rate_limit_error", code="queue_full",
                            headers={"Retry-After": str(self.config.retry_after_s)}) from None
 
-    def _observer(self, prep: Prepared, arrived: float, endpoint: str):
+    def _observer(self, prep: Prepared, arrived: float, endpoint: str, state: Optional[dict] = None):
         m = self.metrics
         last: list[Optional[float]] = [None]
 
@@ -108,6 +108,8 @@ class Service:
                     m.observe_step(event.t - last[0], event.tokens)
                 last[0] = event.t
             elif isinstance(event, Done):
+                if state is not None:  # for the access log line
+                    state["completion_tokens"] = event.completion_tokens
                 m.observe_done(event.finish_reason, len(prep.job.prompt_ids), event.completion_tokens, event.stats)
                 m.e2e.observe(time.perf_counter() - arrived)
                 if event.finish_reason == "cancelled":
@@ -119,7 +121,8 @@ class Service:
         gen = await self._acquire(request)
         if gen is None:
             return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
-        run = Run(self.pool, gen, prep.job, self.executor, self._observer(prep, arrived, endpoint))
+        run = Run(self.pool, gen, prep.job, self.executor, self._observer(prep, arrived, endpoint,
+                                                                            request.scope.setdefault("state", {})))
         first = await run.next_event()
         if isinstance(first, Done) and first.error is not None:
             raise failure(first)

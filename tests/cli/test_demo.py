@@ -11,7 +11,7 @@ import pytest
 from specrt.cli.demo import ASSETS
 
 KEYS = {"prompt", "kind", "text", "identical", "plain_tokens_per_second", "speculative_tokens_per_second",
-        "speedup", "acceptance_rate", "mean_accepted_tokens"}
+        "speedup", "speedup_min", "speedup_max", "acceptance_rate", "mean_accepted_tokens"}
 
 
 def demo(*args, cwd):
@@ -36,8 +36,10 @@ def test_demo_json_reuse_and_rebuild(tmp_path, tiny_pair):
     for row in out["prompts"]:
         assert KEYS <= set(row) and row["identical"] is True
     assert out["summary"]["identical"] is True
-    assert set(out["summary"]) >= {"identical", "speedup", "acceptance_rate", "plain_tokens_per_second",
-                                   "speculative_tokens_per_second"}
+    assert set(out["summary"]) >= {"identical", "speedup", "speedup_min", "speedup_max", "repeats", "acceptance_rate",
+                                   "plain_tokens_per_second", "speculative_tokens_per_second"}
+    s = out["summary"]
+    assert s["speedup_min"] <= s["speedup_max"] and s["repeats"] == 1
     manifest = tmp_path / "artifacts" / "demo" / "manifest.json"
     first = manifest.stat().st_mtime_ns
     assert demo(*args, cwd=tmp_path).returncode == 0

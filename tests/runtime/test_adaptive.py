@@ -66,3 +66,23 @@ def test_end_to_end_unrelated_draft_ends_with_speculation_off(pair_generator):
     assert res.stats.num_speculative_tokens == 0
     assert res.stats.k_history[-10:].count(0) >= 7
     assert len(res.stats.k_history) == res.stats.verify_steps
+
+
+def test_primed_controller_starts_at_the_predicted_k_and_says_why_it_is_off():
+    """Issue 15, item 6: short runs start from the k that load-time costs predict, not from a plain step."""
+    from specrt.runtime.policy import AdaptiveK
+
+    cheap = AdaptiveK(8)
+    assert cheap.next_k() == 0  # unprimed: a plain step first
+    cheap.prime([1e-3 * (1 + 0.02 * k) for k in range(9)], 1e-5)
+    assert cheap.next_k() == cheap.best_k() > 0 and cheap.off_reason() == ""
+    slow = AdaptiveK(8)
+    slow.prime([1e-3] * 9, 2e-3)  # a draft token costs two target steps: never worth it
+    assert slow.next_k() == 0 and slow.current_k == 0
+    assert slow.off_reason().startswith("speculation off: drafting is slower than plain decoding here; "
+                                        "per-token acceptance 0.60, a draft token costs 2.00 target steps")
+
+
+def test_generator_primes_its_controllers_from_load_time_costs(pair_generator):
+    policy = pair_generator.make_policy("auto", "draft")
+    assert all(v is not None and v > 0 for v in policy.verify_cost) and policy.draft_cost > 0

@@ -47,6 +47,16 @@ def test_serve_subprocess(pair_bundle, pair_generator):
         resp = client.completions.create(model="demo", prompt="import os", max_tokens=8, temperature=0)
         ref = pair_generator.generate("import os", 8, temperature=0, method="draft", num_speculative_tokens=K)
         assert resp.choices[0].text == ref.text
+        # one log line per request at the default level: method, path, status, tokens, duration
+        logged, deadline = [], time.monotonic() + 10
+        while time.monotonic() < deadline and not any("POST /v1/completions" in x for x in logged):
+            try:
+                logged.append(lines.get(timeout=0.5))
+            except queue.Empty:
+                pass
+        line = next((x for x in logged if "POST /v1/completions" in x), "")
+        assert re.fullmatch(r"INFO:\s+POST /v1/completions 200 8 tokens \d+\.\d\ds\n", line), logged
+        assert not any('"POST /v1/completions HTTP/1.1"' in x for x in logged), "uvicorn's access line is replaced"
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -13,16 +13,24 @@ import pytest
 
 from specrt.core.trt import cuda_device_error, trt_import_error
 
-pytestmark = pytest.mark.gpu
-NEEDS = "needs TensorRT (pip install specrt[gpu]) and an NVIDIA GPU"
 PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def gpu_or_skip():
+def missing() -> str | None:
+    """What is missing, in a few words (the install advice is given once, in the skip reason)."""
+    import importlib.util
+
+    if importlib.util.find_spec("tensorrt") is None:
+        return "TensorRT is not installed"
     reason = trt_import_error() or cuda_device_error("cuda:0")
-    if reason:
-        pytest.skip(f"{NEEDS}: {reason}")
+    return reason.split(" (")[0].split(": ")[0] if reason else None
+
+
+pytestmark = pytest.mark.gpu
+MISSING = missing()
+if MISSING:  # one short line for the whole module in `pytest -rs`, not one per test
+    pytest.skip(f"GPU tests need TensorRT and an NVIDIA GPU (pip install 'specrt[gpu]'); here: {MISSING}",
+                allow_module_level=True)
 
 
 def compile_trt(llama_target, llama_draft, out, precision: str):

@@ -58,10 +58,11 @@ def _k(value: str):
               help="Instead of benchmarking: write a random-weight Llama checkpoint to DIR (see --params) and exit.")
 @click.option("--params", default="120M", show_default=True, help="Size of --make-random-target.")
 @click.option("--quiet", is_flag=True, help="No progress bar and no table.")
+@click.option("--wide", is_flag=True, help="Every column in the terminal table (default: what fits the terminal).")
 @handle_errors
 def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_new_tokens, repeats, temperature,
               seed, backend, threads, peer, target_checkpoint, draft_checkpoint, simulate, json_path, plot_path,
-              md_path, title, random_dir, params, quiet):
+              md_path, title, random_dir, params, quiet, wide):
     """Benchmark BUNDLE: plain vs speculative decoding per method, k and workload suite."""
     from rich.console import Console
 
@@ -83,13 +84,16 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
                              ks=ks, max_new_tokens=max_new_tokens, repeats=repeats, temperature=temperature,
                              seed=seed, simulate=simulate or (), peer=peer, target_checkpoint=target_checkpoint,
                              draft_checkpoint=draft_checkpoint)
+    _check_before_measuring(settings, plot_path)
     command = "specrt bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "bench" else None
     with _progress(not quiet) as progress:
         result = run_bench(settings, progress=progress, command=command)
-    if plot_path is not None:
-        from ...bench.plot import save_plot
-
-        save_plot(result, str(plot_path))
+    # Finished measurements first (JSON, Markdown, table), the optional plot last.
+    if json_path is not None:
+        if str(json_path) == "-":
+            echo_json(result)
+        else:
+            json_path.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
     if md_path is not None:
         default_title = "Simulated acceptance" if simulate else "Benchmark"
         rel = None
@@ -99,13 +103,32 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
             except ValueError:
                 rel = str(plot_path)
         md_path.write_text(markdown(result, title or default_title, plot=rel) + "\n", encoding="utf-8")
-    if json_path is not None:
-        if str(json_path) == "-":
-            echo_json(result)
-        else:
-            json_path.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
     if not quiet and str(json_path) != "-":
-        print_tables(result, Console())
+        from ...console import COMPACT_WIDTH
+
+        print_tables(result, Console(width=max(Console().width, 250)) if wide else Console(),
+                     compact=not wide and Console().width < COMPACT_WIDTH, wide=wide)
+    if plot_path is not None:
+        from ...bench.plot import save_plot
+
+        save_plot(result, str(plot_path))
+    from ...console import busy_warning
+
+    if busy_warning() and not quiet:
+        click.echo(busy_warning(), err=True)
+
+
+def _check_before_measuring(settings, plot_path) -> None:
+    """Everything that would fail after the measurements is checked before them: the bundle path and the
+    optional dependencies of the requested outputs."""
+    from ...bundle.manifest import read_manifest
+    from ...console import require
+
+    read_manifest(settings.bundle, verify_checksums=False)
+    if plot_path is not None:
+        require("matplotlib", "--plot", "bench")
+    if settings.peer == "hf":
+        require("transformers", "--peer hf", "bench")
 
 
 def _progress(enabled: bool):
@@ -119,19 +142,27 @@ def _progress(enabled: bool):
 
     @contextlib.contextmanager
     def bar():
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TimeRemainingColumn(), console=Console(stderr=True), transient=False) as p:
-            task = p.add_task("bench", total=None)
-            state = {"started": False}
+        # Started at the first tick: errors found while loading (bad --k, ...) print no bar before them.
+        p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                     TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+        task = p.add_task("bench", total=None)
+        state = {"started": False}
 
-            def tick(description: str, total: int) -> None:
-                p.update(task, total=total, description=description[:60])
-                if state["started"]:
-                    p.advance(task)
-                state["started"] = True
+        def tick(description: str, total: int) -> None:
+            if not state["started"]:
+                p.start()
+            p.update(task, total=total, description=description[:60])
+            if state["started"]:
+                p.advance(task)
+            state["started"] = True
 
+        try:
             yield tick
-            p.update(task, description="done")
-            p.advance(task)
+            if state["started"]:
+                p.update(task, description="done")
+                p.advance(task)
+        finally:
+            if state["started"]:
+                p.stop()
 
     return bar()

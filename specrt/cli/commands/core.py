@@ -35,8 +35,12 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     """Export target (and draft) to ONNX, validate, and write a bundle (with --engines trt: plus engines)."""
     from ...compiler import compile_bundle
     from ...compiler.pipeline import check_compile_args
+    from ...compiler.input_check import check_checkpoint_dir
     from ...compiler.validate import Tolerance
 
+    for flag, path in (("--target", target), ("--draft", draft), ("--medusa", medusa)):
+        if path is not None:
+            check_checkpoint_dir(path, flag)
     inputs = (target, draft, medusa)
     check_compile_args(max_seq_len, max_draft_tokens, output, force, inputs)
     tol = Tolerance.parse(tolerance) if tolerance is not None else None
@@ -81,12 +85,16 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
 @click.option("--draft-device", default=None, help="e.g. cpu, cuda:1")
 @click.option("--threads", default=None, type=int, help="CPU threads per model (default: all cores).")
 @click.option("--stream", is_flag=True, help="Print text as it is generated.")
-@click.option("--json", "as_json", is_flag=True, help='Print {"text", "token_ids", "stats"} as JSON.')
+@click.option("--strict", is_flag=True, help="Refuse (exit 2) when prompt + --max-new-tokens exceed the bundle's context "
+                                              "(default: warn, stop at the context, finish_reason length).")
+@click.option("--json", "as_json", is_flag=True, help='Print {"text", "token_ids", "finish_reason", "stats"} as JSON.')
 @handle_errors
 def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_k, top_p, seed, method, k, ngram_min,
-                 ngram_max, backend, target_device, draft_device, threads, stream, as_json):
+                 ngram_max, backend, target_device, draft_device, threads, stream, strict, as_json):
     """Generate text from BUNDLE with speculative decoding."""
     from ...core.errors import InvalidArgument
+    from ...core.tokenizer import IncrementalDecoder
+    from ...generate_output import context_warning, stats_line
     from ...runtime import load
 
     if (prompt is None) == (chat is None):
@@ -102,22 +110,27 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
             click.echo("note: the bundle has no chat template: using the plain 'role: content' format", err=True)
         prompt = chat_prompt_ids(gen, chat, system, formatter)
     kwargs = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, method=method,
-                  num_speculative_tokens=k, ngram_min=ngram_min, ngram_max=ngram_max)
+                  num_speculative_tokens=k, ngram_min=ngram_min, ngram_max=ngram_max, strict=strict)
     if stream and not as_json:
-        for piece in gen.stream(prompt, max_new_tokens, **kwargs):
-            sys.stdout.write(piece)
+        dec, stats = IncrementalDecoder(gen.tokenizer), None
+        for chunk, stats in gen.stream_tokens(prompt, max_new_tokens, **kwargs):
+            sys.stdout.write(dec.push(chunk) or "")
             sys.stdout.flush()
-        sys.stdout.write("\n")
-        return
-    res = gen.generate(prompt, max_new_tokens, **kwargs)
-    if as_json:
-        echo_json({"text": res.text, "token_ids": res.token_ids, "stats": res.stats.to_dict()})
-        return
-    click.echo(res.text)
-    s = res.stats
-    click.echo(f"[{s.method}, k={s.num_speculative_tokens}, {s.new_tokens} tokens, "
-               f"{s.tokens_per_second:.1f} tok/s, acceptance {s.acceptance_rate:.2f}, "
-               f"mean accepted {s.mean_accepted_tokens:.2f}, backend {s.backend}]", err=True)
+        sys.stdout.write(dec.flush() + "\n")
+        sys.stdout.flush()
+    else:
+        res = gen.generate(prompt, max_new_tokens, **kwargs)
+        stats = res.stats
+        if as_json:
+            echo_json({"text": res.text, "token_ids": res.token_ids, "finish_reason": res.finish_reason,
+                       "stats": stats.to_dict()})
+        else:
+            click.echo(res.text)
+    warning = context_warning(stats, max_new_tokens, gen.max_seq_len)
+    if warning:
+        click.echo(warning, err=True)
+    if not as_json:
+        click.echo(stats_line(stats), err=True)
 
 
 @main.command("inspect")
@@ -135,3 +148,8 @@ def inspect_cmd(bundle, memory, max_seq_len, as_json):
         echo_json(summary)
     else:
         print_summary(summary)
+    if summary["failed_checks"]:  # described above, but still refused by generate/serve/bench
+        from ..main import fail
+
+        fail(f"bundle {bundle} failed {len(summary['failed_checks'])} check(s) (marked FAILED): generate, serve "
+             "and bench refuse it; recompile it with `specrt compile`", 2)

