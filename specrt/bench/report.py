@@ -73,7 +73,7 @@ def print_tables(result: dict[str, Any], console, compact: bool = False, wide: b
         for r in peer["results"]:
             table.add_row(*peer_cells(r))
         console.print(table)
-    from ..console import pack
+    from ..cli.console import pack
 
     m = result["machine"]
     phrases = [f"{m['cpu']}, {m['cores_available']} cores, backend {m['backend']} ({m['provider']}, {m['threads']} threads);",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import __version__
-from ..console import check_repeats, spread
+from .console import check_repeats, spread
 from ..core.errors import BundleError, SpecrtError
 
 ASSETS = Path(__file__).parent / "assets" / "demo"

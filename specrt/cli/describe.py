@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..inspect_checks import memory_notes, read_for_inspect
+from .inspect_checks import memory_notes, read_for_inspect
 
 
 def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | None = None) -> dict[str, Any]:
@@ -79,7 +79,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     console = Console()
     console.print(f"[bold]{summary['bundle']}[/bold]  format v{summary['format_version']}, written by specrt "
                   f"{summary['specrt_version']} at {summary['created']}")
-    from ..console import pack
+    from .console import pack
 
     for line in pack([f"max_seq_len {summary['max_seq_len']}, max_draft_tokens {summary['max_draft_tokens']},",
                       f"ONNX opset {summary['onnx']['opset']} IR {summary['onnx']['ir_version']},",

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import click
 
-from ..console import flag_names
+from .console import flag_names
 from ..core.errors import InvalidArgument, SpecrtError
 
 

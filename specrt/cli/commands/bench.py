@@ -104,7 +104,7 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
                 rel = str(plot_path)
         md_path.write_text(markdown(result, title or default_title, plot=rel) + "\n", encoding="utf-8")
     if not quiet and str(json_path) != "-":
-        from ...console import COMPACT_WIDTH
+        from ..console import COMPACT_WIDTH
 
         print_tables(result, Console(width=max(Console().width, 250)) if wide else Console(),
                      compact=not wide and Console().width < COMPACT_WIDTH, wide=wide)
@@ -112,7 +112,7 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
         from ...bench.plot import save_plot
 
         save_plot(result, str(plot_path))
-    from ...console import busy_warning
+    from ..console import busy_warning
 
     if busy_warning() and not quiet:
         click.echo(busy_warning(), err=True)
@@ -122,7 +122,7 @@ def _check_before_measuring(settings, plot_path) -> None:
     """Everything that would fail after the measurements is checked before them: the bundle path and the
     optional dependencies of the requested outputs."""
     from ...bundle.manifest import read_manifest
-    from ...console import require
+    from ..console import require
 
     read_manifest(settings.bundle, verify_checksums=False)
     if plot_path is not None:

@@ -94,7 +94,7 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
     """Generate text from BUNDLE with speculative decoding."""
     from ...core.errors import InvalidArgument
     from ...core.tokenizer import IncrementalDecoder
-    from ...generate_output import context_warning, stats_line
+    from ..generate_output import context_warning, stats_line
     from ...runtime import load
 
     if (prompt is None) == (chat is None):

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .bundle.manifest import MANIFEST, Manifest, read_manifest, sha256_file
-from .core.errors import BundleError
+from ..bundle.manifest import MANIFEST, Manifest, read_manifest, sha256_file
+from ..core.errors import BundleError
 
 
 def read_for_inspect(bundle: str | Path) -> tuple[Manifest, list[str]]:

@@ -5,8 +5,8 @@ import io
 import pytest
 from rich.console import Console
 
-from specrt.console import busy_warning, check_repeats, flag_names, pack, require, spread
-from specrt.demo_screen import DemoScreen
+from specrt.cli.console import busy_warning, check_repeats, flag_names, pack, require, spread
+from specrt.cli.demo_screen import DemoScreen
 from specrt.core.errors import InvalidArgument, SpecrtError
 
 
@@ -39,7 +39,7 @@ def test_busy_warning(monkeypatch):
 
 
 def test_demo_screen_prints_spread_and_busy_warning_without_breaking_phrases(monkeypatch):
-    monkeypatch.setattr("specrt.demo_screen.busy_warning",
+    monkeypatch.setattr("specrt.cli.demo_screen.busy_warning",
                         lambda: "warning: the machine is busy (load average 5.8 on 2 cores): speedups vary")
     buf = io.StringIO()
     screen = DemoScreen(Console(file=buf, width=80, force_terminal=False))

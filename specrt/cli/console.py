@@ -12,7 +12,7 @@ import re
 import statistics
 from typing import Iterable, Sequence
 
-from .core.errors import InvalidArgument, SpecrtError
+from ..core.errors import InvalidArgument, SpecrtError
 
 COMPACT_WIDTH = 100  # below this many columns the CLI prints compact tables
 
