@@ -25,6 +25,7 @@ from .export import ONNX_IR_VERSION, ONNX_OPSET, onnx_from_decoder
 from ..bundle.profiles import profiles_for_model
 from .tokenizer_check import check_same_vocab, load_vocab
 from .validate import validate_onnx, validation_shapes
+from .quantize_step import QuantizePlan, apply_quantization, resolve_plan
 
 MAX_DRAFT_TOKENS_LIMIT = 64
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -102,13 +103,17 @@ def compile_bundle(
     force: bool = False,
     progress: Callable[[str], Callable[[], None]] | None = None,
     extra_steps: list[Callable[[Path, dict], None]] | None = None,
+    quantization: QuantizePlan | None = None,
 ) -> Path:
     """Compile `target` (and optionally `draft`) into the bundle directory `out`. Returns `out`.
 
     `progress(description)` is called when a step starts and returns a callable invoked when it ends.
     `extra_steps` run inside the temporary directory before the manifest is written (Medusa, engines).
+    `quantization` quantizes models (compiler/quantize_step.py); `draft="self:int4"` (or "self:int8") makes
+    the quantized target the draft model.
     """
     out = Path(out)
+    quantization, draft = resolve_plan(quantization, draft)
     progress = progress or _noop_progress
     check_compile_args(max_seq_len, max_draft_tokens, out, force)
     roles: dict[str, Checkpoint] = {"target": open_checkpoint(target)}
@@ -166,6 +171,8 @@ def compile_bundle(
             "eos_token_ids": list(t.eos_token_ids),
             "bos_token_id": t.bos_token_id,
         }
+        if quantization is not None:
+            apply_quantization(quantization, tmp, manifest, progress)
         for step in extra_steps or []:
             step(tmp, manifest)
         done = progress("checksum files and write manifest")

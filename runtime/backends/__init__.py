@@ -13,6 +13,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from ...bundle.quantization import ort_onnx
 from ...core.errors import BackendUnavailable, InvalidArgument
 from ...models.config import DecoderConfig, RopeConfig
 from .base import Runner
@@ -68,6 +69,8 @@ def create_runner(manifest, role: str, backend: str, *, capacity: int, max_short
     entry = manifest.models[role]
     config = decoder_config(entry)
     onnx_path = manifest.path(entry["onnx"])
+    if backend in ("ort", "ort-cuda", "ort-trt"):  # a quantized bundle: ONNX Runtime runs the quantized graph
+        onnx_path = manifest.path(ort_onnx(entry))
     if backend == "ort":
         from .ort.runner import OrtRunner
 

@@ -30,6 +30,10 @@ def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | 
             "profiles": {phase: {"input_ids": shapes["input_ids"]} for phase, shapes in e["profiles"].items()},
             "validation_max_abs_diff": e["validation"]["max_abs_diff"],
         }
+        if e.get("quantization"):
+            models[role]["quantization"] = quantization_summary(e["quantization"])
+        if e.get("self_draft"):
+            models[role]["self_draft"] = True
     out: dict[str, Any] = {
         "bundle": str(m.root),
         "format_version": m["format_version"],
@@ -73,6 +77,9 @@ def print_summary(summary: dict[str, Any]) -> None:
         table.add_row(role, m["architecture"], f"{m['parameters'] / 1e6:.1f}M", str(m["layers"]), str(m["hidden_size"]),
                       f"{m['heads']}/{m['kv_heads']}", str(m["vocab_size"]), m["dtype"], f"{m['validation_max_abs_diff']:.1e}")
     console.print(table)
+    for role, m in summary["models"].items():
+        if "quantization" in m:
+            console.print(quantization_line(role, m["quantization"], m.get("self_draft", False)))
     if summary.get("medusa"):
         console.print(f"medusa heads: {summary['medusa']['num_heads']}")
     for name, eng in (summary.get("engines") or {}).items():
@@ -91,6 +98,23 @@ def print_summary(summary: dict[str, Any]) -> None:
         console.print(t)
         for dev, total in mem["per_device"].items():
             console.print(f"{dev}: {_gib(total)} total")
+
+
+def quantization_summary(q: dict[str, Any]) -> dict[str, Any]:
+    keys = ("type", "block_size", "symmetric", "accuracy_level", "batch_invariant_setting", "reference_onnx",
+            "quality", "verify_consistency")
+    return {k: q.get(k) for k in keys} | {"onnx": {v: g["onnx"] for v, g in q["graphs"].items()}}
+
+
+def quantization_line(role: str, q: dict[str, Any], self_draft: bool) -> str:
+    quality = "; ".join(f"{text}: greedy agreement {r['greedy_agreement']:.3f}, ppl x{r['ppl_ratio']:.4f} "
+                        f"({r['ppl_reference']:.3g} -> {r['ppl_quantized']:.3g}, {r['tokens']} tokens)"
+                        for text, r in q["quality"].items())
+    vc = q["verify_consistency"]
+    return (f"{role}{' (self draft: the quantized target)' if self_draft else ''}: {q['type']} MatMulNBits, "
+            f"block {q['block_size']}, {'symmetric' if q['symmetric'] else 'asymmetric'}, accuracy level "
+            f"{q['accuracy_level']}, ONNX Runtime loads {', '.join(q['onnx'].values())}; {quality}; verify vs "
+            f"one-token passes: {vc['argmax_equal']}/{vc['rows']} argmax equal, max |diff| {vc['max_abs_diff']:.1e}")
 
 
 def _gib(n: float) -> str:

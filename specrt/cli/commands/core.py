@@ -8,13 +8,16 @@ from pathlib import Path
 import click
 
 from ..main import KType, echo_json, handle_errors, main
+from ...compiler.quantize_cli import prepare_quantization, quantize_compile_options
 from ...compiler.trt.cli import prepare_trt_compile, trt_compile_options
 from ..progress import step_progress
 
 
 @main.command("compile")
 @click.option("--target", required=True, type=click.Path(path_type=Path), help="Target checkpoint directory (Hugging Face format).")
-@click.option("--draft", type=click.Path(path_type=Path), help="Draft checkpoint directory (same tokenizer as the target).")
+@click.option("--draft", type=click.Path(path_type=Path),
+              help="Draft checkpoint directory (same tokenizer as the target), or self:int4 / self:int8 (the "
+                   "quantized target as the draft).")
 @click.option("--medusa", type=click.Path(path_type=Path), help="Medusa heads directory (see `specrt train-medusa`).")
 @click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path), help="Bundle directory to write.")
 @click.option("--max-seq-len", default=2048, show_default=True, type=int, help="Context length (prompt + generated).")
@@ -22,13 +25,16 @@ from ..progress import step_progress
 @click.option("--force", is_flag=True, help="Replace an existing output directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 @trt_compile_options
+@quantize_compile_options
 @handle_errors
-def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, as_json, trt_options):
+def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, as_json, trt_options,
+                quant_options):
     """Export target (and draft) to ONNX, validate, and write a bundle (with --backend trt: plus engines)."""
     from ...compiler import compile_bundle
     from ...compiler.pipeline import check_compile_args
 
     check_compile_args(max_seq_len, max_draft_tokens, output, force)
+    plan, draft = prepare_quantization(quant_options, draft, trt_backend=trt_options.get("backend") == "trt")
     extra = []
     if medusa is not None:
         from ...compiler.medusa import medusa_step
@@ -38,7 +44,7 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
                                  max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens)
     with step_progress(enabled=not as_json) as progress:
         out = compile_bundle(target, output, draft, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
-                             force=force, progress=progress, extra_steps=extra)
+                             force=force, progress=progress, extra_steps=extra, quantization=plan)
     from ..describe import bundle_summary
 
     summary = bundle_summary(out)
