@@ -28,6 +28,7 @@ from .tokenizer_check import check_same_vocab, load_vocab
 from .validate import Tolerance, validate_onnx, validation_shapes, window_shapes
 from .logit_rows import add_logit_start, validate_logit_start
 from .variants import check_ort_graph, fused_variant
+from .quantize_step import QuantizePlan, apply_quantization, resolve_plan
 
 MAX_DRAFT_TOKENS_LIMIT = 64
 # OS errors that mean "the output location is unusable" (exit 2 with one line, not a traceback)
@@ -136,6 +137,7 @@ def compile_bundle(
     extra_steps: list[Callable[[Path, dict], None]] | None = None,
     inputs: tuple = (),
     ort_graph: str = "fused",
+    quantization: QuantizePlan | None = None,
 ) -> Path:
     """Compile `target` (and optionally `draft`) into the bundle directory `out`. Returns `out`.
 
@@ -151,8 +153,11 @@ def compile_bundle(
     `inputs` are further input directories (Medusa heads) that `out` must stay clear of.
     The output rules (what --force may replace, locking, cleanup) are in output_dir.py.
     `ort_graph="fused"` adds ONNX Runtime's fused graph variant where supported (compiler/variants.py).
+    `quantization` quantizes models (compiler/quantize_step.py); `draft="self:int4"` (or "self:int8") makes
+    the quantized target the draft model.
     """
     out = Path(out)
+    quantization, draft = resolve_plan(quantization, draft)
     progress = progress or _noop_progress
     check_ort_graph(ort_graph)
     check_compile_args(max_seq_len, max_draft_tokens, out, force, (Path(target), draft, *inputs))
@@ -178,7 +183,7 @@ def compile_bundle(
             for role, ck in roles.items():
                 check_context(ck, max_seq_len, role)
             _compile_into(tmp, roles, sources, vocab_size, max_seq_len, max_draft_tokens, tolerance or Tolerance(),
-                          ort_graph, progress, extra_steps)
+                          ort_graph, quantization, progress, extra_steps)
             commit(tmp, out, force, started_as)
         except OSError as exc:
             if exc.errno not in OUTPUT_ERRNOS:
@@ -191,8 +196,8 @@ def compile_bundle(
 
 
 def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, dict], vocab_size: int,
-                  max_seq_len: int, max_draft_tokens: int, tolerance: Tolerance, ort_graph: str, progress,
-                  extra_steps) -> None:
+                  max_seq_len: int, max_draft_tokens: int, tolerance: Tolerance, ort_graph: str,
+                  quantization: QuantizePlan | None, progress, extra_steps) -> None:
     """Every compile step, writing into the temporary directory `tmp` (manifest last)."""
     manifest: dict[str, Any] = {
         "format": FORMAT_NAME,
@@ -253,6 +258,8 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
         "bos_token_id": t.bos_token_id,
         "chat_template": chat_template_file(tmp / "tokenizer"),
     }
+    if quantization is not None:
+        apply_quantization(quantization, tmp, manifest, progress)
     for step in extra_steps or []:
         step(tmp, manifest)
     shutil.rmtree(tmp / SOURCES, ignore_errors=True)  # converted GGUF inputs: not part of the bundle

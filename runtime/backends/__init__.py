@@ -16,6 +16,7 @@ import warnings
 from typing import Any
 
 from ...bundle.variants import graph_entry
+from ...bundle.quantization import ort_onnx
 from ...core.errors import BackendUnavailable, InvalidArgument
 from ...models.config import decoder_config
 from .base import Runner
@@ -64,8 +65,10 @@ def create_runner(manifest, role: str, backend: str, *, capacity: int, max_short
     entry = manifest.models[role]
     config = decoder_config(entry)
     onnx_path = manifest.path(entry["onnx"])
+    if backend in ("ort", "ort-portable", "ort-cuda", "ort-trt"):  # a quantized bundle: ONNX Runtime runs the quantized graph
+        onnx_path = manifest.path(ort_onnx(entry))
     fused = graph_entry(entry, "fused")
-    if backend == "ort" and fused is not None:
+    if backend == "ort" and fused is not None and not entry.get("quantization"):
         from .ort.fused_runner import OrtFusedRunner
 
         return OrtFusedRunner(manifest.path(fused["onnx"]), config, capacity, max_short_tokens,

@@ -37,6 +37,10 @@ def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | 
         }
         if e.get("fused_skipped"):
             models[role]["fused_skipped"] = e["fused_skipped"]
+        if e.get("quantization"):
+            models[role]["quantization"] = quantization_summary(e["quantization"])
+        if e.get("self_draft"):
+            models[role]["self_draft"] = True
     out: dict[str, Any] = {
         "bundle": str(m.root),
         "format_version": m["format_version"],
@@ -109,6 +113,8 @@ def print_summary(summary: dict[str, Any]) -> None:
                            for name, g in m.get("graphs", {}).items())
         console.print(f"{role} graphs: {graphs}" + (f"; no fused graph: {m['fused_skipped']}"
                                                     if m.get("fused_skipped") else ""))
+        if "quantization" in m:
+            console.print(quantization_line(role, m["quantization"], m.get("self_draft", False)))
     if summary.get("medusa"):
         console.print(f"medusa heads: {summary['medusa']['num_heads']}")
     for name, eng in (summary.get("engines") or {}).items():
@@ -140,6 +146,23 @@ def _validation_line(v: dict) -> str:
             f"{v['logits_max_abs_diff']:.2g} on values up to {v['logits_scale']:.3g}), greedy agreement "
             f"{v['argmax_agree']}/{v['argmax_positions']} ({v['argmax_near_ties']} near-ties), "
             f"tolerance atol {v['atol']:g} + rtol {v['rtol']:g}")
+
+
+def quantization_summary(q: dict[str, Any]) -> dict[str, Any]:
+    keys = ("type", "block_size", "symmetric", "accuracy_level", "batch_invariant_setting", "reference_onnx",
+            "quality", "verify_consistency")
+    return {k: q.get(k) for k in keys} | {"onnx": {v: g["onnx"] for v, g in q["graphs"].items()}}
+
+
+def quantization_line(role: str, q: dict[str, Any], self_draft: bool) -> str:
+    quality = "; ".join(f"{text}: greedy agreement {r['greedy_agreement']:.3f}, ppl x{r['ppl_ratio']:.4f} "
+                        f"({r['ppl_reference']:.3g} -> {r['ppl_quantized']:.3g}, {r['tokens']} tokens)"
+                        for text, r in q["quality"].items())
+    vc = q["verify_consistency"]
+    return (f"{role}{' (self draft: the quantized target)' if self_draft else ''}: {q['type']} MatMulNBits, "
+            f"block {q['block_size']}, {'symmetric' if q['symmetric'] else 'asymmetric'}, accuracy level "
+            f"{q['accuracy_level']}, ONNX Runtime loads {', '.join(q['onnx'].values())}; {quality}; verify vs "
+            f"one-token passes: {vc['argmax_equal']}/{vc['rows']} argmax equal, max |diff| {vc['max_abs_diff']:.1e}")
 
 
 def _gib(n: float) -> str:

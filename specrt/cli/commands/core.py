@@ -9,6 +9,7 @@ import click
 
 from ..main import KType, echo_json, handle_errors, main
 from ..options import backend_option, method_option
+from ...compiler.quantize_cli import prepare_quantization, quantize_compile_options
 from ...compiler.trt.cli import prepare_trt_compile, trt_compile_options
 from ..progress import step_progress
 
@@ -16,7 +17,9 @@ from ..progress import step_progress
 @main.command("compile")
 @click.option("--target", required=True, type=click.Path(path_type=Path),
               help="Target: a Hugging Face checkpoint directory, a .gguf file, or a .whl/.zip holding one .gguf.")
-@click.option("--draft", type=click.Path(path_type=Path), help="Draft, same forms as --target (same tokenizer).")
+@click.option("--draft", type=click.Path(path_type=Path),
+              help="Draft, same forms as --target (same tokenizer), or self:int4 / self:int8 (the quantized target "
+                   "as the draft).")
 @click.option("--medusa", type=click.Path(path_type=Path), help="Medusa heads directory (see `specrt train-medusa`).")
 @click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path), help="Bundle directory to write.")
 @click.option("--max-seq-len", default=2048, show_default=True, type=int, help="Context length (prompt + generated).")
@@ -29,15 +32,17 @@ from ..progress import step_progress
               help="ONNX-vs-PyTorch check per tensor: max|diff| <= ATOL + RTOL * max|ref|  [default: 1e-4,1e-3]")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 @trt_compile_options
+@quantize_compile_options
 @handle_errors
 def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, ort_graph, tolerance, as_json,
-                trt_options):
+                trt_options, quant_options):
     """Export target (and draft) to ONNX, validate, and write a bundle (with --engines trt: plus engines)."""
     from ...compiler import compile_bundle
     from ...compiler.pipeline import check_compile_args
     from ...compiler.input_check import check_checkpoint_dir
     from ...compiler.validate import Tolerance
 
+    plan, draft = prepare_quantization(quant_options, draft, trt_backend=trt_options.get("engines") == "trt")
     for flag, path in (("--target", target), ("--draft", draft), ("--medusa", medusa)):
         if path is not None:
             check_checkpoint_dir(path, flag)
@@ -54,7 +59,7 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     with step_progress(enabled=not as_json) as progress:
         out = compile_bundle(target, output, draft, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
                              force=force, tolerance=tol, progress=progress, extra_steps=extra, inputs=(medusa,),
-                             ort_graph=ort_graph)
+                             ort_graph=ort_graph, quantization=plan)
     from ..describe import bundle_summary
 
     summary = bundle_summary(out)

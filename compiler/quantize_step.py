@@ -1,0 +1,156 @@
+"""The compile step that quantizes a bundle's models, measures what it costs, and adds a self draft.
+
+Manifest, per quantized model (`models.<role>.quantization`):
+
+    {"method": "MatMulNBits", "type": "int4", "bits": 4, "block_size": 32, "symmetric": true,
+     "accuracy_level": 1, "batch_invariant_setting": true,
+     "reference_onnx": "target/model.onnx",                 # the unquantized graph (TensorRT, torch runner)
+     "graphs": {"portable": {"onnx": "target/model.int4.onnx", "onnx_data": "...", "quantized_matmuls": 211,
+                             "unquantized_weight_matmuls": 0}},      # one per graph variant of the model
+     "quality": {"heldout": {tokens, greedy_agreement, ppl_reference, ppl_quantized, ppl_ratio},
+                 "calibration": {...}},                      # with --calibration-data
+     "verify_consistency": {rows, argmax_equal, max_abs_diff, draft_tokens}}
+
+ONNX Runtime runners load `graphs.<variant>.onnx` (specrt/bundle/quantization.py); the model's own `onnx`
+entry stays the unquantized graph. `--draft self:int4` adds `models.draft`: the target's entry (same
+graph files, `self_draft: true`) with its own quantized graph under `draft/`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+from ..core.errors import InvalidArgument
+from .quality import HELDOUT, GraphScorer, compare_quality, heldout_text, text_token_ids, verify_consistency
+from .quantize import QUANT_TYPES, QuantizeConfig, quantize_onnx
+
+SELF_DRAFT_PREFIX = "self:"
+
+
+class QualityRefused(InvalidArgument):
+    """The quantized model degrades more than --max-ppl-increase allows (exit 2, nothing written)."""
+
+
+def parse_self_draft(draft: str | Path | None) -> str | None:
+    """'self:int4' -> 'int4'; any other draft -> None."""
+    if draft is None or not str(draft).startswith(SELF_DRAFT_PREFIX):
+        return None
+    kind = str(draft)[len(SELF_DRAFT_PREFIX):]
+    if kind not in QUANT_TYPES:
+        raise InvalidArgument(f"--draft {draft}: the self draft must be one of "
+                              f"{', '.join(SELF_DRAFT_PREFIX + t for t in QUANT_TYPES)}")
+    return kind
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizePlan:
+    """What `compile` quantizes. `self_draft`: the target quantized again as the draft model."""
+
+    target: QuantizeConfig | None = None
+    draft: QuantizeConfig | None = None
+    self_draft: QuantizeConfig | None = None
+    calibration_text: str | None = None
+    calibration_name: str | None = None
+    max_ppl_increase: float | None = None  # refuse when ppl_quantized / ppl_reference - 1 exceeds it
+
+    def __post_init__(self) -> None:
+        if self.draft is not None and self.self_draft is not None:
+            raise InvalidArgument("--draft-quantize applies to a draft checkpoint; a self draft is quantized "
+                                  "already (--draft self:int4 or self:int8)")
+        if not self.roles():
+            if self.calibration_text is not None or self.max_ppl_increase is not None:
+                raise InvalidArgument("--calibration-data and --max-ppl-increase need --quantize, "
+                                      "--draft-quantize or --draft self:<type>")
+        if self.max_ppl_increase is not None and not self.max_ppl_increase >= 0:
+            raise InvalidArgument(f"--max-ppl-increase must be >= 0 (0.05 = 5%), got {self.max_ppl_increase}")
+
+    def roles(self) -> dict[str, QuantizeConfig]:
+        out = {"target": self.target, "draft": self.draft or self.self_draft}
+        return {role: cfg for role, cfg in out.items() if cfg is not None}
+
+
+def model_dims(entry: dict[str, Any]) -> dict[str, int]:
+    c = entry["decoder_config"]
+    return {"num_layers": c["num_layers"], "num_kv_heads": c["num_kv_heads"], "head_dim": c["head_dim"]}
+
+
+def graph_variants(entry: dict[str, Any]) -> dict[str, str]:
+    """variant -> relative ONNX path of every graph of one model (bundles without variants: portable only)."""
+    graphs = entry.get("graphs") or {"portable": {"onnx": entry["onnx"]}}
+    return {name: g["onnx"] for name, g in graphs.items()}
+
+
+def self_draft_entry(target: dict[str, Any]) -> dict[str, Any]:
+    entry = copy.deepcopy(target)
+    entry.pop("quantization", None)
+    entry["self_draft"] = True
+    return entry
+
+
+def check_quality(role: str, quality: dict[str, dict], limit: float | None) -> None:
+    if limit is None:
+        return
+    for text, q in quality.items():
+        increase = q["ppl_ratio"] - 1.0
+        if increase > limit:
+            raise QualityRefused(
+                f"quantized {role} raises perplexity on the {text} text by {increase:.1%} "
+                f"({q['ppl_reference']:.3g} -> {q['ppl_quantized']:.3g}), above --max-ppl-increase {limit:g}: "
+                "no bundle written (try int8, a smaller --quant-block-size, or a higher limit)"
+            )
+
+
+def quantize_model(tmp: Path, role: str, entry: dict[str, Any], cfg: QuantizeConfig, texts: dict,
+                   plan: QuantizePlan, max_draft_tokens: int) -> dict[str, Any]:
+    (tmp / role).mkdir(exist_ok=True)
+    graphs = {}
+    for variant, rel in graph_variants(entry).items():
+        stem = "model" if variant == "portable" else f"model.{variant}"
+        out_rel = f"{role}/{stem}.{cfg.type}.onnx"
+        counts = quantize_onnx(tmp / rel, tmp / out_rel, cfg)
+        graphs[variant] = {"onnx": out_rel, "onnx_data": out_rel + ".data", **counts}
+    dims = model_dims(entry)
+    reference = GraphScorer(tmp / entry["onnx"], dims)
+    quantized = GraphScorer(tmp / graphs["portable"]["onnx"], dims)
+    quality = {name: compare_quality(reference, quantized, ids) for name, ids in texts.items()}
+    check_quality(role, quality, plan.max_ppl_increase)
+    consistency = verify_consistency(quantized, texts[HELDOUT], k=max_draft_tokens)
+    return cfg.to_dict() | {"reference_onnx": entry["onnx"], "graphs": graphs, "quality": quality,
+                            "calibration_data": plan.calibration_name, "verify_consistency": consistency}
+
+
+def apply_quantization(plan: QuantizePlan, tmp: Path, manifest: dict[str, Any],
+                       progress: Callable[[str], Callable[[], None]]) -> None:
+    """Quantize the planned models of the bundle being written in `tmp`, updating `manifest` in place."""
+    tokenizer = tmp / manifest["tokenizer"]["path"]
+    texts = {HELDOUT: text_token_ids(tokenizer, heldout_text(), "the built-in held-out text")}
+    if plan.calibration_text is not None:
+        texts["calibration"] = text_token_ids(tokenizer, plan.calibration_text,
+                                              f"--calibration-data {plan.calibration_name}")
+    models = manifest["models"]
+    if plan.self_draft is not None:
+        models["draft"] = self_draft_entry(models["target"])
+    for role, cfg in plan.roles().items():
+        done = progress(f"quantize {role} ({cfg.type}, block {cfg.block_size}) and measure its quality")
+        models[role]["quantization"] = quantize_model(tmp, role, models[role], cfg, texts, plan,
+                                                      manifest["max_draft_tokens"])
+        done()
+
+
+
+def resolve_plan(plan: QuantizePlan | None, draft: str | Path | None) -> tuple[QuantizePlan | None, Any]:
+    """Turn `draft="self:int4"` into the plan's self draft (settings as the target's, else defaults) and check
+    that a quantized draft has a draft. Returns (plan, draft checkpoint or None)."""
+    kind = parse_self_draft(draft)
+    if kind is not None:
+        plan = plan or QuantizePlan()
+        if plan.self_draft is None:
+            base = plan.target or QuantizeConfig(kind)
+            plan = dataclasses.replace(plan, self_draft=dataclasses.replace(base, type=kind))
+        draft = None
+    if plan is not None and plan.draft is not None and draft is None:
+        raise InvalidArgument("--draft-quantize needs a draft checkpoint (--draft DIR)")
+    return plan, draft
