@@ -41,7 +41,7 @@ def ray_server(pair_bundle):
         if "cannot start" in str(exc):
             pytest.skip(f"Ray cannot start here: {exc}")
         raise
-    server.temp_dir = init["_temp_dir"]
+    server.temp_dir, server.bundle = init["_temp_dir"], pair_bundle
     server.processes = ray_processes(psutil.Process())
     yield server
     server.shutdown()
@@ -194,6 +194,23 @@ def test_replica_that_cannot_load_is_a_clear_error(ray_server, pair_bundle, tmp_
         assert complete(ray_server.url).status_code == 200  # the healthy application is untouched
     finally:
         serve.delete("broken")
+
+
+def test_full_replica_answers_429(ray_server):
+    """1 slot, no queue: Ray hands the replica one request more than it can hold, and the replica refuses it."""
+    serve.run(app_builder({"bundle": str(ray_server.bundle), "replicas": 1, "cpus_per_replica": 0.5, **APP,
+                           "max_queue": 0}), name="full", route_prefix="/full")
+    try:
+        body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 100, "temperature": 0}
+        with ThreadPoolExecutor(4) as pool:
+            responses = list(pool.map(lambda _: httpx.post(f"{ray_server.url}/full/v1/completions", json=body,
+                                                           timeout=60), range(4)))
+        codes = sorted(r.status_code for r in responses)
+        assert codes[0] == 200 and codes[-1] == 429, codes
+        refused = next(r for r in responses if r.status_code == 429)
+        assert refused.json()["error"]["code"] == "queue_full" and refused.headers["retry-after"] == "1"
+    finally:
+        serve.delete("full")
 
 
 def test_shutdown_leaves_no_ray_processes(ray_server):
