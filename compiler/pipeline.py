@@ -21,7 +21,8 @@ from ..bundle.manifest import FORMAT_NAME, MANIFEST, file_entries
 from ..models.checkpoint import Checkpoint, open_checkpoint
 from ..core.errors import CheckpointError, InvalidArgument
 from ..bundle import graph_io
-from .output_dir import check_output, commit, identity, make_temp, release_temp, remove_stale_temps, sigterm_as_exit
+from .output_dir import (check_output, commit, identity, make_temp, release_temp, remove_stale_temps,
+                         sigterm_as_exit, sigterm_deferred)
 from .export import ONNX_IR_VERSION, ONNX_OPSET, onnx_from_decoder
 from ..bundle.profiles import profiles_for_model
 from .tokenizer_check import check_same_vocab, load_vocab
@@ -162,14 +163,16 @@ def compile_bundle(
     check_ort_graph(ort_graph)
     check_compile_args(max_seq_len, max_draft_tokens, out, force, (Path(target), draft, *inputs))
     started_as = identity(out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_temps(out)
-        tmp = make_temp(out)
-    except OSError as exc:
-        raise InvalidArgument(f"cannot write output {out}: {exc.strerror or exc}") from None
+    tmp = None
     with sigterm_as_exit():
         try:
+            try:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                remove_stale_temps(out)
+                with sigterm_deferred():  # `tmp` is assigned before a SIGTERM can interrupt
+                    tmp = make_temp(out)
+            except OSError as exc:
+                raise InvalidArgument(f"cannot write output {out}: {exc.strerror or exc}") from None
             roles, sources = {}, {}
             for role, path in (("target", target), ("draft", draft)):
                 if path is not None:
@@ -184,13 +187,14 @@ def compile_bundle(
                 check_context(ck, max_seq_len, role)
             _compile_into(tmp, roles, sources, vocab_size, max_seq_len, max_draft_tokens, tolerance or Tolerance(),
                           ort_graph, quantization, progress, extra_steps)
-            commit(tmp, out, force, started_as)
+            with sigterm_deferred():  # never stop between moving the old bundle aside and the new one in
+                commit(tmp, out, force, started_as)
         except OSError as exc:
             if exc.errno not in OUTPUT_ERRNOS:
                 raise
             raise InvalidArgument(f"cannot write output {out}: {exc.strerror or exc}") from None
         finally:
-            if tmp.exists():
+            if tmp is not None and tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
     return out
 

@@ -46,22 +46,22 @@ def test_non_finite_logits_never_reach_sampling():
 
 
 def test_open_stream_in_same_thread_is_a_clear_error_not_a_deadlock(pair_generator):
-    it = pair_generator.stream("import os", 20, method="none")
-    next(it)
-    done = {}
-
-    def same_thread_call():
-        # The same thread that holds the open stream: must raise at once.
+    def scenario():
+        it = pair_generator.stream("import os", 20, method="none")
+        next(it)
         try:
-            pair_generator.generate("import os", 3, method="none")
+            pair_generator.generate("import os", 3, method="none")  # same thread, stream still open
         except InvalidArgument as exc:
-            done["error"] = str(exc)
+            error = str(exc)
+        else:
+            error = None
+        it.close()
+        return error, pair_generator.generate("import os", 3, method="none").token_ids
 
-    same_thread_call()
-    assert "unfinished stream" in done["error"]
-    it.close()
-    finished, value = run_with_timeout(lambda: pair_generator.generate("import os", 3, method="none"))
-    assert finished and not isinstance(value, BaseException)
+    finished, value = run_with_timeout(scenario)
+    assert finished, "generate() deadlocked behind an open stream in the same thread"
+    error, ids = value
+    assert error and "unfinished stream" in error and ids
 
 
 def test_abandoned_stream_releases_the_generator(pair_generator):
