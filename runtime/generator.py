@@ -24,6 +24,7 @@ from ..bundle.manifest import Manifest, read_manifest
 from ..core.errors import InvalidArgument
 from ..core.tokenizer import IncrementalDecoder, Tokenizer
 from . import backends
+from .arguments import check_k, check_options
 from .loop import decode
 from .policy import AdaptiveK, CountOnlyAdaptiveK, FixedK, KPolicy, model_draft_cost
 from .proposers.base import Proposer
@@ -31,6 +32,7 @@ from .proposers.draft_model import DraftModelProposer
 from .proposers.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, NgramProposer, check_sizes
 from .sampling import SamplingParams
 from .stats import GenerationStats
+from .warmup import warm_up
 
 METHODS = ("draft", "ngram", "medusa", "none")
 DEFAULT_K = 5
@@ -103,17 +105,9 @@ class Generator:
         self._owner: int | None = None  # thread id holding the lock (see _exclusive)
 
     def warmup(self) -> None:
-        """Run every verify shape once so first-use costs (allocations) stay out of timings and of the
-        adaptive policy's cost estimates."""
-        ids = np.zeros(self.max_draft_tokens + 1, dtype=np.int64)
-        for runner, sizes in ((self.target, range(1, self.max_draft_tokens + 2)), (self.draft, (1, 2))):
-            if runner is None:
-                continue
-            for s in sizes:
-                runner.reset()
-                runner.forward(ids[:s])
-            runner.reset()
-        self._load_costs = measure_costs(self.target, self.draft, self.max_draft_tokens)
+        """Run and time every verify shape (see warmup.py): first-use costs stay out of later timings, and
+        the adaptive policy starts from the measured costs."""
+        self._load_costs = warm_up(self.target, self.draft, self.max_draft_tokens)
 
     # ----------------------------------------------------------------------------------------- API
     @property
@@ -142,7 +136,7 @@ class Generator:
           on_step           callable(k, drafted, accepted) called after every speculative step
         Returns a GenerationResult (text, new token ids, stats, finish_reason "stop" or "length").
         """
-        _check_options("generate", options)
+        check_options("generate", options)
         ids: list[int] = []
         stats = None
         prompt_ids = None
@@ -152,7 +146,7 @@ class Generator:
 
     def stream(self, prompt: str | Sequence[int], max_new_tokens: int = 128, **options: Any) -> Iterator[str]:
         """Yield text pieces as tokens are accepted (incremental detokenization); options as `generate`."""
-        _check_options("stream", options)
+        check_options("stream", options)
         dec = IncrementalDecoder(self.tokenizer)
         with contextlib.closing(self._iterate(prompt, max_new_tokens, **options)) as steps:
             for chunk, _, _ in steps:
@@ -166,7 +160,7 @@ class Generator:
     def stream_tokens(self, prompt: str | Sequence[int], max_new_tokens: int = 128, **options: Any):
         """Yield (new token ids, stats) per step; the stats object is complete after the last step.
         Options as `generate`."""
-        _check_options("stream_tokens", options)
+        check_options("stream_tokens", options)
         with contextlib.closing(self._iterate(prompt, max_new_tokens, **options)) as steps:
             for chunk, _, stats in steps:
                 yield chunk, stats
@@ -216,23 +210,6 @@ class Generator:
                 "(recompile with a larger --max-seq-len)"
             )
         return np.asarray(ids, dtype=np.int64)
-
-    def _check_k(self, k: int | str) -> int | str:
-        if k == "auto":
-            return k
-        if isinstance(k, str):
-            try:
-                k = int(k)
-            except ValueError:
-                raise InvalidArgument(f"num_speculative_tokens must be an integer or 'auto', got {k!r}") from None
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-            raise InvalidArgument(f"num_speculative_tokens must be an integer or 'auto', got {k!r}")
-        if not 0 <= k <= self.max_draft_tokens:
-            raise InvalidArgument(
-                f"num_speculative_tokens={k} is outside [0, {self.max_draft_tokens}] "
-                f"(the bundle was compiled with --max-draft-tokens {self.max_draft_tokens})"
-            )
-        return int(k)
 
     def make_policy(self, k: int | str, method: str, seeded: bool = False):
         """The speculation-length policy for `k` (an int or "auto") and `method` (used by the loop and bench).
@@ -294,7 +271,7 @@ class Generator:
                 raise InvalidArgument("method 'medusa' needs a bundle compiled with --medusa")
         if num_speculative_tokens is None:
             num_speculative_tokens = min(DEFAULT_K, self.max_draft_tokens)
-        k = self._check_k(num_speculative_tokens)
+        k = check_k(num_speculative_tokens, self.max_draft_tokens)
         prompt_ids = self.encode_prompt(prompt)
         room = self.max_seq_len - int(prompt_ids.size)
         if strict and max_new_tokens > room:
@@ -326,34 +303,3 @@ class Generator:
                 if policy is not None and hasattr(policy, "off_reason"):
                     stats.speculation_note = policy.off_reason() if stats.num_speculative_tokens == 0 else ""
                 yield chunk, prompt_ids.tolist(), stats
-
-
-def measure_costs(target, draft, max_k: int) -> tuple[list[float], float | None]:
-    """Seconds of one target pass over k + 1 tokens (k = 0..max_k) and of one draft token, measured at
-    load after the warm-up (best of two): the adaptive controller's starting point."""
-    ids = np.zeros(max_k + 1, dtype=np.int64)
-
-    def timed(runner, s: int) -> float:
-        best = float("inf")
-        for _ in range(2):
-            runner.reset()
-            t0 = time.perf_counter()
-            runner.forward(ids[:s])
-            best = min(best, time.perf_counter() - t0)
-        runner.reset()
-        return best
-
-    verify = [timed(target, k + 1) for k in range(max_k + 1)]
-    return verify, (timed(draft, 1) if draft is not None else None)
-
-
-_OPTIONS = ("temperature", "top_k", "top_p", "seed", "method", "num_speculative_tokens", "ngram_min", "ngram_max",
-            "proposer", "policy", "on_step", "strict")
-
-
-def _check_options(public: str, options: dict[str, Any]) -> None:
-    """A misspelled keyword names the public method, not an internal one."""
-    for name in options:
-        if name not in _OPTIONS:
-            raise TypeError(f"Generator.{public}() got an unexpected keyword argument {name!r}; "
-                            f"options: {', '.join(_OPTIONS)}")
