@@ -18,7 +18,7 @@ from ..core.errors import InvalidArgument
 from ..models import Decoder
 from .fused_graph import fused_io, fused_onnx_from_decoder, fused_unsupported_reason
 from .fused_validate import validate_fused_onnx
-from ..bundle.variants import graph_entry  # noqa: F401  (re-exported for the compiler's callers)
+
 
 ORT_GRAPHS = ("fused", "portable")
 FUSED_KV_LAYOUT = "[1, kv_heads, max_seq_len, head_dim] per layer, bound as past_* and present_* (in place)"

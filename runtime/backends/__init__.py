@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 from ...bundle.variants import graph_entry
 from ...bundle.quantization import ort_onnx

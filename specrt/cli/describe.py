@@ -107,14 +107,15 @@ def print_summary(summary: dict[str, Any]) -> None:
         if src.get("format") == "gguf":
             console.print(f"{role} source: GGUF {src.get('member') or src['file']} ({src.get('quantization')}, "
                           f"{src.get('gguf_architecture')}), sha256 {src['sha256'][:16]}…")
-    chat = summary.get("chat_template")
-    console.print(f"chat template: {chat if chat else 'none (chat uses the plain role: content format)'}")
         graphs = ", ".join(f"{name} ({g['onnx']}, max |ORT-PyTorch| {g['validation_max_abs_diff']:.1e})"
                            for name, g in m.get("graphs", {}).items())
         console.print(f"{role} graphs: {graphs}" + (f"; no fused graph: {m['fused_skipped']}"
-                                                    if m.get("fused_skipped") else ""))
+                                                    if m.get("fused_skipped") else ""), markup=False, soft_wrap=True)
         if "quantization" in m:
-            console.print(quantization_line(role, m["quantization"], m.get("self_draft", False)))
+            console.print(quantization_line(role, m["quantization"], m.get("self_draft", False)), markup=False,
+                          soft_wrap=True)
+    chat = summary.get("chat_template")
+    console.print(f"chat template: {chat if chat else 'none (chat uses the plain role: content format)'}")
     if summary.get("medusa"):
         console.print(f"medusa heads: {summary['medusa']['num_heads']}")
     for name, eng in (summary.get("engines") or {}).items():
