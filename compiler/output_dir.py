@@ -212,6 +212,9 @@ def commit(tmp: Path, out: Path, force: bool, started_as: tuple[int, int] | None
                 raise
 
 
+_deferral = {"depth": 0, "pending": False}  # sigterm_deferred blocks in progress, and a signal held back
+
+
 @contextlib.contextmanager
 def sigterm_as_exit() -> Iterator[None]:
     """While compiling, SIGTERM raises SystemExit(143) so cleanup runs as it does for Ctrl-C."""
@@ -220,6 +223,9 @@ def sigterm_as_exit() -> Iterator[None]:
         return
 
     def handler(signum, frame):
+        if _deferral["depth"]:
+            _deferral["pending"] = True
+            return
         raise SystemExit(SIGTERM_EXIT)
 
     previous = signal.signal(signal.SIGTERM, handler)
@@ -231,12 +237,13 @@ def sigterm_as_exit() -> Iterator[None]:
 
 @contextlib.contextmanager
 def sigterm_deferred() -> Iterator[None]:
-    """Hold SIGTERM back for a few statements (delivered, and raised as SystemExit, right after)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    """Hold a SIGTERM back for a few statements; it is raised (SystemExit 143) right after them.
+    (Signal masks do not help: Python runs handlers in the main thread whichever thread got the signal.)"""
+    _deferral["depth"] += 1
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        _deferral["depth"] -= 1
+    if not _deferral["depth"] and _deferral["pending"]:
+        _deferral["pending"] = False
+        raise SystemExit(SIGTERM_EXIT)

@@ -141,16 +141,22 @@ def test_two_compiles_racing_for_one_output(tmp_path, ckpt):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
-def test_sigterm_during_compile_leaves_no_temporary(tmp_path, ckpt):
-    proc = subprocess.Popen([sys.executable, "-m", "specrt", "compile", "--target", str(ckpt), "-o",
-                             str(tmp_path / "b"), *FAST], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def test_sigterm_during_compile_leaves_no_temporary(tmp_path, ckpt, llama_draft):
+    # target + draft: two exports, so the signal lands well inside the compile
+    proc = subprocess.Popen([sys.executable, "-m", "specrt", "compile", "--target", str(ckpt), "--draft",
+                             str(llama_draft), "-o", str(tmp_path / "b"), *FAST],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob(".b.tmp-*")):
         assert time.monotonic() < deadline and proc.poll() is None, "compile never created its temporary"
-        time.sleep(0.05)
+        time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 128 + signal.SIGTERM
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    code = proc.wait(timeout=120)
+    if (tmp_path / "b").exists():  # a heavily loaded machine: the compile finished before the signal
+        read_manifest(tmp_path / "b")
+    else:
+        assert code == 128 + signal.SIGTERM
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "b") == ["ckpt"]
 
 
 def test_next_compile_removes_temporaries_of_dead_processes(tmp_path, ckpt):
