@@ -22,11 +22,12 @@ from ..core.errors import InvalidArgument, SpecrtError
 
 QUANT_TYPES = {"int8": 8, "int4": 4}
 # MatMulNBits `accuracy_level`: 0 unset (= 1), 1 fp32, 2 fp16, 3 bf16, 4 int8 compute. Measured on the CPU
-# provider (onnxruntime 1.32, x86-64): levels 0-3 compute in fp32 and a (k+1)-token pass differs from k+1
-# one-token passes by accumulation-order noise only (~1e-6, like the fp32 graph); level 4 quantizes the
-# activations to int8 in a way that depends on the number of rows in the call (int4: differences ~1e-2 on
-# logits, enough to flip near-tie argmaxes: greedy speculative output diverged from plain decoding).
-# Level 1 is therefore the default: speculation over the quantized target stays lossless.
+# provider (onnxruntime 1.32, x86-64), logits of one (k+1)-token pass against k+1 one-token passes: levels 0-3
+# differ by accumulation-order noise only, like the fp32 graph (tiny model 2e-6; SmolLM2-135M, logits ~20:
+# int4 1.8e-4, int8 5.6e-5, fp32 4.6e-5, every argmax equal); level 4 (int4) quantizes the activations in a
+# way that depends on the rows in the call (tiny model 6.5e-3), enough to flip near-tie argmaxes: greedy
+# speculative output diverged from plain decoding of the same graph (issue 14's probe, SmolLM2 int4).
+# Level 1 is the default: speculation over the quantized target stays lossless.
 DEFAULT_ACCURACY_LEVEL = 1
 DEFAULT_BLOCK_SIZE = 32
 

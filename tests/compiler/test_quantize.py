@@ -192,3 +192,26 @@ def test_max_ppl_increase_refuses_and_writes_nothing(tmp_path):
     assert "raises perplexity on the" in proc.stderr and "above --max-ppl-increase 0" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not out.exists() and list(out.parent.iterdir()) == []
+
+
+def test_readme_quantize_block_runs(tmp_path, llama_target):
+    """The README's quantized-bundle commands, executed as written."""
+    import os
+    import re
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (block,) = re.findall(r"<!-- readme-test: quantize -->\n```bash\n(.*?)```", readme, flags=re.S)
+    shutil.copytree(llama_target, tmp_path / "my-target")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    outputs = []
+    for line in block.strip().splitlines():
+        proc = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, f"{line}\n{proc.stderr}"
+        outputs.append(proc.stdout)
+    m = read_manifest(tmp_path / "artifacts" / "my-int4")
+    assert m.models["target"]["quantization"]["type"] == "int4" and m.models["draft"]["self_draft"]
+    assert "int4 MatMulNBits" in outputs[-1] and "self draft" in outputs[-1]
