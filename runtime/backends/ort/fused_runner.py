@@ -44,6 +44,7 @@ class OrtFusedRunner(Runner):
         self.want_hidden = want_hidden
         self._ort = ort
         self.session, opts = cpu_session(ort, onnx_path, threads)
+        self.onnx_path = onnx_path
         self.threads = opts.intra_op_num_threads
         self.cache = HeadMajorKVCache(config.num_layers, capacity, config.num_kv_heads, config.head_dim)
         self.max_short = max_short_tokens
@@ -82,7 +83,7 @@ class OrtFusedRunner(Runner):
         try:
             self.session.run_with_iobinding(b)
         except Exception as exc:
-            raise BackendError(f"ONNX Runtime run failed (S={s}, P={p}): {one_line(exc)}") from None
+            raise BackendError(f"ONNX Runtime run failed on {self.onnx_path} (S={s}, P={p}): {one_line(exc)}") from None
         self.hidden_states = hidden_buf[0, :s] if self.want_hidden else None
 
     def _forward(self, token_ids: np.ndarray, past: int) -> np.ndarray:
