@@ -110,10 +110,9 @@ def print_summary(summary: dict[str, Any]) -> None:
         graphs = ", ".join(f"{name} ({g['onnx']}, max |ORT-PyTorch| {g['validation_max_abs_diff']:.1e})"
                            for name, g in m.get("graphs", {}).items())
         console.print(f"{role} graphs: {graphs}" + (f"; no fused graph: {m['fused_skipped']}"
-                                                    if m.get("fused_skipped") else ""), markup=False, soft_wrap=True)
+                                                    if m.get("fused_skipped") else ""), markup=False)
         if "quantization" in m:
-            console.print(quantization_line(role, m["quantization"], m.get("self_draft", False)), markup=False,
-                          soft_wrap=True)
+            console.print(quantization_line(role, m["quantization"], m.get("self_draft", False)), markup=False)
     chat = summary.get("chat_template")
     console.print(f"chat template: {chat if chat else 'none (chat uses the plain role: content format)'}")
     if summary.get("medusa"):
