@@ -110,7 +110,7 @@ def _check_tensor(where: str, name: str, got: np.ndarray, ref: np.ndarray, tol: 
         bad = int((~np.isfinite(got)).sum())
         raise ValidationError(f"{where}: output {name} has {bad} non-finite values (NaN or inf)")
     if not np.isfinite(ref).all():
-        raise ValidationError(f"{where}: the PyTorch reference's {name} has NaN or inf values: the checkpoint "
+        raise ValidationError(f"{where}: the PyTorch reference's {name} has non-finite values (NaN or inf): the checkpoint "
                               "itself overflows in float32")
     scale = float(np.abs(ref).max(initial=0.0))
     diff = float(np.abs(got.astype(np.float32) - ref).max(initial=0.0))
