@@ -18,7 +18,7 @@ from ..models import Decoder
 from ..bundle import graph_io
 from .export import sample_inputs
 from ..bundle.graph_io import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
-from .validate import ValidationError
+from .validate import Tolerance, ValidationError, _check_tensor, _Worst, check_logits
 
 
 def _session(onnx_path: Path):
@@ -57,25 +57,14 @@ def run_fused(session, ids: np.ndarray, positions: np.ndarray, keys: list[np.nda
     return outs[-2], outs[-1]
 
 
-def _compare(name: str, got: np.ndarray, expected: np.ndarray, atol: float, rtol: float, where: str,
-             worst: dict, onnx_path: Path) -> None:
-    if got.shape != expected.shape:
-        raise ValidationError(f"{onnx_path.name}: output {name} has shape {got.shape}, expected {expected.shape}")
-    diff = np.abs(got - expected)
-    worst["max_abs_diff"] = max(worst["max_abs_diff"], float(diff.max(initial=0.0)))
-    excess = float((diff - (atol + rtol * np.abs(expected))).max(initial=-1.0))
-    worst["max_rel_excess"] = max(worst["max_rel_excess"], excess)
-    if excess > 0 or not np.isfinite(got).all():
-        raise ValidationError(f"{onnx_path.name}: output {name} differs from PyTorch at {where}: "
-                              f"max |diff| = {diff.max():.3g} > atol {atol} + rtol {rtol}")
-
-
 def validate_fused_onnx(decoder: Decoder, onnx_path: Path, shapes: list[tuple[int, int]], capacity: int,
-                        atol: float = 1e-4, rtol: float = 1e-4) -> dict:
-    """Compare the fused graph with PyTorch on `shapes`; raise ValidationError beyond tolerance."""
+                        tolerance: Tolerance | None = None) -> dict:
+    """Compare the fused graph with PyTorch on `shapes` with the same rule as the portable graph (validate.py:
+    per-tensor scale-aware bound, greedy agreement except near-ties, no NaN/inf); raise ValidationError."""
+    tol = tolerance or Tolerance()
     session = _session(onnx_path)
     c = decoder.config
-    worst = {"max_abs_diff": 0.0, "max_rel_excess": 0.0, "shapes": shapes, "atol": atol, "rtol": rtol}
+    worst = _Worst()
     for seed, (s, p) in enumerate(shapes):
         ids, pos, past = sample_inputs(decoder, s, p, seed=seed)
         shape = (1, c.num_kv_heads, capacity, c.head_dim)
@@ -86,19 +75,16 @@ def validate_fused_onnx(decoder: Decoder, onnx_path: Path, shapes: list[tuple[in
             values[i][:, :, :p] = past[2 * i + 1].float().numpy().transpose(0, 2, 1, 3)
         with torch.no_grad():
             ref = decoder(ids, pos, past[0::2], past[1::2])
-        where = f"S={s}, P={p}"
+        where = f"{onnx_path.name} at S={s}, P={p}"
         logits, hidden = run_fused(session, ids.numpy(), np.arange(s, dtype=np.int64), keys, values, p)
-        _compare(graph_io.LOGITS, logits, ref.logits.float().numpy(), atol, rtol, where, worst, onnx_path)
-        _compare(graph_io.HIDDEN_STATES, hidden, ref.hidden_states.float().numpy(), atol, rtol, where, worst,
-                 onnx_path)
+        check_logits(where, logits, ref.logits.float().numpy(), tol, worst)
+        _check_tensor(where, graph_io.HIDDEN_STATES, hidden, ref.hidden_states.float().numpy(), tol, worst)
         for i in range(c.num_layers):
             for name, buf, new in ((present_key(i), keys[i], ref.new_keys[i]),
                                    (present_value(i), values[i], ref.new_values[i])):
-                _compare(name, buf[:, :, p:p + s].transpose(0, 2, 1, 3), new.float().numpy(), atol, rtol, where,
-                         worst, onnx_path)
+                _check_tensor(where, name, buf[:, :, p:p + s].transpose(0, 2, 1, 3), new.float().numpy(), tol, worst)
         for i in range(c.num_layers):  # the prefill form: last row only, over the same past
             keys[i][:, :, p:], values[i][:, :, p:] = 0.0, 0.0
         last, _ = run_fused(session, ids.numpy(), np.array([s - 1], dtype=np.int64), keys, values, p)
-        _compare(graph_io.LOGITS, last, ref.logits[:, -1:].float().numpy(), atol, rtol, f"{where} (last row)",
-                 worst, onnx_path)
-    return worst
+        check_logits(f"{where} (last row)", last, ref.logits[:, -1:].float().numpy(), tol, worst)
+    return worst.record(tol, shapes)

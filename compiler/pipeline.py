@@ -242,7 +242,7 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
                                         "optional_inputs": ["logit_start"] if has_logit_start else []}}
         if ort_graph == "fused":
             done = progress(f"build and validate {role}'s fused ONNX Runtime graph")
-            fused, skipped = fused_variant(decoder, tmp / role, role, max_seq_len, shapes)
+            fused, skipped = fused_variant(decoder, tmp / role, role, max_seq_len, shapes, tolerance)
             done()
             if fused:
                 entry["graphs"]["fused"] = fused

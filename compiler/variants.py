@@ -31,13 +31,13 @@ def check_ort_graph(ort_graph: str) -> str:
 
 
 def fused_variant(decoder: Decoder, role_dir: Path, role: str, max_seq_len: int,
-                  shapes: list[tuple[int, int]]) -> tuple[dict[str, Any] | None, str | None]:
+                  shapes: list[tuple[int, int]], tolerance=None) -> tuple[dict[str, Any] | None, str | None]:
     """Write and validate `<role>/model.fused.onnx`. Returns (graphs entry, None) or (None, skip reason)."""
     reason = fused_unsupported_reason(decoder.config)
     if reason:
         return None, reason
     path = fused_onnx_from_decoder(decoder, role_dir / "model.fused.onnx", max_seq_len)
-    stats = validate_fused_onnx(decoder, path, shapes, capacity=max_seq_len)
+    stats = validate_fused_onnx(decoder, path, shapes, capacity=max_seq_len, tolerance=tolerance)
     inputs, outputs = fused_io(decoder.config)
     return {"onnx": f"{role}/model.fused.onnx", "onnx_data": f"{role}/model.fused.onnx.data",
             "inputs": inputs, "outputs": outputs, "kv_layout": FUSED_KV_LAYOUT, "validation": stats}, None
