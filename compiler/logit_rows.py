@@ -16,7 +16,7 @@ import numpy as np
 
 from ..bundle import graph_io
 from ..bundle.graph_io import LOGIT_START
-from .validate import ValidationError
+from .validate import Tolerance, ValidationError, _Worst, check_logits
 
 PASS_THROUGH = ("Cast", "Identity")
 
@@ -58,9 +58,9 @@ def add_logit_start(onnx_path: Path) -> bool:
     return True
 
 
-def validate_logit_start(decoder, onnx_path: Path, s: int = 7, p: int = 5, atol: float = 1e-4,
-                         rtol: float = 1e-4) -> None:
-    """With logit_start = S - 1 the graph returns one row equal to the PyTorch reference's last row."""
+def validate_logit_start(decoder, onnx_path: Path, s: int = 7, p: int = 5, tolerance=None) -> None:
+    """With logit_start = S - 1 the graph returns one row equal to the PyTorch reference's last row (the same
+    scale-aware rule and greedy check as every validated output, validate.py)."""
     import onnxruntime as ort
     import torch
 
@@ -78,7 +78,4 @@ def validate_logit_start(decoder, onnx_path: Path, s: int = 7, p: int = 5, atol:
     last = session.run([graph_io.LOGITS], feeds)[0]
     with torch.no_grad():
         ref = decoder(ids, pos, past[0::2], past[1::2]).logits[:, -1:].float().numpy()
-    if last.shape != ref.shape or not np.allclose(last, ref, atol=atol, rtol=rtol):
-        diff = np.abs(last - ref).max() if last.shape == ref.shape else f"shape {last.shape} != {ref.shape}"
-        raise ValidationError(f"{Path(onnx_path).name}: logits with {LOGIT_START}={s - 1} differ from PyTorch's "
-                              f"last row: {diff}")
+    check_logits(f"{Path(onnx_path).name} with {LOGIT_START}={s - 1}", last, ref, tolerance or Tolerance(), _Worst())

@@ -232,7 +232,7 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
         stats = validate_onnx(decoder, onnx_path, shapes + window_shapes(ck.config, max_seq_len, max_draft_tokens),
                               tolerance)
         if has_logit_start:
-            validate_logit_start(decoder, onnx_path)
+            validate_logit_start(decoder, onnx_path, tolerance=tolerance)
         done()
         for name in ("config.json", "generation_config.json"):
             if (ck.path / name).exists():

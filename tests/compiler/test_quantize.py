@@ -144,7 +144,7 @@ def compile_cli(*args):
     (["--quantize", "int4", "--max-ppl-increase", "-1"], ">= 0"),
     (["--quantize", "int4", "--calibration-data", "/nonexistent/file.txt"], "no such file"),
     (["--quantize", "int4", "--quant-block-size", "100"], "power of two"),
-    (["--draft", "self:int4", "--backend", "trt"], "ONNX Runtime only"),
+    (["--draft", "self:int4", "--engines", "trt"], "ONNX Runtime only"),
 ])
 def test_bad_quantize_options_exit_2_before_any_work(tmp_path, llama_target, args, match):
     res = compile_cli("--target", llama_target, "-o", tmp_path / "b", *args)
