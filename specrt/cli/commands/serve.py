@@ -91,6 +91,7 @@ def listen_socket(host: str, port: int):
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(addr)
+        sock.listen(2048)  # connections made right after the banner wait in the backlog until uvicorn accepts
     except OSError as exc:
         raise SpecrtError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(True)
