@@ -18,19 +18,7 @@ from ..models import Decoder
 from ..bundle import graph_io
 from .export import sample_inputs
 from ..bundle.graph_io import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
-from .validate import Tolerance, ValidationError, _check_tensor, _Worst, check_logits
-
-
-def _session(onnx_path: Path):
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise ValidationError(
-            "validating the exported graph needs ONNX Runtime: pip install 'specrt[cpu]' (or 'specrt[gpu]')"
-        ) from None
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = max(1, min(4, torch.get_num_threads()))
-    return ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+from .validate import Tolerance, _check_tensor, _Worst, check_logits, validation_session
 
 
 def run_fused(session, ids: np.ndarray, positions: np.ndarray, keys: list[np.ndarray], values: list[np.ndarray],
@@ -62,7 +50,7 @@ def validate_fused_onnx(decoder: Decoder, onnx_path: Path, shapes: list[tuple[in
     """Compare the fused graph with PyTorch on `shapes` with the same rule as the portable graph (validate.py:
     per-tensor scale-aware bound, greedy agreement except near-ties, no NaN/inf); raise ValidationError."""
     tol = tolerance or Tolerance()
-    session = _session(onnx_path)
+    session = validation_session(onnx_path)
     c = decoder.config
     worst = _Worst()
     for seed, (s, p) in enumerate(shapes):

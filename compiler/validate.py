@@ -147,6 +147,20 @@ def _check_argmax(where: str, got: np.ndarray, ref: np.ndarray, bound: float, wo
         )
 
 
+def validation_session(onnx_path: Path):
+    """A CPU ONNX Runtime session for validating a graph against PyTorch (every variant uses this one)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise ValidationError(
+            "validating the exported graph needs ONNX Runtime: pip install 'specrt[cpu]' (or 'specrt[gpu]')"
+        ) from None
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3  # errors only: the portable graph's defaulted logit_start input would warn on every load
+    opts.intra_op_num_threads = max(1, min(4, torch.get_num_threads()))
+    return ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+
+
 def check_logits(where: str, got: np.ndarray, ref: np.ndarray, tol: Tolerance, worst: _Worst) -> None:
     """Logits: the tensor bound, then greedy agreement (both graph variants use this)."""
     bound = _check_tensor(where, graph_io.LOGITS, got, ref, tol, worst)
@@ -159,16 +173,7 @@ def validate_onnx(decoder: Decoder, onnx_path: Path, shapes: list[tuple[int, int
                   tolerance: Tolerance | None = None) -> dict:
     """Compare ORT and PyTorch on `shapes`; raise ValidationError beyond tolerance. Returns the stats."""
     tol = tolerance or Tolerance()
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise ValidationError(
-            "validating the exported graph needs ONNX Runtime: pip install 'specrt[cpu]' (or 'specrt[gpu]')"
-        ) from None
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3  # errors only: the portable graph's defaulted logit_start input would warn on every load
-    opts.intra_op_num_threads = max(1, min(4, torch.get_num_threads()))
-    session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+    session = validation_session(onnx_path)
     c = decoder.config
     names = graph_io.output_names(c.num_layers)
     worst = _Worst()
