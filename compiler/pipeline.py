@@ -29,6 +29,7 @@ from ..bundle.profiles import profiles_for_model
 from .tokenizer_check import check_same_vocab, load_vocab
 from .validate import Tolerance, validate_onnx, validation_shapes, window_shapes
 from .logit_rows import add_logit_start, validate_logit_start
+from .portable_graph import clean_portable_graph
 from .variants import check_ort_graph, fused_variant
 from .quantize_step import QuantizePlan, apply_quantization, resolve_plan
 
@@ -226,6 +227,9 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
         done()
         done = progress(f"export {role} to ONNX")
         onnx_path = onnx_from_decoder(decoder, tmp / role / "model.onnx")
+        done()
+        done = progress(f"clean {role}'s portable graph")
+        clean_portable_graph(onnx_path)
         done()
         has_logit_start = add_logit_start(onnx_path)
         done = progress(f"validate {role} against PyTorch")

@@ -59,3 +59,8 @@ def present_key(i: int) -> str:
 
 def present_value(i: int) -> str:
     return f"present_value.{i}"
+
+# Weights in exported graphs: a parameter `p` of the decoder is the initializer `PARAMETER_PREFIX + p`, or
+# `PARAMETER_PREFIX + p + TRANSPOSED` when the graph stores it transposed for its MatMul (compiler/portable_graph.py).
+PARAMETER_PREFIX = "decoder."
+TRANSPOSED = ".T"

@@ -14,11 +14,11 @@ import torch
 
 from ....core.errors import BackendUnavailable, BundleError
 from ....models import Decoder, build_decoder
+from ....bundle.graph_io import PARAMETER_PREFIX, TRANSPOSED
 from ....models.config import DecoderConfig
 from ...kv_cache import KVCache
 from ..base import Runner
 
-PREFIX = "decoder."
 
 
 def decoder_from_onnx(onnx_path: Path, config: DecoderConfig) -> Decoder:
@@ -27,11 +27,13 @@ def decoder_from_onnx(onnx_path: Path, config: DecoderConfig) -> Decoder:
     from onnx import numpy_helper
 
     model = onnx.load(str(onnx_path), load_external_data=True)
-    tensors = {
-        init.name[len(PREFIX):]: torch.from_numpy(numpy_helper.to_array(init).copy())
-        for init in model.graph.initializer
-        if init.name.startswith(PREFIX)
-    }
+    tensors = {}
+    for init in model.graph.initializer:
+        if init.name.startswith(PARAMETER_PREFIX):
+            name, array = init.name[len(PARAMETER_PREFIX):], numpy_helper.to_array(init)
+            if name.endswith(TRANSPOSED):  # stored in MatMul layout by the graph cleanup
+                name, array = name[:-len(TRANSPOSED)], array.T
+            tensors[name] = torch.from_numpy(array.copy())
     decoder = build_decoder(config)
     if config.tie_word_embeddings:  # the exporter names a tied weight after one of its users
         shared = tensors.get("lm_head.weight")
