@@ -63,7 +63,7 @@ def field_names(cls: type) -> tuple[str, ...]:
 def plain(value: Any) -> Any:
     """JSON-ready copy: entries via `to_dict`, tuples as lists, mappings and lists recursively."""
     if hasattr(value, "to_dict"):
-        return value.to_dict()
+        return plain(value.to_dict())
     if isinstance(value, Mapping):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

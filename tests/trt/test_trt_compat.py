@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -137,3 +138,33 @@ def test_auto_backend_falls_back_to_ort_with_a_warning(pair_bundle, tmp_path):
     m = read_manifest(_bundle_with_fake_engine(pair_bundle, tmp_path / "b"))
     with pytest.warns(UserWarning, match="TensorRT is not installed.*falling back to ONNX Runtime"):
         assert resolve_backend("auto", m) == "ort"
+
+
+def test_engine_entry_written_by_the_builder_reads_back_and_passes_the_check():
+    from specrt.compiler.trt.build import BuildOptions, engine_entry
+
+    facts = dict(HERE, tensorrt_version="10.3.0.26")
+    entry = engine_entry("target", "target/model.fp16.engine", BuildOptions(precision="fp16"), facts)
+    data = entry.to_dict()
+    assert list(data) == ["path", "tensorrt_version", "cuda_version", "gpu_name", "compute_capability",
+                          "hardware_compatibility_level", "version_compatible", "lean_runtime_embedded", "precision",
+                          "workspace_bytes", "builder_optimization_level", "profiles"]
+    assert data["profiles"] == ["prefill", "decode", "verify"] and data["builder_optimization_level"] is None
+    assert EngineEntry.from_dict("target", data) == entry
+    check_engine_entry("target", entry, HERE)
+
+
+def test_unavailable_reason_checks_every_engine_entry(pair_bundle, tmp_path, monkeypatch):
+    """With TensorRT and a GPU faked present, the reason comes from the typed engine entries."""
+    from specrt.bundle.manifest import read_manifest
+    from specrt.runtime.backends.trt import runner
+
+    m = read_manifest(_bundle_with_fake_engine(pair_bundle, tmp_path / "b"))
+    monkeypatch.setattr(runner, "trt_import_error", lambda: None)
+    monkeypatch.setattr(runner, "cuda_device_error", lambda device: None)
+    monkeypatch.setattr(runner, "installed_facts", lambda device: HERE)
+    assert "no TensorRT engine for draft" in runner.trt_unavailable_reason(m)
+    engines = dict(m.engines, draft=dataclasses.replace(m.engines["target"], role="draft"))
+    assert runner.trt_unavailable_reason(dataclasses.replace(m, engines=engines)) is None
+    monkeypatch.setattr(runner, "installed_facts", lambda device: dict(HERE, compute_capability="8.6"))
+    assert "compute 8.9" in runner.trt_unavailable_reason(dataclasses.replace(m, engines=engines))
