@@ -13,6 +13,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ..bundle.entries import TensorSpec
+from ..bundle.parts import MedusaEntry
+from ..bundle.writer import ManifestDraft
 from ..models.checkpoint import check_finite, open_checkpoint
 from ..core.errors import CheckpointError
 from ..models.config import read_json
@@ -70,21 +73,20 @@ def validate_heads(module: MedusaHeadsWithLMHead, path: Path, atol: float = 1e-4
     return diff
 
 
-def medusa_step(medusa_dir: Path, target_dir: Path) -> Callable[[Path, dict], None]:
+def medusa_step(medusa_dir: Path, target_dir: Path) -> Callable[[Path, ManifestDraft], None]:
     """A compile_bundle extra step that adds the heads to the bundle being written."""
 
-    def step(tmp: Path, manifest: dict) -> None:
+    def step(tmp: Path, manifest: ManifestDraft) -> None:
         module, cfg = load_heads(medusa_dir, target_dir)
         (tmp / "medusa").mkdir()
         export_heads(module, tmp / "medusa" / "heads.onnx")
         diff = validate_heads(module, tmp / "medusa" / "heads.onnx")
         shutil.copy2(Path(medusa_dir) / CONFIG, tmp / "medusa" / CONFIG)
-        manifest["medusa"] = {"num_heads": len(module.heads), "onnx": "medusa/heads.onnx",
-                              "onnx_data": "medusa/heads.onnx.data", "config": f"medusa/{CONFIG}",
-                              "inputs": [{"name": "hidden_states", "shape": ["N", module.lm_head.in_features]}],
-                              "outputs": [{"name": "medusa_logits",
-                                           "shape": ["N", len(module.heads), module.lm_head.out_features]}],
-                              "validation": {"max_abs_diff": diff}, "source_config": cfg}
+        manifest.medusa = MedusaEntry(
+            num_heads=len(module.heads), onnx="medusa/heads.onnx", onnx_data="medusa/heads.onnx.data",
+            config=f"medusa/{CONFIG}", inputs=(TensorSpec("hidden_states", ("N", module.lm_head.in_features)),),
+            outputs=(TensorSpec("medusa_logits", ("N", len(module.heads), module.lm_head.out_features)),),
+            validation={"max_abs_diff": diff}, source_config=cfg)
 
     # Fail fast (before any export) on a bad heads directory.
     load_heads(medusa_dir, target_dir)

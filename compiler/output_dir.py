@@ -28,7 +28,7 @@ import threading
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..bundle.manifest import FORMAT_NAME, MANIFEST
+from ..bundle.manifest import MANIFEST, listed_files
 from ..core.errors import InvalidArgument
 
 OWNER_FILE = ".specrt-owner.json"
@@ -58,13 +58,10 @@ def check_not_overlapping(out: Path, inputs: Iterable[Path | None]) -> None:
 
 def bundle_extra_files(path: Path) -> list[str] | None:
     """None if `path` is not a readable specrt bundle, else the files in it its manifest does not list."""
-    try:
-        data = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    listed = listed_files(path)
+    if listed is None:
         return None
-    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME or not isinstance(data.get("files"), dict):
-        return None
-    listed = set(data["files"]) | {MANIFEST}
+    listed |= {MANIFEST}
     extra = []
     for p in sorted(path.rglob("*")):
         rel = p.relative_to(path).as_posix()

@@ -7,7 +7,7 @@ written into a temporary sibling directory that is renamed into place only when 
 
 from __future__ import annotations
 
-import datetime
+import dataclasses
 import errno
 import json
 import shutil
@@ -16,8 +16,9 @@ from typing import Any, Callable
 
 import torch
 
-from .. import BUNDLE_FORMAT_VERSION, __version__
-from ..bundle.manifest import FORMAT_NAME, MANIFEST, file_entries
+from ..bundle.entries import GraphVariant, ModelEntry, TensorSpec
+from ..bundle.parts import TokenizerEntry
+from ..bundle.writer import ManifestDraft, write_manifest
 from ..models.checkpoint import Checkpoint, open_checkpoint
 from ..models.gguf_source import is_gguf_source, prepare_gguf
 from ..core.errors import CheckpointError, InvalidArgument
@@ -94,35 +95,24 @@ def chat_template_file(tokenizer_dir: Path) -> str | None:
 
 
 def model_entry(role: str, ck: Checkpoint, max_seq_len: int, max_draft_tokens: int,
-                validation: dict, num_parameters: int, source: dict[str, Any] | None = None) -> dict[str, Any]:
+                validation: dict, num_parameters: int, source: dict[str, Any] | None = None) -> ModelEntry:
     c = ck.config
-    layers = c.num_layers
-    kv = [1, "P", c.num_kv_heads, c.head_dim]
-    inputs = [{"name": graph_io.INPUT_IDS, "dtype": "int64", "shape": [1, "S"]},
-              {"name": graph_io.POSITION_IDS, "dtype": "int64", "shape": [1, "S"]}]
-    outputs = [{"name": graph_io.LOGITS, "dtype": "float32", "shape": [1, "S", c.vocab_size]},
-               {"name": graph_io.HIDDEN_STATES, "dtype": "float32", "shape": [1, "S", c.hidden_size]}]
-    for i in range(layers):
-        inputs += [{"name": n, "dtype": "float32", "shape": kv} for n in (graph_io.past_key(i), graph_io.past_value(i))]
-        outputs += [{"name": n, "dtype": "float32", "shape": [1, "S", c.num_kv_heads, c.head_dim]}
+    kv = (1, "P", c.num_kv_heads, c.head_dim)
+    inputs = [TensorSpec(graph_io.INPUT_IDS, (1, "S"), "int64"), TensorSpec(graph_io.POSITION_IDS, (1, "S"), "int64")]
+    outputs = [TensorSpec(graph_io.LOGITS, (1, "S", c.vocab_size), "float32"),
+               TensorSpec(graph_io.HIDDEN_STATES, (1, "S", c.hidden_size), "float32")]
+    for i in range(c.num_layers):
+        inputs += [TensorSpec(n, kv, "float32") for n in (graph_io.past_key(i), graph_io.past_value(i))]
+        outputs += [TensorSpec(n, (1, "S", c.num_kv_heads, c.head_dim), "float32")
                     for n in (graph_io.new_key(i), graph_io.new_value(i))]
-    return {
-        "architecture": c.architecture,
-        "config": f"{role}/config.json",
-        "decoder_config": c.to_dict(),
-        "vocab_size": c.vocab_size,
-        "eos_token_ids": list(c.eos_token_ids),
-        "bos_token_id": c.bos_token_id,
-        "num_parameters": num_parameters,
-        "onnx": f"{role}/model.onnx",
-        "onnx_data": f"{role}/model.onnx.data",
-        "dtype": "float32",
-        "inputs": inputs,
-        "outputs": outputs,
-        "profiles": profiles_for_model(c, max_seq_len, max_draft_tokens),
-        "validation": validation,
-        "source": source or {"format": "hf"},
-    }
+    return ModelEntry(
+        role=role, architecture=c.architecture, config=f"{role}/config.json", decoder_config=c,
+        vocab_size=c.vocab_size, eos_token_ids=tuple(c.eos_token_ids), bos_token_id=c.bos_token_id,
+        num_parameters=num_parameters, onnx=f"{role}/model.onnx", onnx_data=f"{role}/model.onnx.data",
+        dtype="float32", inputs=tuple(inputs), outputs=tuple(outputs),
+        profiles=profiles_for_model(c, max_seq_len, max_draft_tokens), validation=validation,
+        source=source or {"format": "hf"},
+    )
 
 
 def _noop_progress(description: str) -> Callable[[], None]:
@@ -139,7 +129,7 @@ def compile_bundle(
     force: bool = False,
     tolerance: Tolerance | None = None,
     progress: Callable[[str], Callable[[], None]] | None = None,
-    extra_steps: list[Callable[[Path, dict], None]] | None = None,
+    extra_steps: list[Callable[[Path, ManifestDraft], None]] | None = None,
     inputs: tuple = (),
     ort_graph: str = "fused",
     quantization: QuantizePlan | None = None,
@@ -154,7 +144,8 @@ def compile_bundle(
     force             replace an existing bundle at `out`
     tolerance         the ONNX-vs-PyTorch validation bound (validate.py); default `Tolerance()`
     `progress(description)` is called when a step starts and returns a callable invoked when it ends.
-    `extra_steps` run inside the temporary directory before the manifest is written (Medusa, engines).
+    `extra_steps(tmp, draft)` run inside the temporary directory before the manifest is written (Medusa,
+                      engines): they add files to `tmp` and typed entries to `draft` (specrt.bundle.writer).
     `inputs` are further input directories (Medusa heads) that `out` must stay clear of.
     The output rules (what --force may replace, locking, cleanup) are in output_dir.py.
     `ort_graph="fused"` adds ONNX Runtime's fused graph variant where supported (compiler/variants.py).
@@ -205,19 +196,8 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
                   max_seq_len: int, max_draft_tokens: int, tolerance: Tolerance, ort_graph: str,
                   quantization: QuantizePlan | None, progress, extra_steps) -> None:
     """Every compile step, writing into the temporary directory `tmp` (manifest last)."""
-    manifest: dict[str, Any] = {
-        "format": FORMAT_NAME,
-        "format_version": BUNDLE_FORMAT_VERSION,
-        "specrt_version": __version__,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "torch_version": torch.__version__,
-        "onnx": {"opset": ONNX_OPSET, "ir_version": ONNX_IR_VERSION},
-        "max_seq_len": max_seq_len,
-        "max_draft_tokens": max_draft_tokens,
-        "batch_size": 1,
-        "models": {},
-        "engines": {},
-    }
+    manifest = ManifestDraft(max_seq_len, max_draft_tokens, torch_version=torch.__version__,
+                             onnx={"opset": ONNX_OPSET, "ir_version": ONNX_IR_VERSION})
     shapes = validation_shapes(max_seq_len, max_draft_tokens)
     for role, ck in roles.items():
         (tmp / role).mkdir()
@@ -242,31 +222,30 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
             if (ck.path / name).exists():
                 shutil.copy2(ck.path / name, tmp / role / name)
         entry = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params, sources[role])
-        entry["graphs"] = {"portable": {"onnx": entry["onnx"], "onnx_data": entry["onnx_data"],
-                                        "optional_inputs": ["logit_start"] if has_logit_start else []}}
+        graphs = {"portable": GraphVariant(entry.onnx, entry.onnx_data,
+                                           optional_inputs=("logit_start",) if has_logit_start else ())}
+        skipped = None
         if ort_graph == "fused":
             done = progress(f"build and validate {role}'s fused ONNX Runtime graph")
             fused, skipped = fused_variant(decoder, tmp / role, role, max_seq_len, shapes, tolerance)
             done()
             if fused:
-                entry["graphs"]["fused"] = fused
-            else:
-                entry["fused_skipped"] = skipped
-        manifest["models"][role] = entry
+                graphs["fused"] = fused
+        manifest.models[role] = dataclasses.replace(entry, graphs=graphs, fused_skipped=skipped)
         del decoder
     (tmp / "tokenizer").mkdir()
     for name in TOKENIZER_FILES:
         if (roles["target"].path / name).exists():
             shutil.copy2(roles["target"].path / name, tmp / "tokenizer" / name)
     t = roles["target"].config
-    manifest["tokenizer"] = {
-        "path": "tokenizer/tokenizer.json",
-        "config": "tokenizer/tokenizer_config.json" if (tmp / "tokenizer/tokenizer_config.json").exists() else None,
-        "vocab_size": vocab_size,
-        "eos_token_ids": list(t.eos_token_ids),
-        "bos_token_id": t.bos_token_id,
-        "chat_template": chat_template_file(tmp / "tokenizer"),
-    }
+    manifest.tokenizer = TokenizerEntry(
+        path="tokenizer/tokenizer.json",
+        config="tokenizer/tokenizer_config.json" if (tmp / "tokenizer/tokenizer_config.json").exists() else None,
+        vocab_size=vocab_size,
+        eos_token_ids=tuple(t.eos_token_ids),
+        bos_token_id=t.bos_token_id,
+        chat_template=chat_template_file(tmp / "tokenizer"),
+    )
     if quantization is not None:
         apply_quantization(quantization, tmp, manifest, progress)
     for step in extra_steps or []:
@@ -274,6 +253,5 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
     shutil.rmtree(tmp / SOURCES, ignore_errors=True)  # converted GGUF inputs: not part of the bundle
     done = progress("checksum files and write manifest")
     release_temp(tmp)
-    manifest["files"] = file_entries(tmp)
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    write_manifest(tmp, manifest)
     done()

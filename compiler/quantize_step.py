@@ -11,18 +11,19 @@ Manifest, per quantized model (`models.<role>.quantization`):
                  "calibration": {...}},                      # with --calibration-data
      "verify_consistency": {rows, argmax_equal, max_abs_diff, draft_tokens}}
 
-ONNX Runtime runners load `graphs.<variant>.onnx` (specrt/bundle/quantization.py); the model's own `onnx`
-entry stays the unquantized graph. `--draft self:int4` adds `models.draft`: the target's entry (same
-graph files, `self_draft: true`) with its own quantized graph under `draft/`.
+ONNX Runtime runners load `graphs.<variant>.onnx` (`ModelEntry.ort_onnx`, specrt/bundle/entries.py); the
+model's own `onnx` entry stays the unquantized graph. `--draft self:int4` adds `models.draft`: the target's
+entry (same graph files, `self_draft: true`) with its own quantized graph under `draft/`.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
+from ..bundle.entries import GraphVariant, ModelEntry, QuantizationEntry
+from ..bundle.writer import ManifestDraft
 from ..core.errors import InvalidArgument
 from .quality import HELDOUT, GraphScorer, compare_quality, heldout_text, text_token_ids, verify_consistency
 from .quantize import QUANT_TYPES, QuantizeConfig, quantize_onnx
@@ -72,24 +73,20 @@ class QuantizePlan:
         return {role: cfg for role, cfg in out.items() if cfg is not None}
 
 
-def model_dims(entry: dict[str, Any]) -> dict[str, int]:
-    c = entry["decoder_config"]
-    return {"num_layers": c["num_layers"], "num_kv_heads": c["num_kv_heads"], "head_dim": c["head_dim"]}
+def model_dims(entry: ModelEntry) -> dict[str, int]:
+    c = entry.decoder_config
+    return {"num_layers": c.num_layers, "num_kv_heads": c.num_kv_heads, "head_dim": c.head_dim}
 
 
-def graph_variants(entry: dict[str, Any]) -> dict[str, str]:
+def graph_variants(entry: ModelEntry) -> dict[str, str]:
     """variant -> relative ONNX path of the graphs to quantize: the portable graph only. The quality and the
     verify-vs-decode consistency are measured on it, and ONNX Runtime runs it for a quantized model; a
     quantized fused graph (GroupQueryAttention + MatMulNBits) is not yet checked for batch invariance."""
-    graphs = entry.get("graphs") or {"portable": {"onnx": entry["onnx"]}}
-    return {"portable": graphs["portable"]["onnx"]}
+    return {"portable": entry.graph("portable").onnx}
 
 
-def self_draft_entry(target: dict[str, Any]) -> dict[str, Any]:
-    entry = copy.deepcopy(target)
-    entry.pop("quantization", None)
-    entry["self_draft"] = True
-    return entry
+def self_draft_entry(target: ModelEntry) -> ModelEntry:
+    return dataclasses.replace(target, role="draft", quantization=None, self_draft=True)
 
 
 def check_quality(role: str, quality: dict[str, dict], limit: float | None) -> None:
@@ -105,40 +102,40 @@ def check_quality(role: str, quality: dict[str, dict], limit: float | None) -> N
             )
 
 
-def quantize_model(tmp: Path, role: str, entry: dict[str, Any], cfg: QuantizeConfig, texts: dict,
-                   plan: QuantizePlan, max_draft_tokens: int) -> dict[str, Any]:
+def quantize_model(tmp: Path, role: str, entry: ModelEntry, cfg: QuantizeConfig, texts: dict,
+                   plan: QuantizePlan, max_draft_tokens: int) -> QuantizationEntry:
     (tmp / role).mkdir(exist_ok=True)
     graphs = {}
     for variant, rel in graph_variants(entry).items():
         stem = "model" if variant == "portable" else f"model.{variant}"
         out_rel = f"{role}/{stem}.{cfg.type}.onnx"
         counts = quantize_onnx(tmp / rel, tmp / out_rel, cfg)
-        graphs[variant] = {"onnx": out_rel, "onnx_data": out_rel + ".data", **counts}
+        graphs[variant] = GraphVariant(out_rel, out_rel + ".data", **counts)
     dims = model_dims(entry)
-    reference = GraphScorer(tmp / entry["onnx"], dims)
-    quantized = GraphScorer(tmp / graphs["portable"]["onnx"], dims)
+    reference = GraphScorer(tmp / entry.onnx, dims)
+    quantized = GraphScorer(tmp / graphs["portable"].onnx, dims)
     quality = {name: compare_quality(reference, quantized, ids) for name, ids in texts.items()}
     check_quality(role, quality, plan.max_ppl_increase)
     consistency = verify_consistency(quantized, texts[HELDOUT], k=max_draft_tokens)
-    return cfg.to_dict() | {"reference_onnx": entry["onnx"], "graphs": graphs, "quality": quality,
-                            "calibration_data": plan.calibration_name, "verify_consistency": consistency}
+    return QuantizationEntry(**cfg.to_dict(), reference_onnx=entry.onnx, graphs=graphs, quality=quality,
+                             calibration_data=plan.calibration_name, verify_consistency=consistency)
 
 
-def apply_quantization(plan: QuantizePlan, tmp: Path, manifest: dict[str, Any],
+def apply_quantization(plan: QuantizePlan, tmp: Path, manifest: ManifestDraft,
                        progress: Callable[[str], Callable[[], None]]) -> None:
     """Quantize the planned models of the bundle being written in `tmp`, updating `manifest` in place."""
-    tokenizer = tmp / manifest["tokenizer"]["path"]
+    tokenizer = tmp / manifest.tokenizer.path
     texts = {HELDOUT: text_token_ids(tokenizer, heldout_text(), "the built-in held-out text")}
     if plan.calibration_text is not None:
         texts["calibration"] = text_token_ids(tokenizer, plan.calibration_text,
                                               f"--calibration-data {plan.calibration_name}")
-    models = manifest["models"]
+    models = manifest.models
     if plan.self_draft is not None:
         models["draft"] = self_draft_entry(models["target"])
     for role, cfg in plan.roles().items():
         done = progress(f"quantize {role} ({cfg.type}, block {cfg.block_size}) and measure its quality")
-        models[role]["quantization"] = quantize_model(tmp, role, models[role], cfg, texts, plan,
-                                                      manifest["max_draft_tokens"])
+        quantization = quantize_model(tmp, role, models[role], cfg, texts, plan, manifest.max_draft_tokens)
+        models[role] = dataclasses.replace(models[role], quantization=quantization)
         done()
 
 

@@ -12,8 +12,7 @@ before variants existed have no "graphs" key: their `onnx` entry is the portable
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
+from ..bundle.entries import GraphVariant, TensorSpec
 from ..core.errors import InvalidArgument
 from ..models import Decoder
 from .fused_graph import fused_io, fused_onnx_from_decoder, fused_unsupported_reason
@@ -31,13 +30,14 @@ def check_ort_graph(ort_graph: str) -> str:
 
 
 def fused_variant(decoder: Decoder, role_dir: Path, role: str, max_seq_len: int,
-                  shapes: list[tuple[int, int]], tolerance=None) -> tuple[dict[str, Any] | None, str | None]:
-    """Write and validate `<role>/model.fused.onnx`. Returns (graphs entry, None) or (None, skip reason)."""
+                  shapes: list[tuple[int, int]], tolerance=None) -> tuple[GraphVariant | None, str | None]:
+    """Write and validate `<role>/model.fused.onnx`. Returns (graph variant, None) or (None, skip reason)."""
     reason = fused_unsupported_reason(decoder.config)
     if reason:
         return None, reason
     path = fused_onnx_from_decoder(decoder, role_dir / "model.fused.onnx", max_seq_len)
     stats = validate_fused_onnx(decoder, path, shapes, capacity=max_seq_len, tolerance=tolerance)
     inputs, outputs = fused_io(decoder.config)
-    return {"onnx": f"{role}/model.fused.onnx", "onnx_data": f"{role}/model.fused.onnx.data",
-            "inputs": inputs, "outputs": outputs, "kv_layout": FUSED_KV_LAYOUT, "validation": stats}, None
+    specs = [tuple(TensorSpec.from_dict(t, f"{role} fused I/O") for t in io) for io in (inputs, outputs)]
+    return GraphVariant(f"{role}/model.fused.onnx", f"{role}/model.fused.onnx.data", inputs=specs[0],
+                        outputs=specs[1], kv_layout=FUSED_KV_LAYOUT, validation=stats), None

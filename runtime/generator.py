@@ -82,19 +82,19 @@ class Generator:
         self.backend = backends.resolve_backend(backend, manifest)
         self.max_seq_len = manifest.max_seq_len
         self.max_draft_tokens = manifest.max_draft_tokens
-        tok = manifest["tokenizer"]
-        self.tokenizer = Tokenizer(manifest.path(tok["path"]))
-        self.eos_ids = frozenset(int(t) for t in tok.get("eos_token_ids") or [])
-        self.bos_id = tok.get("bos_token_id")
+        tok = manifest.tokenizer
+        self.tokenizer = Tokenizer(manifest.path(tok.path))
+        self.eos_ids = frozenset(int(t) for t in tok.eos_token_ids)
+        self.bos_id = tok.bos_token_id
         short = self.max_draft_tokens + 2
         self.target = backends.create_runner(manifest, "target", self.backend, capacity=self.max_seq_len,
                                              max_short_tokens=short, threads=threads,
-                                             want_hidden="medusa" in manifest.data, device=target_device)
+                                             want_hidden=manifest.medusa is not None, device=target_device)
         self.vocab_size = self.target.vocab_size
         self.draft = None
         if "draft" in manifest.models:
             # A small draft runs fastest on one thread (no pool synchronisation per tiny matmul).
-            small = manifest.models["draft"].get("num_parameters", 0) < SMALL_DRAFT_PARAMETERS
+            small = (manifest.models["draft"].num_parameters or 0) < SMALL_DRAFT_PARAMETERS
             self.draft = backends.create_runner(manifest, "draft", self.backend, capacity=self.max_seq_len,
                                                 max_short_tokens=short, threads=1 if small else threads,
                                                 device=draft_device)
@@ -115,7 +115,7 @@ class Generator:
         out = ["none", "ngram"]
         if self.draft is not None:
             out.insert(0, "draft")
-        if "medusa" in self.manifest.data:
+        if self.manifest.medusa is not None:
             out.append("medusa")
         return out
 
@@ -217,7 +217,7 @@ class Generator:
         `seeded`: the call has a seed, so "auto" must not depend on timings (see CountOnlyAdaptiveK in policy.py)."""
         max_k = self.max_draft_tokens
         if method == "medusa":  # one draft per head
-            max_k = min(max_k, int(self.manifest["medusa"]["num_heads"]))
+            max_k = min(max_k, self.manifest.medusa.num_heads)
         if k == "auto" and seeded:
             return CountOnlyAdaptiveK(max_k, model_draft_cost(method, self.manifest))
         if k == "auto":
@@ -241,7 +241,7 @@ class Generator:
         if method == "ngram":
             return NgramProposer(self.eos_ids, **options)
         if method == "medusa":
-            if "medusa" not in self.manifest.data:
+            if self.manifest.medusa is None:
                 raise InvalidArgument("method 'medusa' needs a bundle compiled with --medusa")
             from .proposers.medusa import MedusaProposer
 
@@ -267,7 +267,7 @@ class Generator:
                 raise InvalidArgument(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
             if method == "draft" and self.draft is None:
                 raise InvalidArgument("method 'draft' needs a bundle compiled with --draft")
-            if method == "medusa" and "medusa" not in self.manifest.data:
+            if method == "medusa" and self.manifest.medusa is None:
                 raise InvalidArgument("method 'medusa' needs a bundle compiled with --medusa")
         if num_speculative_tokens is None:
             num_speculative_tokens = min(DEFAULT_K, self.max_draft_tokens)

@@ -209,8 +209,8 @@ def model_draft_cost(method: str, manifest) -> float:
     """The fixed per-token draft cost for `method`, relative to one target step."""
     if method == "draft":
         models = manifest.models
-        target = float(models["target"].get("num_parameters") or 0)
-        draft = float(models["draft"].get("num_parameters") or 0)
+        target = float(models["target"].num_parameters or 0)
+        draft = float(models["draft"].num_parameters or 0)
         return draft / target if target > 0 and draft > 0 else 0.1
     if method == "medusa":
         return MEDUSA_DRAFT_COST

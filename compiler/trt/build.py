@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from ...bundle.parts import EngineEntry
 from ...core.errors import BackendError, InvalidArgument
 from ...core.trt import make_logger
 from .memory import DEFAULT_WORKSPACE
@@ -134,22 +135,23 @@ def save_timing_cache(config, path: Path | None) -> None:
         tmp.replace(path)
 
 
-def engine_entry(rel_path: str, options: BuildOptions, facts: dict[str, Any]) -> dict[str, Any]:
-    """The manifest record `manifest["engines"][role]` (file checksums live in manifest["files"])."""
-    return {
-        "path": rel_path,
-        "tensorrt_version": facts["tensorrt_version"],
-        "cuda_version": facts["cuda_version"],
-        "gpu_name": facts["gpu_name"],
-        "compute_capability": facts["compute_capability"],
-        "hardware_compatibility_level": options.hardware_compat,
-        "version_compatible": options.version_compatible,
-        "lean_runtime_embedded": options.version_compatible,
-        "precision": options.precision,
-        "workspace_bytes": options.workspace,
-        "builder_optimization_level": options.builder_optimization_level,
-        "profiles": list(PHASE_ORDER),
-    }
+def engine_entry(role: str, rel_path: str, options: BuildOptions, facts: dict[str, Any]) -> EngineEntry:
+    """The manifest record `engines.<role>` (file checksums live in the manifest's `files`)."""
+    return EngineEntry(
+        role=role,
+        path=rel_path,
+        tensorrt_version=facts["tensorrt_version"],
+        cuda_version=facts["cuda_version"],
+        gpu_name=facts["gpu_name"],
+        compute_capability=facts["compute_capability"],
+        hardware_compatibility_level=options.hardware_compat,
+        version_compatible=options.version_compatible,
+        lean_runtime_embedded=options.version_compatible,
+        precision=options.precision,
+        workspace_bytes=options.workspace,
+        builder_optimization_level=options.builder_optimization_level,
+        profiles=PHASE_ORDER,
+    )
 
 
 def build_engine(trt, onnx_path: Path, engine_path: Path, profiles: dict[str, Any], options: BuildOptions) -> None:

@@ -23,10 +23,11 @@ from typing import Any, Callable
 
 import click
 
+from ...bundle.writer import ManifestDraft
 from ...core.errors import BackendUnavailable, InvalidArgument
 from .memory import DEFAULT_WORKSPACE, check_budget, model_row, parse_size, plan_from_rows, safetensors_parameters
 
-Step = Callable[[Path, dict], None]
+Step = Callable[[Path, ManifestDraft], None]  # (temporary bundle directory, the manifest being written)
 OPTION_NAMES = ("engines", "precision", "hardware_compat", "version_compatible", "workspace",
                 "builder_optimization_level", "timing_cache", "gpu_memory_budget")
 
@@ -131,12 +132,12 @@ def check_budget_before_build(options: dict[str, Any], target: Path, draft: Path
 
 def trt_extra_steps(options: dict[str, Any], max_seq_len: int, max_draft_tokens: int,
                     bundle: Path | None = None) -> list[Step]:
-    """The compile steps for --engines trt: one engine per model, recorded in manifest["engines"]."""
+    """The compile steps for --engines trt: one engine per model, recorded in the manifest's `engines`."""
     if (options.get("engines") or "none") != "trt":
         return []
     opts = build_options(options, bundle)
 
-    def build_engines(tmp: Path, manifest: dict) -> None:
+    def build_engines(tmp: Path, manifest: ManifestDraft) -> None:
         from ...core.trt import import_trt, installed_facts
         from .build import build_engine, engine_entry
 
@@ -146,10 +147,10 @@ def trt_extra_steps(options: dict[str, Any], max_seq_len: int, max_draft_tokens:
             name = tmp.name.lstrip(".").split(".tmp-")[0]
             o = dataclasses.replace(o, timing_cache=tmp.parent / f"{name}.timing-cache")
         facts = installed_facts("cuda:0")
-        for role, entry in manifest["models"].items():
+        for role, entry in manifest.models.items():
             rel = f"{role}/model.{o.precision}.engine"
-            build_engine(trt, tmp / entry["onnx"], tmp / rel, entry["profiles"], o)
-            manifest["engines"][role] = engine_entry(rel, o, facts)
+            build_engine(trt, tmp / entry.onnx, tmp / rel, entry.profiles, o)
+            manifest.engines[role] = engine_entry(role, rel, o, facts)
 
     return [build_engines]
 

@@ -19,6 +19,7 @@ cannot fit before spending minutes building engines.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import struct
@@ -89,16 +90,15 @@ def memory_plan(manifest, max_seq_len: int | None = None, devices: Mapping[str, 
     """Plan for a bundle: {"rows": [...], "per_device": {device: bytes}}. `devices`: role -> "cuda:N"."""
     n = max_seq_len or manifest.max_seq_len
     k = manifest.max_draft_tokens
-    engines = manifest.get("engines") or {}
     rows = []
     for role, e in manifest.models.items():
-        eng = engines.get(role) or {}
-        prec = precision or eng.get("precision") or e.get("dtype", "float32")
-        data = manifest.path(e["onnx_data"]) if e.get("onnx_data") else None
-        fp32_bytes = data.stat().st_size if data is not None and data.exists() else 4 * e["num_parameters"]
+        eng = manifest.engines.get(role)
+        prec = precision or (eng.precision if eng else None) or e.dtype or "float32"
+        data = manifest.path(e.onnx_data) if e.onnx_data else None
+        fp32_bytes = data.stat().st_size if data is not None and data.exists() else 4 * e.num_parameters
         weights = fp32_bytes * dtype_bytes(prec) // 4
-        ws = workspace if workspace is not None else eng.get("workspace_bytes")
-        rows.append(model_row(role, e["decoder_config"], weights, prec, n, k, ws,
+        ws = workspace if workspace is not None else (eng.workspace_bytes if eng else None)
+        rows.append(model_row(role, dataclasses.asdict(e.decoder_config), weights, prec, n, k, ws,
                               (devices or {}).get(role, "cuda:0")))
     return plan_from_rows(rows)
 

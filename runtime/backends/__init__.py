@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import warnings
 
-from ...bundle.variants import graph_entry
-from ...bundle.quantization import ort_onnx
 from ...core.errors import BackendUnavailable, InvalidArgument
-from ...models.config import decoder_config
 from .base import Runner
 
 BACKENDS = ("auto", "ort", "ort-portable", "torch", "trt", "ort-cuda", "ort-trt")
@@ -46,7 +43,7 @@ def resolve_backend(backend: str, manifest) -> str:
         raise InvalidArgument(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend != "auto":
         return backend
-    if manifest.get("engines"):
+    if manifest.engines:
         from .trt.runner import trt_unavailable_reason
 
         reason = trt_unavailable_reason(manifest)
@@ -62,15 +59,15 @@ def resolve_backend(backend: str, manifest) -> str:
 def create_runner(manifest, role: str, backend: str, *, capacity: int, max_short_tokens: int,
                   threads: int | None = None, want_hidden: bool = False, device: str | None = None) -> Runner:
     entry = manifest.models[role]
-    config = decoder_config(entry)
-    onnx_path = manifest.path(entry["onnx"])
+    config = entry.decoder_config
+    onnx_path = manifest.path(entry.onnx)
     if backend in ("ort", "ort-portable", "ort-cuda", "ort-trt"):  # a quantized bundle: ONNX Runtime runs the quantized graph
-        onnx_path = manifest.path(ort_onnx(entry))
-    fused = graph_entry(entry, "fused")
-    if backend == "ort" and fused is not None and not entry.get("quantization"):
+        onnx_path = manifest.path(entry.ort_onnx)
+    fused = entry.graph("fused")
+    if backend == "ort" and fused is not None and not entry.quantization:
         from .ort.fused_runner import OrtFusedRunner
 
-        return OrtFusedRunner(manifest.path(fused["onnx"]), config, capacity, max_short_tokens,
+        return OrtFusedRunner(manifest.path(fused.onnx), config, capacity, max_short_tokens,
                               device=device or "cpu", threads=threads, want_hidden=want_hidden)
     if backend in ("ort", "ort-portable"):
         from .ort.runner import OrtRunner

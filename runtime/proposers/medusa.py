@@ -46,8 +46,8 @@ class MedusaProposer:
         """Heads from the bundle's `medusa` entry; `cache` keeps the heads session across requests."""
         cache = cache if cache is not None else {}
         if "heads" not in cache:
-            cache["heads"] = MedusaHeadsRunner(manifest.path(manifest["medusa"]["onnx"]))
-        return cls(cache["heads"], int(manifest["medusa"]["num_heads"]))
+            cache["heads"] = MedusaHeadsRunner(manifest.path(manifest.medusa.onnx))
+        return cls(cache["heads"], manifest.medusa.num_heads)
 
     def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None:
         # The prefill's last position predicted the first generated token (tokens[n - 1]).

@@ -25,9 +25,9 @@ from . import predict
 def checkpoints(gen, settings) -> tuple[Path, Path | None]:
     if settings.target_checkpoint is not None:
         return Path(settings.target_checkpoint), (Path(settings.draft_checkpoint) if settings.draft_checkpoint else None)
-    demo = gen.manifest.get("demo") or {}
-    if demo.get("models"):
-        models = Path(demo["models"])
+    demo = gen.manifest.demo
+    if demo is not None and demo.models:
+        models = Path(demo.models)
         draft = models / "draft"
         return models / "target", (draft if (draft / "config.json").exists() else None)
     raise InvalidArgument("--peer hf needs the Hugging Face checkpoints the bundle was compiled from: pass "

@@ -77,7 +77,7 @@ def build_configs(gen, settings: BenchSettings) -> list[Config]:
             continue
         if m not in gen.methods:
             raise InvalidArgument(f"method {m!r} is not available in this bundle (it has: {', '.join(gen.methods)})")
-        heads = int(gen.manifest["medusa"]["num_heads"]) if m == "medusa" else None
+        heads = gen.manifest.medusa.num_heads if m == "medusa" else None
         for k in settings.ks:
             k = min(int(k), heads) if heads and k != "auto" else k  # medusa drafts at most one token per head
             if Config(m, k) not in out:

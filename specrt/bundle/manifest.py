@@ -1,23 +1,27 @@
 """The bundle: a directory with `manifest.json`, ONNX graphs, configs, tokenizer and (optionally) engines.
 
-`compile` writes it (specrt.compiler.pipeline); `load` trusts it only after `read_manifest` has
-validated the format version, every path (relative, no `..`, inside the root after symlinks), every
-file's sha256, and the manifest's values (checks.py).
+`compile` writes it (writer.py, called by specrt.compiler.pipeline); `load` trusts it only after
+`read_manifest` has validated the format version and the manifest's values (the `Manifest` dataclass,
+schema.py), every path (relative, no `..`, inside the root after symlinks), every file's sha256, the
+graphs' shapes and the memory the KV caches need (checks.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-from .. import BUNDLE_FORMAT_VERSION, __version__
-from .checks import check_file_list, check_graphs, check_memory, check_values, resolve_inside
-from ..core.errors import BundleError, ChecksumMismatch, VersionMismatch
+from ..core.errors import BundleError, ChecksumMismatch
+from .checks import check_graphs, check_memory
+from .paths import check_relative, resolve_inside
+from .schema import FORMAT_NAME, Manifest
+
+__all__ = ["FORMAT_NAME", "MANIFEST", "Manifest", "file_entries", "has_demo_mark", "listed_files", "manifest_json",
+           "read_manifest", "sha256_file"]
 
 MANIFEST = "manifest.json"
-FORMAT_NAME = "specrt-bundle"
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
@@ -28,94 +32,67 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def check_relative(rel: str) -> str:
-    """A manifest path must be relative and stay inside the bundle."""
-    p = PurePosixPath(rel)
-    if p.is_absolute() or rel.startswith(("/", "\\")) or (len(rel) > 1 and rel[1] == ":"):
-        raise BundleError(f"manifest path {rel!r} is absolute; bundle paths must be relative")
-    if ".." in p.parts:
-        raise BundleError(f"manifest path {rel!r} contains '..'; bundle paths must stay inside the bundle")
-    return rel
-
-
-class Manifest:
-    """A validated manifest.json, with paths resolved against the bundle directory."""
-
-    def __init__(self, root: Path, data: dict[str, Any]) -> None:
-        self.root = root
-        self.data = data
-
-    def __getitem__(self, key: str) -> Any:
-        return self.data[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.data.get(key, default)
-
-    def path(self, rel: str) -> Path:
-        """The file `rel`, which must be listed in the manifest (so verified) and lie inside the bundle."""
-        if rel not in self.data.get("files", {}):
-            raise BundleError(f"{rel!r} is not listed in the bundle's manifest: refusing to open an unverified file")
-        return resolve_inside(self.root, check_relative(rel))
-
-    @property
-    def models(self) -> dict[str, Any]:
-        return self.data["models"]
-
-    @property
-    def max_seq_len(self) -> int:
-        return int(self.data["max_seq_len"])
-
-    @property
-    def max_draft_tokens(self) -> int:
-        return int(self.data["max_draft_tokens"])
-
-
-def read_manifest(bundle: str | Path, verify_checksums: bool = True) -> Manifest:
-    root = Path(bundle)
-    if not root.is_dir():
-        raise BundleError(f"bundle {root} does not exist (create one with `specrt compile`)")
-    mpath = root / MANIFEST
+def manifest_json(root: Path) -> Any:
+    """The parsed manifest.json of `root`, unvalidated (BundleError when missing or not UTF-8 JSON). For
+    tools that must describe or recognise a bundle that fails its checks; everything else uses read_manifest."""
+    mpath = Path(root) / MANIFEST
     if not mpath.exists():
         raise BundleError(f"{root} has no {MANIFEST}: not a specrt bundle (create one with `specrt compile`)")
     try:
-        data = json.loads(mpath.read_text(encoding="utf-8"))
+        return json.loads(mpath.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BundleError(f"{mpath} is not valid UTF-8 JSON ({exc}); recompile the bundle") from None
-    if not isinstance(data, dict):
-        raise BundleError(f"{mpath} holds a JSON {type(data).__name__}, not an object; recompile the bundle")
-    if data.get("format") != FORMAT_NAME:
-        raise BundleError(f"{mpath}: format is {data.get('format')!r}, expected {FORMAT_NAME!r}")
-    version = data.get("format_version")
-    if version != BUNDLE_FORMAT_VERSION:
-        raise VersionMismatch(
-            f"bundle format version {version} but this specrt ({__version__}) reads version "
-            f"{BUNDLE_FORMAT_VERSION}: recompile with `specrt compile`"
-        )
-    for key in ("models", "files", "max_seq_len", "max_draft_tokens", "tokenizer"):
-        if key not in data:
-            raise BundleError(f"{mpath} lacks the field {key!r}; recompile the bundle")
-    check_values(data)
-    check_file_list(data)
-    for rel, meta in data["files"].items():
+
+
+def listed_files(root: Path) -> set[str] | None:
+    """The paths the manifest of `root` lists when it looks like a specrt bundle (format name and a file list;
+    nothing else is validated), else None. For `compile --force`, which may replace a broken bundle."""
+    try:
+        data = json.loads((Path(root) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME or not isinstance(data.get("files"), dict):
+        return None
+    return set(data["files"])
+
+
+def has_demo_mark(root: Path) -> bool:
+    """True when the manifest of `root` has a `demo` entry (a bundle `specrt demo` may replace), even when the
+    bundle fails its checks."""
+    try:
+        data = json.loads((Path(root) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return False
+    return isinstance(data, dict) and "demo" in data
+
+
+def read_manifest(bundle: str | Path, verify_checksums: bool = True) -> Manifest:
+    """The bundle's validated `Manifest`: values, file list, sizes, sha256 (unless `verify_checksums` is
+    False), graph shapes and memory. Raises BundleError / ChecksumMismatch / VersionMismatch / ManifestError."""
+    root = Path(bundle)
+    if not root.is_dir():
+        raise BundleError(f"bundle {root} does not exist (create one with `specrt compile`)")
+    manifest = Manifest.from_dict(manifest_json(root), root=root, source=str(root / MANIFEST))
+    for rel, meta in manifest.files.items():
         path = resolve_inside(root, check_relative(rel))
         if not path.is_file():
             raise BundleError(f"bundle file {rel} listed in the manifest is missing; recompile the bundle")
         size = path.stat().st_size
-        if size != meta["size"]:
+        if size != meta.size:
             raise ChecksumMismatch(
-                f"bundle file {rel} has {size} bytes, manifest says {meta['size']} (truncated or modified); "
+                f"bundle file {rel} has {size} bytes, manifest says {meta.size} (truncated or modified); "
                 "recompile the bundle"
             )
         if verify_checksums:
             digest = sha256_file(path)
-            if digest != meta["sha256"]:
+            if digest != meta.sha256:
                 raise ChecksumMismatch(
-                    f"bundle file {rel} has sha256 {digest[:16]}..., manifest says {meta['sha256'][:16]}... "
+                    f"bundle file {rel} has sha256 {digest[:16]}..., manifest says {meta.sha256[:16]}... "
                     "(corrupted or modified); recompile the bundle"
                 )
-    check_graphs(root, data)
-    check_memory(data)
-    return Manifest(root, data)
+    check_graphs(root, manifest)
+    check_memory(manifest)
+    return manifest
 
 
 def file_entries(root: Path) -> dict[str, dict[str, Any]]:

@@ -79,17 +79,12 @@ def check_models(models: Path) -> None:
 
 def check_own_bundle(out: Path) -> None:
     """The demo replaces only its own bundle (a manifest with a "demo" entry) or an empty directory."""
-    import json
-
+    from ..bundle.manifest import has_demo_mark
     from ..compiler.output_dir import OutputError
 
     if not out.exists() or (out.is_dir() and not any(out.iterdir())):
         return
-    try:
-        own = "demo" in json.loads((out / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, TypeError):
-        own = False
-    if not own:
+    if not has_demo_mark(out):
         raise OutputError(f"{out} exists and is not a demo bundle: refusing to replace it (pass --output "
                           "to put the demo bundle elsewhere)")
 
@@ -99,9 +94,24 @@ def bundle_is_current(models: Path, out: Path) -> bool:
     from ..bundle.manifest import read_manifest
 
     try:
-        return read_manifest(out, verify_checksums=True).get("demo", {}).get("fingerprint") == fingerprint(models)
+        return demo_fingerprint(read_manifest(out, verify_checksums=True)) == fingerprint(models)
     except SpecrtError:
         return False
+
+
+def demo_fingerprint(manifest) -> str | None:
+    return manifest.demo.fingerprint if manifest.demo is not None else None
+
+
+def demo_mark(fp: str, models: Path) -> Callable:
+    """A compile step that marks the bundle as the demo's (so `specrt demo` may replace it) and records `models`."""
+    from ..bundle.parts import DemoEntry
+    from ..bundle.writer import ManifestDraft
+
+    def step(tmp: Path, manifest: ManifestDraft) -> None:
+        manifest.demo = DemoEntry(fp, str(models))
+
+    return step
 
 
 def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> tuple[Path, bool]:
@@ -112,7 +122,7 @@ def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> 
     check_models(models)
     fp = fingerprint(models)
     try:
-        if read_manifest(out, verify_checksums=True).get("demo", {}).get("fingerprint") == fp:
+        if demo_fingerprint(read_manifest(out, verify_checksums=True)) == fp:
             return out, False
     except SpecrtError:
         pass  # missing, stale or corrupted: rebuild
@@ -122,7 +132,7 @@ def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> 
         from ..compiler.medusa import medusa_step
 
         extra.append(medusa_step(models / "medusa", models / "target"))
-    extra.append(lambda tmp, manifest: manifest.update(demo={"fingerprint": fp, "models": str(models)}))
+    extra.append(demo_mark(fp, models))
     compile_bundle(models / "target", out, models / "draft", max_seq_len=MAX_SEQ_LEN,
                    max_draft_tokens=MAX_DRAFT_TOKENS, force=True, progress=progress, extra_steps=extra,
                    inputs=(models,))
@@ -140,7 +150,7 @@ def gguf_bundle_is_current(source: Path, out: Path) -> bool:
     from ..bundle.manifest import read_manifest
 
     try:
-        return read_manifest(out, verify_checksums=True).get("demo", {}).get("fingerprint") == gguf_fingerprint(source)
+        return demo_fingerprint(read_manifest(out, verify_checksums=True)) == gguf_fingerprint(source)
     except SpecrtError:
         return False
 
@@ -153,7 +163,7 @@ def ensure_gguf_bundle(source: Path, out: Path, progress: Callable | None = None
     if gguf_bundle_is_current(source, out):
         return out, False
     check_own_bundle(out)
-    mark = [lambda tmp, manifest: manifest.update(demo={"fingerprint": fp, "models": str(source)})]
+    mark = [demo_mark(fp, source)]
     compile_bundle(source, out, max_seq_len=CHAT_MAX_SEQ_LEN, max_draft_tokens=MAX_DRAFT_TOKENS, force=True,
                    progress=progress, extra_steps=mark)
     return out, True

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..bundle.entries import ModelEntry, QuantizationEntry
 from .inspect_checks import memory_notes, read_for_inspect
 
 
@@ -13,48 +14,21 @@ def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | 
     m, failed = read_for_inspect(bundle)
     models = {}
     for role, e in m.models.items():
-        c = e["decoder_config"]
-        models[role] = {
-            "architecture": e["architecture"],
-            "parameters": e["num_parameters"],
-            "layers": c["num_layers"],
-            "hidden_size": c["hidden_size"],
-            "heads": c["num_heads"],
-            "kv_heads": c["num_kv_heads"],
-            "head_dim": c["head_dim"],
-            "vocab_size": e["vocab_size"],
-            "eos_token_ids": e["eos_token_ids"],
-            "dtype": e["dtype"],
-            "onnx": e["onnx"],
-            "inputs": [i["name"] for i in e["inputs"]],
-            "outputs": [o["name"] for o in e["outputs"]],
-            "profiles": {phase: {"input_ids": shapes["input_ids"]} for phase, shapes in e["profiles"].items()},
-            "validation_max_abs_diff": e["validation"]["max_abs_diff"],
-            "validation": e["validation"],
-            "source": e.get("source", {"format": "hf"}),
-            "graphs": {name: {"onnx": g["onnx"], "validation_max_abs_diff": g.get("validation", e["validation"])["max_abs_diff"]}
-                       for name, g in (e.get("graphs") or {"portable": {"onnx": e["onnx"]}}).items()},
-        }
-        if e.get("fused_skipped"):
-            models[role]["fused_skipped"] = e["fused_skipped"]
-        if e.get("quantization"):
-            models[role]["quantization"] = quantization_summary(e["quantization"])
-        if e.get("self_draft"):
-            models[role]["self_draft"] = True
+        models[role] = model_summary(e)
     out: dict[str, Any] = {
         "bundle": str(m.root),
-        "format_version": m["format_version"],
-        "specrt_version": m["specrt_version"],
-        "created": m["created"],
+        "format_version": m.format_version,
+        "specrt_version": m.specrt_version,
+        "created": m.created,
         "max_seq_len": m.max_seq_len,
         "max_draft_tokens": m.max_draft_tokens,
-        "onnx": m["onnx"],
+        "onnx": m.onnx,
         "models": models,
-        "chat_template": m["tokenizer"].get("chat_template"),
-        "medusa": m.get("medusa"),
-        "engines": m.get("engines") or {},
-        "files": len(m["files"]),
-        "bytes": sum(f["size"] for f in m["files"].values()),
+        "chat_template": m.tokenizer.chat_template,
+        "medusa": m.medusa.to_dict() if m.medusa is not None else None,
+        "engines": {role: e.to_dict() for role, e in m.engines.items()},
+        "files": len(m.files),
+        "bytes": sum(f.size for f in m.files.values()),
         "checksums": "ok" if not failed else f"FAILED ({len(failed)})",
         "failed_checks": failed,
     }
@@ -62,16 +36,49 @@ def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | 
         from ..compiler.trt.support import onnx_support_report
 
         if not failed:
-            out["tensorrt_support"] = {role: onnx_support_report(m.path(e["onnx"])) for role, e in m.models.items()}
+            out["tensorrt_support"] = {role: onnx_support_report(m.path(e.onnx)) for role, e in m.models.items()}
     except ImportError:
         pass
     if memory:
         from ..compiler.trt.memory import memory_plan
 
-        cpu = not m.get("engines")
+        cpu = not m.engines
         out["memory"] = memory_plan(m, max_seq_len=max_seq_len, devices={r: "cpu" for r in m.models} if cpu else None,
                                     workspace=0 if cpu else None)
         out["memory"]["notes"] = memory_notes(m, max_seq_len)
+    return out
+
+
+def model_summary(e: ModelEntry) -> dict[str, Any]:
+    """One model of `bundle_summary`."""
+    c = e.decoder_config
+    out = {
+        "architecture": e.architecture,
+        "parameters": e.num_parameters,
+        "layers": c.num_layers,
+        "hidden_size": c.hidden_size,
+        "heads": c.num_heads,
+        "kv_heads": c.num_kv_heads,
+        "head_dim": c.head_dim,
+        "vocab_size": e.vocab_size,
+        "eos_token_ids": list(e.eos_token_ids) if e.eos_token_ids is not None else None,
+        "dtype": e.dtype,
+        "onnx": e.onnx,
+        "inputs": [i.name for i in e.inputs or ()],
+        "outputs": [o.name for o in e.outputs or ()],
+        "profiles": {phase: {"input_ids": shapes["input_ids"]} for phase, shapes in (e.profiles or {}).items()},
+        "validation_max_abs_diff": e.validation["max_abs_diff"],
+        "validation": e.validation,
+        "source": e.source if e.source is not None else {"format": "hf"},
+        "graphs": {name: {"onnx": g.onnx, "validation_max_abs_diff": (g.validation or e.validation)["max_abs_diff"]}
+                   for name, g in (e.graphs or {"portable": e.graph("portable")}).items()},
+    }
+    if e.fused_skipped:
+        out["fused_skipped"] = e.fused_skipped
+    if e.quantization:
+        out["quantization"] = quantization_summary(e.quantization)
+    if e.self_draft:
+        out["self_draft"] = True
     return out
 
 
@@ -148,10 +155,10 @@ def _validation_line(v: dict) -> str:
             f"tolerance atol {v['atol']:g} + rtol {v['rtol']:g}")
 
 
-def quantization_summary(q: dict[str, Any]) -> dict[str, Any]:
+def quantization_summary(q: QuantizationEntry) -> dict[str, Any]:
     keys = ("type", "block_size", "symmetric", "accuracy_level", "batch_invariant_setting", "reference_onnx",
             "quality", "verify_consistency")
-    return {k: q.get(k) for k in keys} | {"onnx": {v: g["onnx"] for v, g in q["graphs"].items()}}
+    return {k: getattr(q, k) for k in keys} | {"onnx": {v: g.onnx for v, g in q.graphs.items()}}
 
 
 def quantization_line(role: str, q: dict[str, Any], self_draft: bool) -> str:

@@ -4,31 +4,29 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
-from ..bundle.manifest import MANIFEST, Manifest, read_manifest, sha256_file
+from ..bundle.manifest import Manifest, manifest_json, read_manifest, sha256_file
+from ..bundle.parts import FileEntry
 from ..core.errors import BundleError
 
 
 def read_for_inspect(bundle: str | Path) -> tuple[Manifest, list[str]]:
-    """(manifest, failed checks). Raises the loader's error when the manifest itself cannot be read."""
+    """(manifest, failed checks). Raises the loader's error when the manifest itself cannot be read: only
+    failures of the files (missing, size, sha256, paths, graphs) are described instead of refused."""
     try:
         return read_manifest(bundle, verify_checksums=True), []
     except BundleError as exc:
         root = Path(bundle)
         try:
-            data = json.loads((root / MANIFEST).read_text())
-        except (OSError, ValueError):
+            manifest = Manifest.from_dict(manifest_json(root), root=root)
+        except BundleError:
             raise exc from None
-        if not isinstance(data, dict) or not isinstance(data.get("models"), dict) or "target" not in data["models"]:
-            raise exc from None
-        failures = file_failures(root, data.get("files") or {})
-        return Manifest(root, data), failures or [str(exc)]
+        failures = file_failures(root, manifest.files)
+        return manifest, failures or [str(exc)]
 
 
-def file_failures(root: Path, files: dict[str, Any]) -> list[str]:
+def file_failures(root: Path, files: dict[str, FileEntry]) -> list[str]:
     out = []
     for rel, meta in files.items():
         path = root / rel
@@ -36,16 +34,16 @@ def file_failures(root: Path, files: dict[str, Any]) -> list[str]:
             out.append(f"{rel}: path outside the bundle")
         elif not path.is_file():
             out.append(f"{rel}: missing")
-        elif path.stat().st_size != meta.get("size"):
-            out.append(f"{rel}: {path.stat().st_size} bytes, manifest says {meta.get('size')}")
-        elif sha256_file(path) != meta.get("sha256"):
+        elif path.stat().st_size != meta.size:
+            out.append(f"{rel}: {path.stat().st_size} bytes, manifest says {meta.size}")
+        elif sha256_file(path) != meta.sha256:
             out.append(f"{rel}: sha256 differs from the manifest (corrupted or modified)")
     return out
 
 
 def memory_notes(manifest: Manifest, max_seq_len: int | None) -> list[str]:
     notes = []
-    if not manifest.get("engines"):
+    if not manifest.engines:
         notes.append("CPU plan (ONNX Runtime): this bundle has no TensorRT engines, so no GPU workspace is counted")
     if max_seq_len is not None and max_seq_len > manifest.max_seq_len:
         notes.append(f"--max-seq-len {max_seq_len} is above the bundle's max_seq_len {manifest.max_seq_len}: this plans "

@@ -85,9 +85,9 @@ class ChatFormatter:
     def from_manifest(cls, manifest) -> "ChatFormatter":
         """The bundle's template: `tokenizer.chat_template` names tokenizer_config.json or chat_template.jinja
         (bundles written before that key existed: tokenizer_config.json, as before); none: plain template."""
-        tok = manifest["tokenizer"]
-        cfg_rel = tok.get("config")
-        where = tok.get("chat_template", cfg_rel)
+        tok = manifest.tokenizer
+        cfg_rel = tok.config
+        where = tok.chat_template_source
         try:
             cfg = json.loads(manifest.path(cfg_rel).read_text()) if cfg_rel else {}
             if where is None:

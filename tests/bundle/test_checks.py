@@ -101,4 +101,4 @@ def test_tampered_config_via_cli_is_one_line_exit_2(bundle):
 
 def test_format_version_1_bundles_still_load(pair_bundle):
     m = read_manifest(pair_bundle)
-    assert m["format_version"] == 1 and m.max_seq_len == 128
+    assert m.format_version == 1 and m.max_seq_len == 128

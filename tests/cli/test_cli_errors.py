@@ -43,7 +43,7 @@ def test_ort_failures_are_summarised_in_one_line(pair_generator):
     from specrt.runtime.backends.ort.runner import OrtRunner
 
     target = pair_generator.target
-    onnx_path = pair_generator.manifest.path(pair_generator.manifest.models["target"]["onnx"])  # the portable graph
+    onnx_path = pair_generator.manifest.path(pair_generator.manifest.models["target"].onnx)  # the portable graph
     wrong = target.config.__class__(**{**target.config.__dict__, "head_dim": target.config.head_dim * 2})
     runner = OrtRunner(onnx_path, wrong, capacity=16, max_short_tokens=4, threads=1)
     with pytest.raises(BackendError) as info:

@@ -14,18 +14,18 @@ from specrt.core.errors import BundleError, ChecksumMismatch, CheckpointError, I
 
 def test_manifest_records_what_load_needs(pair_bundle):
     m = read_manifest(pair_bundle)
-    assert m["format"] == "specrt-bundle" and m["format_version"] == 1
-    assert m["onnx"] == {"opset": 18, "ir_version": 10}
+    assert m.format == "specrt-bundle" and m.format_version == 1
+    assert m.onnx == {"opset": 18, "ir_version": 10}
     assert m.max_seq_len == 128 and m.max_draft_tokens == 8
     for role in ("target", "draft"):
         e = m.models[role]
-        assert e["architecture"] == "LlamaForCausalLM"
-        assert e["inputs"][0]["name"] == "input_ids" and e["outputs"][0]["name"] == "logits"
-        assert set(e["profiles"]) == {"prefill", "decode", "verify"}
-        assert e["validation"]["max_abs_diff"] < 1e-4
-        assert e["onnx"] in m["files"] and e["onnx_data"] in m["files"]
-    for rel, meta in m["files"].items():
-        assert not rel.startswith("/") and ".." not in rel and len(meta["sha256"]) == 64
+        assert e.architecture == "LlamaForCausalLM"
+        assert e.inputs[0].name == "input_ids" and e.outputs[0].name == "logits"
+        assert set(e.profiles) == {"prefill", "decode", "verify"}
+        assert e.validation["max_abs_diff"] < 1e-4
+        assert e.onnx in m.files and e.onnx_data in m.files
+    for rel, meta in m.files.items():
+        assert not rel.startswith("/") and ".." not in rel and len(meta.sha256) == 64
 
 
 def test_existing_output_needs_force(pair_bundle, llama_target):

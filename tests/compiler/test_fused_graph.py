@@ -125,7 +125,7 @@ def test_ort_graph_portable_writes_no_fused_variant(tmp_path, llama_target):
 
     out = compile_bundle(llama_target, tmp_path / "b", max_seq_len=64, max_draft_tokens=4, ort_graph="portable")
     entry = read_manifest(out).models["target"]
-    assert set(entry["graphs"]) == {"portable"} and not (out / "target" / "model.fused.onnx").exists()
+    assert set(entry.graphs) == {"portable"} and not (out / "target" / "model.fused.onnx").exists()
     assert load(out, backend="ort").target.describe().get("graph") is None
 
 

@@ -103,7 +103,7 @@ def test_force_replaces_a_bundle_and_an_empty_directory(tmp_path, ckpt):
     out = tmp_path / "b"
     out.mkdir()
     assert specrt("compile", "--target", ckpt, "-o", out, "--force", *FAST).returncode == 0
-    first = read_manifest(out)["created"]
+    first = read_manifest(out).created
     proc = specrt("compile", "--target", ckpt, "-o", out, "--force", *FAST)
     assert proc.returncode == 0, proc.stderr
     read_manifest(out)

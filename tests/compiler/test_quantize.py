@@ -43,23 +43,23 @@ def graph_ops(path) -> list[str]:
 def test_manifest_records_quantization_and_quality(int4_self8):
     m = read_manifest(int4_self8)
     target, draft = m.models["target"], m.models["draft"]
-    q = target["quantization"]
-    assert (q["type"], q["bits"], q["block_size"], q["symmetric"], q["accuracy_level"]) == ("int4", 4, 32, True, 1)
-    assert q["reference_onnx"] == target["onnx"] == "target/model.onnx"
-    graph = q["graphs"]["portable"]
-    assert graph["onnx"] in m["files"] and graph["onnx_data"] in m["files"]
-    assert graph["quantized_matmuls"] == 2 * 7 + 1 and graph["unquantized_weight_matmuls"] == 0  # 2 layers + head
-    ops = graph_ops(m.path(graph["onnx"]))
-    assert ops.count("MatMulNBits") == 15 and "MatMulNBits" not in graph_ops(m.path(target["onnx"]))
-    heldout = q["quality"]["heldout"]
+    q = target.quantization
+    assert (q.type, q.bits, q.block_size, q.symmetric, q.accuracy_level) == ("int4", 4, 32, True, 1)
+    assert q.reference_onnx == target.onnx == "target/model.onnx"
+    graph = q.graphs["portable"]
+    assert graph.onnx in m.files and graph.onnx_data in m.files
+    assert graph.quantized_matmuls == 2 * 7 + 1 and graph.unquantized_weight_matmuls == 0  # 2 layers + head
+    ops = graph_ops(m.path(graph.onnx))
+    assert ops.count("MatMulNBits") == 15 and "MatMulNBits" not in graph_ops(m.path(target.onnx))
+    heldout = q.quality["heldout"]
     assert heldout["tokens"] > 1000 and 0.2 < heldout["greedy_agreement"] < 1.0
     assert heldout["ppl_ratio"] == pytest.approx(heldout["ppl_quantized"] / heldout["ppl_reference"])
-    assert q["verify_consistency"]["rows"] == 4 * 9
+    assert q.verify_consistency["rows"] == 4 * 9
     # the self draft: the target's graph quantized again, nothing exported twice
-    assert draft["self_draft"] and draft["onnx"] == "target/model.onnx"
-    assert draft["quantization"]["type"] == "int8"
-    assert draft["quantization"]["graphs"]["portable"]["onnx"] == "draft/model.int8.onnx"
-    assert draft["quantization"]["quality"]["heldout"]["greedy_agreement"] > heldout["greedy_agreement"]
+    assert draft.self_draft and draft.onnx == "target/model.onnx"
+    assert draft.quantization.type == "int8"
+    assert draft.quantization.graphs["portable"].onnx == "draft/model.int8.onnx"
+    assert draft.quantization.quality["heldout"]["greedy_agreement"] > heldout["greedy_agreement"]
 
 
 def test_ort_runs_the_quantized_graph_and_torch_the_reference(int4_self8):
@@ -67,9 +67,9 @@ def test_ort_runs_the_quantized_graph_and_torch_the_reference(int4_self8):
     entry = m.models["target"]
     ids = np.array([5, 17, 42, 99, 7], dtype=np.int64)
     dims = {"num_layers": 2, "num_kv_heads": 2, "head_dim": 16}
-    quantized, _ = GraphScorer(m.path(entry["quantization"]["graphs"]["portable"]["onnx"]), dims).run(
-        ids, GraphScorer(m.path(entry["onnx"]), dims).empty_past())
-    reference, _ = GraphScorer(m.path(entry["onnx"]), dims).run(ids, GraphScorer(m.path(entry["onnx"]), dims).empty_past())
+    quantized, _ = GraphScorer(m.path(entry.quantization.graphs["portable"].onnx), dims).run(
+        ids, GraphScorer(m.path(entry.onnx), dims).empty_past())
+    reference, _ = GraphScorer(m.path(entry.onnx), dims).run(ids, GraphScorer(m.path(entry.onnx), dims).empty_past())
     for backend, expected, other in (("ort", quantized, reference), ("torch", reference, quantized)):
         gen = load(int4_self8, backend=backend)
         gen.target.reset()
@@ -102,8 +102,8 @@ def test_verify_pass_argmax_equals_one_token_passes(int4_self8):
     rng = np.random.default_rng(0)
     dims = {"num_layers": 2, "num_kv_heads": 2, "head_dim": 16}
     for role in ("target", "draft"):
-        scorer = GraphScorer(m.path(m.models[role]["quantization"]["graphs"]["portable"]["onnx"]), dims)
-        ids = rng.integers(1, m["tokenizer"]["vocab_size"], 4000)
+        scorer = GraphScorer(m.path(m.models[role].quantization.graphs["portable"].onnx), dims)
+        ids = rng.integers(1, m.tokenizer.vocab_size, 4000)
         stats = verify_consistency(scorer, ids, k=8, trials=40, prefix=24)
         assert stats["rows"] == 40 * 9 and stats["argmax_equal"] == stats["rows"]
         assert stats["max_abs_diff"] < 1e-4
@@ -160,9 +160,9 @@ def test_calibration_data_and_inspect(tmp_path, llama_target):
     res = compile_cli("--target", llama_target, "-o", out, "--max-seq-len", 64, "--max-draft-tokens", 4,
                       "--quantize", "int8", "--calibration-data", calib, "--max-ppl-increase", 100)
     assert res.exit_code == 0, res.output
-    q = read_manifest(out).models["target"]["quantization"]
-    assert set(q["quality"]) == {"heldout", "calibration"} and q["calibration_data"] == "calib.txt"
-    assert q["quality"]["calibration"]["tokens"] < q["quality"]["heldout"]["tokens"]
+    q = read_manifest(out).models["target"].quantization
+    assert set(q.quality) == {"heldout", "calibration"} and q.calibration_data == "calib.txt"
+    assert q.quality["calibration"]["tokens"] < q.quality["heldout"]["tokens"]
     res = CliRunner().invoke(main, ["inspect", str(out), "--json"])
     summary = json.loads(res.output)["models"]["target"]["quantization"]
     assert summary["type"] == "int8" and summary["onnx"] == {"portable": "target/model.int8.onnx"}
@@ -213,5 +213,5 @@ def test_readme_quantize_block_runs(tmp_path, llama_target):
         assert proc.returncode == 0, f"{line}\n{proc.stderr}"
         outputs.append(proc.stdout)
     m = read_manifest(tmp_path / "artifacts" / "my-int4")
-    assert m.models["target"]["quantization"]["type"] == "int4" and m.models["draft"]["self_draft"]
+    assert m.models["target"].quantization.type == "int4" and m.models["draft"].self_draft
     assert "int4 MatMulNBits" in outputs[-1] and "self draft" in outputs[-1]

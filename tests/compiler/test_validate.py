@@ -46,7 +46,7 @@ def deep_checkpoint(tmp_path_factory, tokenizer_path):
 
 def test_deep_model_with_large_logits_compiles(tmp_path, deep_checkpoint):
     out = compile_bundle(deep_checkpoint, tmp_path / "b", max_seq_len=96, max_draft_tokens=4)
-    v = read_manifest(out).models["target"]["validation"]
+    v = read_manifest(out).models["target"].validation
     assert v["logits_scale"] > 10 and v["logits_max_abs_diff"] > 0
     assert v["max_abs_diff"] <= v["atol"] + v["rtol"] * v["logits_scale"]
     assert v["argmax_positions"] == 7 + 1 + 5 + 5 and v["argmax_agree"] + v["argmax_near_ties"] == v["argmax_positions"]

@@ -66,10 +66,10 @@ def test_gguf_greedy_equals_transformers(gguf_files, gguf_bundles, qtype):
 @pytest.mark.parametrize("qtype", ["F32", "Q8_0"])
 def test_manifest_records_the_source(gguf_files, gguf_bundles, qtype):
     m = read_manifest(gguf_bundles[qtype])
-    src = m.models["target"]["source"]
+    src = m.models["target"].source
     assert src["format"] == "gguf" and src["quantization"] == qtype and src["gguf_architecture"] == "llama"
     assert src["sha256"] == sha256_file(gguf_files[qtype])
-    assert m["tokenizer"]["chat_template"] is not None
+    assert m.tokenizer.chat_template is not None
 
 
 def test_quantized_file_really_differs_from_f32(gguf_bundles):

@@ -74,12 +74,12 @@ def test_fused_graph_variant_in_manifest(arch_bundle):
 
     arch, _, bundle = arch_bundle
     for role, entry in read_manifest(bundle).models.items():
-        assert entry["graphs"]["portable"]["onnx"] == entry["onnx"]
+        assert entry.graphs["portable"].onnx == entry.onnx
         if arch == "gpt2":
-            assert "fused" not in entry["graphs"] and "GPT2" in entry["fused_skipped"]
+            assert "fused" not in entry.graphs and "GPT2" in entry.fused_skipped
         else:
-            fused = entry["graphs"]["fused"]
-            assert fused["onnx"] == f"{role}/model.fused.onnx" and fused["validation"]["max_abs_diff"] < 1e-4
+            fused = entry.graphs["fused"]
+            assert fused.onnx == f"{role}/model.fused.onnx" and fused.validation["max_abs_diff"] < 1e-4
 
 
 @pytest.mark.parametrize("backend", ["ort", "ort-portable"])

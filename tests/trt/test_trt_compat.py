@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
 import pytest
 
+from specrt.bundle.parts import EngineEntry
 from specrt.runtime.backends.trt.compat import check_call, check_engine_entry, engine_from_bytes, parse_cc, parse_version
 from specrt.core.errors import BackendError, BundleError, ChecksumMismatch, VersionMismatch
 
@@ -16,50 +18,55 @@ ENTRY = {"path": "target/model.fp32.engine", "tensorrt_version": "10.3.0.26", "c
 HERE = {"tensorrt_version": "10.3.0", "cuda_version": "12.6", "gpu_name": "NVIDIA L4", "compute_capability": "8.9"}
 
 
+def check(entry: dict, installed: dict) -> None:
+    """The manifest's engine entry (as read_manifest builds it) against the installed facts."""
+    check_engine_entry("target", EngineEntry.from_dict("target", entry), installed)
+
+
 def test_matching_engine_passes():
-    check_engine_entry("target", ENTRY, HERE)
+    check(ENTRY, HERE)
 
 
 def test_tensorrt_version_mismatch_names_both_and_the_fix():
     with pytest.raises(VersionMismatch) as err:
-        check_engine_entry("target", ENTRY, dict(HERE, tensorrt_version="10.7.0"))
+        check(ENTRY, dict(HERE, tensorrt_version="10.7.0"))
     assert "10.3.0.26" in str(err.value) and "10.7.0" in str(err.value) and "specrt compile" in str(err.value)
     assert "--engines trt" in str(err.value)
 
 
 def test_version_compatible_engine_runs_on_later_tensorrt_only():
     vc = dict(ENTRY, version_compatible=True)
-    check_engine_entry("target", vc, dict(HERE, tensorrt_version="10.7.0"))
+    check(vc, dict(HERE, tensorrt_version="10.7.0"))
     with pytest.raises(VersionMismatch, match="older"):
-        check_engine_entry("target", vc, dict(HERE, tensorrt_version="10.1.0"))
+        check(vc, dict(HERE, tensorrt_version="10.1.0"))
 
 
 def test_compute_capability_mismatch():
     with pytest.raises(VersionMismatch, match=r"compute 8\.9.*compute 8\.6.*ampere-plus"):
-        check_engine_entry("target", ENTRY, dict(HERE, compute_capability="8.6", gpu_name="RTX 3090"))
+        check(ENTRY, dict(HERE, compute_capability="8.6", gpu_name="RTX 3090"))
     same = dict(ENTRY, hardware_compatibility_level="same_compute_capability")
-    check_engine_entry("target", same, dict(HERE, gpu_name="RTX 4090"))
+    check(same, dict(HERE, gpu_name="RTX 4090"))
     with pytest.raises(VersionMismatch):
-        check_engine_entry("target", same, dict(HERE, compute_capability="9.0"))
+        check(same, dict(HERE, compute_capability="9.0"))
 
 
 def test_ampere_plus():
     amp = dict(ENTRY, hardware_compatibility_level="ampere_plus")
-    check_engine_entry("target", amp, dict(HERE, compute_capability="9.0"))
+    check(amp, dict(HERE, compute_capability="9.0"))
     with pytest.raises(VersionMismatch, match=r"compute 7\.5"):
-        check_engine_entry("target", amp, dict(HERE, compute_capability="7.5"))
+        check(amp, dict(HERE, compute_capability="7.5"))
 
 
 def test_cuda_major_mismatch():
     with pytest.raises(VersionMismatch, match="CUDA 12.4.*CUDA 13.0"):
-        check_engine_entry("target", ENTRY, dict(HERE, cuda_version="13.0"))
+        check(ENTRY, dict(HERE, cuda_version="13.0"))
 
 
 def test_malformed_entries():
-    with pytest.raises(BundleError, match="lacks compute_capability"):
-        check_engine_entry("target", {k: v for k, v in ENTRY.items() if k != "compute_capability"}, HERE)
+    with pytest.raises(BundleError, match="engines.target lacks compute_capability"):
+        check({k: v for k, v in ENTRY.items() if k != "compute_capability"}, HERE)
     with pytest.raises(BundleError, match="hardware_compatibility_level"):
-        check_engine_entry("target", dict(ENTRY, hardware_compatibility_level="turing_plus"), HERE)
+        check(dict(ENTRY, hardware_compatibility_level="turing_plus"), HERE)
 
 
 def test_parsers():
@@ -112,7 +119,7 @@ def test_corrupted_or_truncated_engine_is_refused_at_load(pair_bundle, tmp_path)
     from specrt.bundle.manifest import read_manifest
 
     b = _bundle_with_fake_engine(pair_bundle, tmp_path / "b")
-    assert read_manifest(b)["engines"]["target"]["precision"] == "fp32"
+    assert read_manifest(b).engines["target"].precision == "fp32"
     engine = b / "target" / "model.fp32.engine"
     data = bytearray(engine.read_bytes())
     data[5] ^= 0xFF
@@ -131,3 +138,33 @@ def test_auto_backend_falls_back_to_ort_with_a_warning(pair_bundle, tmp_path):
     m = read_manifest(_bundle_with_fake_engine(pair_bundle, tmp_path / "b"))
     with pytest.warns(UserWarning, match="TensorRT is not installed.*falling back to ONNX Runtime"):
         assert resolve_backend("auto", m) == "ort"
+
+
+def test_engine_entry_written_by_the_builder_reads_back_and_passes_the_check():
+    from specrt.compiler.trt.build import BuildOptions, engine_entry
+
+    facts = dict(HERE, tensorrt_version="10.3.0.26")
+    entry = engine_entry("target", "target/model.fp16.engine", BuildOptions(precision="fp16"), facts)
+    data = entry.to_dict()
+    assert list(data) == ["path", "tensorrt_version", "cuda_version", "gpu_name", "compute_capability",
+                          "hardware_compatibility_level", "version_compatible", "lean_runtime_embedded", "precision",
+                          "workspace_bytes", "builder_optimization_level", "profiles"]
+    assert data["profiles"] == ["prefill", "decode", "verify"] and data["builder_optimization_level"] is None
+    assert EngineEntry.from_dict("target", data) == entry
+    check_engine_entry("target", entry, HERE)
+
+
+def test_unavailable_reason_checks_every_engine_entry(pair_bundle, tmp_path, monkeypatch):
+    """With TensorRT and a GPU faked present, the reason comes from the typed engine entries."""
+    from specrt.bundle.manifest import read_manifest
+    from specrt.runtime.backends.trt import runner
+
+    m = read_manifest(_bundle_with_fake_engine(pair_bundle, tmp_path / "b"))
+    monkeypatch.setattr(runner, "trt_import_error", lambda: None)
+    monkeypatch.setattr(runner, "cuda_device_error", lambda device: None)
+    monkeypatch.setattr(runner, "installed_facts", lambda device: HERE)
+    assert "no TensorRT engine for draft" in runner.trt_unavailable_reason(m)
+    engines = dict(m.engines, draft=dataclasses.replace(m.engines["target"], role="draft"))
+    assert runner.trt_unavailable_reason(dataclasses.replace(m, engines=engines)) is None
+    monkeypatch.setattr(runner, "installed_facts", lambda device: dict(HERE, compute_capability="8.6"))
+    assert "compute 8.9" in runner.trt_unavailable_reason(dataclasses.replace(m, engines=engines))

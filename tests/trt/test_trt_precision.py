@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -33,7 +35,7 @@ def target(pair_bundle):
     from specrt.bundle.manifest import read_manifest
 
     m = read_manifest(pair_bundle, verify_checksums=False)
-    return m.path(m.models["target"]["onnx"]), m.models["target"]["decoder_config"]
+    return m.path(m.models["target"].onnx), dataclasses.asdict(m.models["target"].decoder_config)
 
 
 def test_fp16_graph_runs_in_ort_and_matches_fp32(target, tmp_path):

@@ -1,7 +1,8 @@
 """Is an engine in the bundle loadable here? Compare its manifest facts with what is installed.
 
-Pure Python: `check_engine_entry(role, entry, installed)` takes the installed facts as a dict, so every
-mismatch is unit-tested without TensorRT. Rules (TensorRT "Engine Compatibility" docs):
+Pure Python: `check_engine_entry(role, entry, installed)` takes the manifest's `EngineEntry` (complete: the
+manifest refuses an entry that lacks a fact) and the installed facts as a dict, so every mismatch is
+unit-tested without TensorRT. Rules (TensorRT "Engine Compatibility" docs):
 
 - TensorRT version: a plain engine runs only on the version that built it (major.minor.patch);
   a version-compatible engine (--version-compatible, lean runtime embedded) runs on that version or
@@ -16,11 +17,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ....bundle.parts import EngineEntry
 from ....core.errors import BackendError, BundleError, VersionMismatch
 
 HW_LEVELS = ("none", "ampere_plus", "same_compute_capability")
-ENGINE_KEYS = ("path", "tensorrt_version", "cuda_version", "gpu_name", "compute_capability",
-               "hardware_compatibility_level", "version_compatible", "precision", "profiles")
 REBUILD = "rebuild the engines on this machine: specrt compile --target ... -o BUNDLE --engines trt --force"
 
 
@@ -49,25 +49,22 @@ def parse_cc(text: str | tuple) -> tuple[int, int]:
         raise BundleError(f"compute capability {text!r} is not of the form MAJOR.MINOR") from None
 
 
-def check_engine_entry(role: str, entry: Mapping[str, Any], installed: Mapping[str, Any]) -> None:
+def check_engine_entry(role: str, entry: EngineEntry, installed: Mapping[str, Any]) -> None:
     """Raise VersionMismatch (both values + the rebuild command) or BundleError (malformed entry)."""
-    missing = [k for k in ENGINE_KEYS if k not in entry]
-    if missing:
-        raise BundleError(f"engine entry for {role} lacks {', '.join(missing)}; {REBUILD}")
-    level = entry["hardware_compatibility_level"]
+    level = entry.hardware_compatibility_level
     if level not in HW_LEVELS:
         raise BundleError(f"engine {role}: unknown hardware_compatibility_level {level!r} (one of {HW_LEVELS})")
-    built, have = parse_version(entry["tensorrt_version"]), parse_version(installed["tensorrt_version"])
-    if entry["version_compatible"]:
+    built, have = parse_version(entry.tensorrt_version), parse_version(installed["tensorrt_version"])
+    if entry.version_compatible:
         if have[:3] < built[:3]:
             raise VersionMismatch(
-                f"engine {role} was built with TensorRT {entry['tensorrt_version']} (version-compatible), but the "
+                f"engine {role} was built with TensorRT {entry.tensorrt_version} (version-compatible), but the "
                 f"installed TensorRT {installed['tensorrt_version']} is older: upgrade TensorRT or {REBUILD}")
     elif built[:3] != have[:3]:
         raise VersionMismatch(
-            f"engine {role} was built with TensorRT {entry['tensorrt_version']}, this machine has TensorRT "
+            f"engine {role} was built with TensorRT {entry.tensorrt_version}, this machine has TensorRT "
             f"{installed['tensorrt_version']}: {REBUILD} (or build with --version-compatible)")
-    cc_built, cc_have = parse_cc(entry["compute_capability"]), parse_cc(installed["compute_capability"])
+    cc_built, cc_have = parse_cc(entry.compute_capability), parse_cc(installed["compute_capability"])
     fmt = lambda cc: f"{cc[0]}.{cc[1]}"  # noqa: E731
     if level == "ampere_plus":
         if cc_have < (8, 0):
@@ -76,13 +73,13 @@ def check_engine_entry(role: str, entry: Mapping[str, Any], installed: Mapping[s
                 f"({installed.get('gpu_name', '?')}) is compute {fmt(cc_have)}: {REBUILD}")
     elif cc_built != cc_have:
         raise VersionMismatch(
-            f"engine {role} was built for compute {fmt(cc_built)} ({entry['gpu_name']}), this GPU "
+            f"engine {role} was built for compute {fmt(cc_built)} ({entry.gpu_name}), this GPU "
             f"({installed.get('gpu_name', '?')}) is compute {fmt(cc_have)}: {REBUILD} "
             "(or build with --hardware-compat ampere-plus)")
-    cu_built, cu_have = parse_version(entry.get("cuda_version") or ""), parse_version(installed.get("cuda_version") or "")
+    cu_built, cu_have = parse_version(entry.cuda_version or ""), parse_version(installed.get("cuda_version") or "")
     if cu_built and cu_have and cu_built[0] != cu_have[0]:
         raise VersionMismatch(
-            f"engine {role} was built with CUDA {entry['cuda_version']}, this machine runs CUDA "
+            f"engine {role} was built with CUDA {entry.cuda_version}, this machine runs CUDA "
             f"{installed['cuda_version']}: install the TensorRT build for CUDA {cu_built[0]} or {REBUILD}")
 
 

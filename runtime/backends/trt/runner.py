@@ -32,7 +32,7 @@ def trt_unavailable_reason(manifest, device: str = "cuda:0") -> str | None:
     reason = trt_import_error() or cuda_device_error(device)
     if reason:
         return reason
-    engines = manifest.get("engines") or {}
+    engines = manifest.engines
     missing = [role for role in manifest.models if role not in engines]
     if missing:
         return f"the bundle has no TensorRT engine for {', '.join(missing)} (compile with --engines trt)"
@@ -56,25 +56,25 @@ class TrtRunner(Runner):
         reason = cuda_device_error(device)
         if reason:
             raise BackendUnavailable(f"backend 'trt' needs an NVIDIA GPU: {reason}; {INSTALL_HINT}")
-        entry = (manifest.get("engines") or {}).get(role)
+        entry = manifest.engines.get(role)
         if entry is None:
             raise BundleError(f"the bundle has no TensorRT engine for {role}: recompile with --engines trt")
         self.device = torch.device(device)
         check_engine_entry(role, entry, installed_facts(device))
         self.config, self.want_hidden, self.entry, self._torch = config, want_hidden, entry, torch
-        self.profiles = manifest.models[role]["profiles"]  # {phase: {input: {min, opt, max}}}
-        dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[entry["precision"]]
+        self.profiles = manifest.models[role].profiles  # {phase: {input: {min, opt, max}}}
+        dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[entry.precision]
         self._log: list[str] = []
         with torch.cuda.device(self.device):
             self._logger = make_logger(trt, self._log)
             self._runtime = trt.Runtime(self._logger)
-            if entry["version_compatible"]:  # the plan carries its own lean runtime (host code)
+            if entry.version_compatible:  # the plan carries its own lean runtime (host code)
                 self._runtime.engine_host_code_allowed = True
-            blob = manifest.path(entry["path"]).read_bytes()
+            blob = manifest.path(entry.path).read_bytes()
             self.engine = engine_from_bytes(self._runtime, blob, role, self._log)
             self._check_io(trt, role)
             self.stream = torch.cuda.Stream(self.device)
-            self.contexts = self._create_contexts(trt, entry["profiles"])
+            self.contexts = self._create_contexts(trt, list(entry.profiles))
             c = config
             self.cache = KVCache(c.num_layers, capacity, c.num_kv_heads, c.head_dim,
                                  lambda shape: torch.zeros(shape, dtype=dtype, device=self.device),
@@ -163,5 +163,5 @@ class TrtRunner(Runner):
 
     def describe(self) -> dict[str, Any]:
         e = self.entry
-        return {"backend": self.name, "device": str(self.device), "tensorrt": e["tensorrt_version"],
-                "gpu": e["gpu_name"], "precision": e["precision"], "engine": e["path"]}
+        return {"backend": self.name, "device": str(self.device), "tensorrt": e.tensorrt_version,
+                "gpu": e.gpu_name, "precision": e.precision, "engine": e.path}

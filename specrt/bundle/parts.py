@@ -1,0 +1,185 @@
+"""Bundle-level manifest entries besides the models: tokenizer, files, Medusa heads, TensorRT engines, demo mark.
+
+    tokenizer        {path, config, vocab_size, eos_token_ids, bos_token_id, chat_template}
+    files[rel]       {sha256, size}
+    medusa           {num_heads, onnx, onnx_data, config, inputs, outputs, validation, source_config}
+    engines.<role>   {path, tensorrt_version, cuda_version, gpu_name, compute_capability,
+                      hardware_compatibility_level, version_compatible, lean_runtime_embedded, precision,
+                      workspace_bytes, builder_optimization_level, profiles}
+    demo             {fingerprint, models}   (bundles `specrt demo` compiled and may replace)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Mapping
+
+from ..core.errors import ManifestError
+from .entries import TensorSpec, tensor_specs
+from .fields import (check_dict, check_ids, check_int, check_optional_str, check_str, emit, field_names,
+                     unknown_keys)
+
+MAX_DRAFT_TOKENS_LIMIT = 64
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+REBUILD_ENGINES = "rebuild the engines: specrt compile --target ... -o BUNDLE --engines trt --force"
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerEntry:
+    path: str  # tokenizer/tokenizer.json
+    config: str | None = None  # tokenizer/tokenizer_config.json
+    vocab_size: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    bos_token_id: int | None = None
+    chat_template: str | None = None  # the file holding the chat template, None: none
+    chat_template_recorded: bool = True  # False: written before the key existed (not written back)
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    ORDER = ("path", "config", "vocab_size", "eos_token_ids", "bos_token_id", "chat_template")
+
+    def __post_init__(self) -> None:
+        check_str(self.path, "tokenizer.path")
+        check_optional_str(self.config, "tokenizer.config")
+        check_ids(self.eos_token_ids, "tokenizer.eos_token_ids")
+        if self.bos_token_id is not None:
+            check_int(self.bos_token_id, "tokenizer.bos_token_id", 0)
+        check_optional_str(self.chat_template, "tokenizer.chat_template")
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> "TokenizerEntry":
+        check_dict(raw, "tokenizer")
+        return cls(path=raw.get("path"), config=raw.get("config"), vocab_size=raw.get("vocab_size"),
+                   eos_token_ids=check_ids(raw.get("eos_token_ids", []), "tokenizer.eos_token_ids"),
+                   bos_token_id=raw.get("bos_token_id"), chat_template=raw.get("chat_template"),
+                   chat_template_recorded="chat_template" in raw, extra=unknown_keys(raw, cls.ORDER))
+
+    def to_dict(self) -> dict[str, Any]:
+        pairs = [(k, getattr(self, k)) for k in self.ORDER if k != "chat_template" or self.chat_template_recorded]
+        return emit(pairs, keep_null=("config", "bos_token_id", "chat_template"), extra=self.extra)
+
+    @property
+    def chat_template_source(self) -> str | None:
+        """The file to read the template from (bundles written before `chat_template` existed: the config)."""
+        return self.chat_template if self.chat_template_recorded else self.config
+
+
+@dataclasses.dataclass(frozen=True)
+class FileEntry:
+    """`files[rel]`: what `read_manifest` checks before any file is opened."""
+
+    sha256: str
+    size: int
+    key: str = dataclasses.field(default="files", compare=False, repr=False)  # for messages only
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.sha256, str) or not SHA256.match(self.sha256):
+            raise ManifestError(f"manifest key {self.key} needs a sha256 (64 hex digits); recompile the bundle")
+        check_int(self.size, f"{self.key}.size", 0)
+
+    @classmethod
+    def from_dict(cls, rel: str, raw: Any) -> "FileEntry":
+        key = f"files[{rel!r}]"
+        if not isinstance(raw, dict):
+            raise ManifestError(f"manifest key {key} needs a sha256 (64 hex digits); recompile the bundle")
+        return cls(raw.get("sha256"), raw.get("size"), key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sha256": self.sha256, "size": self.size}
+
+
+@dataclasses.dataclass(frozen=True)
+class MedusaEntry:
+    """`medusa`: heads `hidden_states [N, D] -> medusa_logits [N, H, V]` (compiler/medusa.py)."""
+
+    num_heads: int
+    onnx: str
+    onnx_data: str | None = None
+    config: str | None = None
+    inputs: tuple[TensorSpec, ...] | None = None
+    outputs: tuple[TensorSpec, ...] | None = None
+    validation: Any = None
+    source_config: Any = None  # the heads' medusa_config.json
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_int(self.num_heads, "medusa.num_heads", 1, MAX_DRAFT_TOKENS_LIMIT)
+        check_str(self.onnx, "medusa.onnx")
+        check_optional_str(self.onnx_data, "medusa.onnx_data")
+        check_optional_str(self.config, "medusa.config")
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> "MedusaEntry":
+        check_dict(raw, "medusa")
+        simple = {k: raw[k] for k in ("num_heads", "onnx", "onnx_data", "config", "validation", "source_config")
+                  if k in raw}
+        return cls(**{"num_heads": None, "onnx": None, **simple},
+                   inputs=tensor_specs(raw.get("inputs"), "medusa.inputs"),
+                   outputs=tensor_specs(raw.get("outputs"), "medusa.outputs"),
+                   extra=unknown_keys(raw, field_names(cls)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return emit([(f, getattr(self, f)) for f in field_names(MedusaEntry) if f != "extra"], extra=self.extra)
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineEntry:
+    """`engines.<role>`: a TensorRT engine and the facts its compatibility check needs (compiler/trt/build.py
+    writes it, runtime/backends/trt/compat.py checks it against the installed TensorRT and GPU)."""
+
+    role: str  # the key it is stored under (not written)
+    path: str
+    tensorrt_version: str | None
+    cuda_version: str | None
+    gpu_name: str | None
+    compute_capability: str | None
+    hardware_compatibility_level: str
+    version_compatible: bool
+    precision: str
+    profiles: tuple[str, ...]  # optimization profile i = phase profiles[i]
+    lean_runtime_embedded: bool | None = None
+    workspace_bytes: int | None = None
+    builder_optimization_level: int | None = None
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    REQUIRED = ("path", "tensorrt_version", "cuda_version", "gpu_name", "compute_capability",
+                "hardware_compatibility_level", "version_compatible", "precision", "profiles")
+    ORDER = ("path", "tensorrt_version", "cuda_version", "gpu_name", "compute_capability",
+             "hardware_compatibility_level", "version_compatible", "lean_runtime_embedded", "precision",
+             "workspace_bytes", "builder_optimization_level", "profiles")
+
+    def __post_init__(self) -> None:
+        check_str(self.path, f"engines.{self.role}.path")
+
+    @classmethod
+    def from_dict(cls, role: str, raw: Any) -> "EngineEntry":
+        key = f"engines.{role}"
+        check_dict(raw, key)
+        check_str(raw.get("path"), f"{key}.path")
+        missing = [k for k in cls.REQUIRED if k not in raw]
+        if missing:
+            raise ManifestError(f"manifest key {key} lacks {', '.join(missing)}; {REBUILD_ENGINES}")
+        known = {k: raw[k] for k in cls.ORDER if k in raw}
+        known["profiles"] = tuple(known["profiles"]) if isinstance(known["profiles"], list) else known["profiles"]
+        return cls(role=role, **known, extra=unknown_keys(raw, cls.ORDER))
+
+    def to_dict(self) -> dict[str, Any]:
+        return emit([(k, getattr(self, k)) for k in self.ORDER],
+                    keep_null=self.REQUIRED + ("builder_optimization_level",), extra=self.extra)
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoEntry:
+    """`demo`: marks a bundle `specrt demo` compiled (and may replace), with what it was compiled from."""
+
+    fingerprint: str
+    models: str  # the checkpoint directory (or GGUF file) it was compiled from
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> "DemoEntry":
+        check_dict(raw, "demo")
+        return cls(raw.get("fingerprint"), raw.get("models"), unknown_keys(raw, ("fingerprint", "models")))
+
+    def to_dict(self) -> dict[str, Any]:
+        return emit([("fingerprint", self.fingerprint), ("models", self.models)], extra=self.extra)
