@@ -123,6 +123,10 @@ class OrtGenaiPeer(Peer):
         self.draft_threads = gen.draft.describe().get("threads") if gen.draft is not None else None
         target, draft = resolve(gen.manifest, settings, self.name)
         self.sources = {"target": target, "draft": draft}
+        self.notes = []
+        if gen.draft is not None and draft is None:
+            self.notes.append("its draft-model decoding was not measured: the draft's checkpoint is not recorded "
+                              "in the bundle (pass --draft-checkpoint)")
         self.dirs = {"target": build(target, progress)}
         if draft is not None and (not settings.methods or "draft" in settings.methods) and not settings.simulate:
             self.dirs["draft"] = build(draft, progress)
@@ -201,7 +205,7 @@ class OrtGenaiPeer(Peer):
                 "threads": self.threads, "draft_threads": self.draft_threads if self.spec else None,
                 "ngram_size": NGRAM_SIZE, "adaptive_start": ADAPTIVE_START,
                 "target_checkpoint": str(target.path), "draft_checkpoint": str(draft.path) if draft else None,
-                "builds": {k: str(v) for k, v in self.dirs.items()}, "execution_provider": "cpu",
+                "builds": {k: str(v) for k, v in self.dirs.items()}, "execution_provider": "cpu", "notes": self.notes,
                 "title": f"onnxruntime-genai {_version()} (CPU, {precision_of(target)[0]}, "
                          f"{self.threads} intra-op threads = ours)"}
 

@@ -76,6 +76,8 @@ def print_tables(result: dict[str, Any], console, compact: bool = False, wide: b
         console.print(table)
         if peer.get("ratios"):
             console.print(ratio_line(library_of(name, peer), peer["ratios"]), markup=False, soft_wrap=True)
+        for note in peer.get("notes") or ():
+            console.print(f"note: {note}", markup=False, soft_wrap=True)
     if result.get("ttft"):
         console.print(ttft_line(result["ttft"]), markup=False, soft_wrap=True)
     from ..cli.console import pack
@@ -163,6 +165,7 @@ def markdown(result: dict[str, Any], title: str = "Benchmark", plot: str | None 
                           [peer_cells(r) for r in p["results"]]), ""]
         if p.get("ratios"):
             out += [f"**{ratio_line(library_of(name, p), p['ratios'])}**", ""]
+        out += [f"Note: {note}." for note in p.get("notes") or ()] + ([""] if p.get("notes") else [])
     if result.get("ttft"):
         out += ["### Time to first token", "", ttft_line(result["ttft"]) + ".", ""]
     if plot:

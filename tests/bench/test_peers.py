@@ -94,12 +94,16 @@ def test_ort_genai_on_the_pair(pair_bundle, llama_target, llama_draft, tmp_path)
     text = md.read_text()
     assert "### Peer: onnxruntime-genai" in text and "ours / onnxruntime-genai, end to end: plain / plain" in text
     assert "### Time to first token" in text
-    # a second run reuses the cached builds (the builder is not run again)
+    # a second run reuses the cached build (the builder is not run again); without the draft's checkpoint its
+    # draft-model decoding is left out, with a note saying why
     stamp = {p: p.stat().st_mtime_ns for p in (cache / "bench-peers").rglob("genai_config.json")}
-    res = bench(pair_bundle, *SMALL, "--methods", "draft", "--k", "2", "--peer", "ort-genai", "--target-checkpoint",
-                llama_target, "--draft-checkpoint", llama_draft, env={"SPECRT_CACHE": str(cache)})
+    res = bench(pair_bundle, *SMALL, "--methods", "draft,ngram", "--k", "2", "--peer", "ort-genai",
+                "--target-checkpoint", llama_target, "--json", js, env={"SPECRT_CACHE": str(cache)})
     assert res.exit_code == 0, res.output
     assert {p: p.stat().st_mtime_ns for p in (cache / "bench-peers").rglob("genai_config.json")} == stamp
+    peer = json.loads(js.read_text())["peers"]["ort-genai"]
+    assert {(r["peer"], r["k"]) for r in peer["results"] if r["suite"] == "overall"} == {("plain", 0), ("ngram", 2)}
+    assert "--draft-checkpoint" in peer["notes"][0]
 
 
 @pytest.fixture(scope="module")
