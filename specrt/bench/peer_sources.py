@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -151,9 +152,19 @@ def resolve(manifest: dict[str, Any], settings, peer: str) -> tuple[Source, Sour
 
 
 def hf_checkpoint(source: Source) -> Path:
-    """An HF checkpoint directory holding the source's weights (a GGUF is converted by transformers, cached)."""
+    """An HF checkpoint directory holding the source's weights (a GGUF is converted by transformers, cached).
+
+    The converted weights are dequantized (fp32), so the `quantization_config` transformers leaves in
+    config.json (`quant_method: gguf`) is dropped: other tools (onnxruntime-genai's builder) refuse it."""
     if source.kind == "hf":
         return source.path
     from ..models.gguf_source import checkpoint_dir_from_gguf
 
-    return cached(peer_cache_dir() / "hf" / source.key, lambda tmp: checkpoint_dir_from_gguf(source.path, tmp))
+    def convert(tmp: Path) -> None:
+        checkpoint_dir_from_gguf(source.path, tmp)
+        config = json.loads((tmp / "config.json").read_text())
+        if (config.get("quantization_config") or {}).get("quant_method") == "gguf":
+            del config["quantization_config"]
+            (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+    return cached(peer_cache_dir() / "hf" / f"{source.key}-fp32", convert)

