@@ -148,7 +148,13 @@ def run_bench(settings: BenchSettings, progress: Callable[[str, int], None] | No
     if settings.ttft_prompt_tokens is not None:
         ttft.long_prompt(gen, settings.ttft_prompt_tokens)  # a bad length fails before anything is measured
     params = SamplingParams(temperature=settings.temperature, seed=settings.seed)
-    sessions = _peer_sessions(gen, settings, prompts, progress)
+    int_ks = [int(k) for k in settings.ks if k != "auto"]
+    past = int(np.median([ids.size for ids in prompt_ids])) + settings.max_new_tokens // 2
+    verify = measure.verify_curve(gen.target, past, range(0, max(int_ks + [gen.max_draft_tokens]) + 1),
+                                  reps=settings.verify_reps)
+    rss_before = measure.rss_mb()
+    sessions = _peer_sessions(gen, settings, prompts, progress)  # loaded after our memory was read
+    rss_peers = measure.rss_mb() - rss_before if sessions else None
     total = _count_runs(len(prompts), configs, settings)
     total += sum(len(prompts) * s.runs_per_prompt(settings.repeats) for s in sessions)
     total += settings.repeats if settings.ttft_prompt_tokens is not None else 0
@@ -157,12 +163,6 @@ def run_bench(settings: BenchSettings, progress: Callable[[str, int], None] | No
 
         total += 1 + peer_hf.count_runs(settings, len(prompts), gen.draft is not None)
     tick = (lambda desc: progress(desc, total)) if progress else (lambda desc: None)
-
-    int_ks = [int(k) for k in settings.ks if k != "auto"]
-    past = int(np.median([ids.size for ids in prompt_ids])) + settings.max_new_tokens // 2
-    verify = measure.verify_curve(gen.target, past, range(0, max(int_ks + [gen.max_draft_tokens]) + 1),
-                                  reps=settings.verify_reps)
-    rss_before = measure.rss_mb()
 
     def run(i: int, config: Config | None, repeat: int, reference: list[int] | None = None):
         if config is None:
@@ -197,7 +197,7 @@ def run_bench(settings: BenchSettings, progress: Callable[[str, int], None] | No
             for config in order:
                 tick(f"repeat {r + 1}/{settings.repeats} {p.suite} #{i} {config.label}")
                 res = run(i, config, r, references[i])
-                rss[config] = max(rss.get(config, 0.0), measure.rss_mb())
+                rss[config] = max(rss.get(config, 0.0), measure.rss_mb() - (rss_peers or 0.0))  # ours only
                 tick(f"repeat {r + 1}/{settings.repeats} {p.suite} #{i} plain")
                 after = run(i, None, r)
                 plain_runs.append((p.suite, r, after))
@@ -216,7 +216,7 @@ def run_bench(settings: BenchSettings, progress: Callable[[str, int], None] | No
         cfg = Config(row["method"], row["k"], row["simulated_acceptance"]) if row["method"] != "none" else None
         row["rss_mb"] = rss.get(cfg) if cfg else rss_before
     memory = {"peak_rss_mb": measure.peak_rss_mb(), "rss_after_load_mb": rss_before,
-              "device": measure.device_memory()}
+              "device": measure.device_memory(), "interleaved_peers_rss_mb": rss_peers}
 
     first_token = None
     if settings.ttft_prompt_tokens is not None:
