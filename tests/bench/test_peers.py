@@ -136,5 +136,5 @@ def test_llama_cpp_on_the_gguf_the_bundle_came_from(gguf_bundle, tmp_path):
 def test_llama_cpp_refuses_another_gguf(gguf_bundle, tmp_path, llama_target):
     _, bundle = gguf_bundle
     other = write_llama_gguf(llama_target, tmp_path / "other.gguf", "Q8_0")
-    res = bench(bundle, *SMALL, "--peer", "llama.cpp", "--target-checkpoint", other)
+    res = bench(bundle, *SMALL, "--k", "2", "--peer", "llama.cpp", "--target-checkpoint", other)
     assert res.exit_code == 2 and "compiled from tiny.gguf" in res.output and "Traceback" not in res.output
