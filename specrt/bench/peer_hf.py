@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from ..core.errors import InvalidArgument
 from . import predict
+from .peer_common import agreement, mean_over, per_repeat
 
 
 def checkpoints(gen, settings) -> tuple[Path, Path | None]:
@@ -48,12 +49,6 @@ def peer_configs(settings, has_draft: bool) -> list[tuple[str, int | str]]:
 
 def count_runs(settings, n_prompts: int, has_draft: bool = True) -> int:
     return n_prompts * (1 + settings.repeats * len(peer_configs(settings, has_draft)))
-
-
-def agreement(ours: list[int], theirs: list[int]) -> float:
-    """Fraction of positions with the same token (the longer output's length is the denominator)."""
-    n = max(len(ours), len(theirs))
-    return sum(1 for a, b in zip(ours, theirs) if a == b) / n if n else 1.0
 
 
 def _load(path: Path, device: str):
@@ -132,30 +127,14 @@ def run_peer(gen, settings, prompts, prompt_ids, references, rows, progress: Cal
     suite_names = list(dict.fromkeys(p.suite for p in prompts))
     for (kind, k), samples in timings.items():
         for suite in [*suite_names, "overall"]:
-            tps = predict.spread(_per_repeat([s for s in samples if suite == "overall" or s[0] == suite]))
+            tps = predict.spread(per_repeat([s for s in samples if suite == "overall" or s[0] == suite]))
             ours = ours_by.get((ours_name[kind], 0 if kind == "plain" else k, suite))
             ours_tps = ours["tokens_per_second"]["median"] if ours else None
             results.append({"peer": kind, "k": k, "suite": suite, "tokens_per_second": tps,
                             "ours_tokens_per_second": ours_tps,
                             "ratio_ours_over_theirs": (ours_tps / tps["median"]) if ours_tps and tps["median"] else None,
-                            "token_agreement": _mean(agree[(kind, k)], prompts, suite)})
+                            "token_agreement": mean_over(agree[(kind, k)], prompts, suite)})
     return {"library": "transformers", "transformers": tf.__version__, "torch": torch.__version__,
             "device": device, "dtype": "float32", "torch_threads": threads_used, "ort_threads": ort_threads,
             "target_checkpoint": str(target_dir), "draft_checkpoint": str(draft_dir) if draft_dir else None,
             "throughput": "end to end (prefill included) for both sides", "results": results}
-
-
-def _per_repeat(samples: list[tuple[str, int, float]]) -> list[float]:
-    out = []
-    for r in sorted({s[1] for s in samples}):
-        by_suite: dict[str, list[float]] = {}
-        for suite, rr, v in samples:
-            if rr == r:
-                by_suite.setdefault(suite, []).append(v)
-        out.append(predict.geomean([predict.geomean(v) for v in by_suite.values()]))
-    return out
-
-
-def _mean(values: list[float], prompts, suite: str) -> float | None:
-    picked = [v for v, p in zip(values, prompts) if suite == "overall" or p.suite == suite]
-    return sum(picked) / len(picked) if picked else None

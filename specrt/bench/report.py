@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .peer_common import ratio_line
+from .ttft import line as ttft_line
+
 COLUMNS = ("config", "tok/s", "decode tok/s", "speedup [min-max]", "e2e speedup", "accept", "a/token",
            "tokens/step", "c", "V(k)/V(0)", "predicted", "efficiency", "draft/verify %", "identical")
 
@@ -61,18 +64,22 @@ def print_tables(result: dict[str, Any], console, compact: bool = False, wide: b
                 cells = row_cells(row)
                 table.add_row(*(cells[i] for i in keep))
         console.print(table)
-    if result.get("peer"):
-        peer = result["peer"]
-        table = Table(title=f"peer: transformers {peer['transformers']} ({peer['device']}, fp32, "
-                            f"{peer['torch_threads']} torch threads = {peer['ort_threads']} ORT threads), end to end",
-                      title_justify="left", box=None if compact else table_box())
+    for name, peer in peers_of(result).items():
+        table = Table(title=f"peer: {peer_title(peer)}, end to end", title_justify="left",
+                      box=None if compact else table_box())
         cols = ("peer", "suite", "their tok/s", "our tok/s", "ours/theirs", "token agreement")
         short = ("peer", "suite", "theirs", "ours", "ratio", "agree")
-        for col, name in zip(cols, short if compact else cols):
-            table.add_column(name, justify="left" if col in ("peer", "suite") else "right", no_wrap=True)
+        for col, col_name in zip(cols, short if compact else cols):
+            table.add_column(col_name, justify="left" if col in ("peer", "suite") else "right", no_wrap=True)
         for r in peer["results"]:
             table.add_row(*peer_cells(r))
         console.print(table)
+        if peer.get("ratios"):
+            console.print(ratio_line(library_of(name, peer), peer["ratios"]), markup=False, soft_wrap=True)
+        for note in peer.get("notes") or ():
+            console.print(f"note: {note}", markup=False, soft_wrap=True)
+    if result.get("ttft"):
+        console.print(ttft_line(result["ttft"]), markup=False, soft_wrap=True)
     from ..cli.console import pack
 
     m = result["machine"]
@@ -87,6 +94,24 @@ def table_box():
     from rich import box
 
     return box.HEAVY_HEAD
+
+
+def peers_of(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every peer by name (results written before `peers` existed hold only `peer`, transformers)."""
+    if result.get("peers"):
+        return result["peers"]
+    return {"hf": result["peer"]} if result.get("peer") else {}
+
+
+def library_of(name: str, peer: dict[str, Any]) -> str:
+    return peer.get("library") or name
+
+
+def peer_title(peer: dict[str, Any]) -> str:
+    if peer.get("title"):
+        return peer["title"]
+    return (f"transformers {peer['transformers']} ({peer['device']}, fp32, {peer['torch_threads']} torch threads = "
+            f"{peer['ort_threads']} ORT threads)")
 
 
 def peer_cells(r: dict[str, Any]) -> list[str]:
@@ -128,13 +153,21 @@ def markdown(result: dict[str, Any], title: str = "Benchmark", plot: str | None 
             f"Median of {v['reps']} target passes over k + 1 tokens after {v['past_length']} cached positions.", "",
             _md_table(["k", *map(str, v["k"])], [["V(k)/V(0)", *(f"{x:.2f}" for x in v["ratio"])],
                                                  ["ms", *(f"{1000 * x:.2f}" for x in v["seconds"])]]), ""]
-    if result.get("peer"):
-        p = result["peer"]
-        out += ["### Peer: Hugging Face transformers", "",
-                f"transformers {p['transformers']}, torch {p['torch']}, {p['device']}, fp32, {p['torch_threads']} torch "
-                f"threads ({p['ort_threads']} ONNX Runtime threads); tokens/s end to end on both sides.", "",
-                _md_table(["peer", "suite", "their tok/s", "our tok/s", "ours/theirs", "token agreement"],
+    for name, p in peers_of(result).items():
+        if name == "hf":
+            out += ["### Peer: Hugging Face transformers", "",
+                    f"transformers {p['transformers']}, torch {p['torch']}, {p['device']}, fp32, {p['torch_threads']} "
+                    f"torch threads ({p['ort_threads']} ONNX Runtime threads); tokens/s end to end on both sides.", ""]
+        else:
+            out += [f"### Peer: {library_of(name, p)}", "", f"{peer_title(p)}; tokens/s end to end on both sides, "
+                    "measured interleaved with ours (after our runs on each prompt).", ""]
+        out += [_md_table(["peer", "suite", "their tok/s", "our tok/s", "ours/theirs", "token agreement"],
                           [peer_cells(r) for r in p["results"]]), ""]
+        if p.get("ratios"):
+            out += [f"**{ratio_line(library_of(name, p), p['ratios'])}**", ""]
+        out += [f"Note: {note}." for note in p.get("notes") or ()] + ([""] if p.get("notes") else [])
+    if result.get("ttft"):
+        out += ["### Time to first token", "", ttft_line(result["ttft"]) + ".", ""]
     if plot:
         out += [f"![speedup vs k]({plot})", ""]
     out += ["Columns: speedup = decode tokens/s (prefill excluded) over the neighbouring plain runs; accept = "

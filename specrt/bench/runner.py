@@ -6,6 +6,7 @@ Order of work (all on the same Generator, so backend, threads, prompts and token
    warm-up run per method;
 3. per repeat and prompt: P C1 P C2 ... Cn P (P = plain), each configuration's speedup taken against the
    mean of the two plain runs next to it; the configuration order is reversed on odd repeats;
+   with the interleaved peers (--peer ort-genai, llama.cpp) run after ours on the same prompt;
 4. optionally the Hugging Face peer on the same checkpoints and prompts.
 """
 
@@ -19,12 +20,12 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core.errors import InvalidArgument
-from . import aggregate, measure, suites
+from . import aggregate, measure, suites, ttft
 from .aggregate import Config, Sample
 
 SCHEMA = "specrt.bench/1"
 TOP_KEYS = ("schema", "command", "machine", "settings", "prompts", "verify_cost", "results", "memory", "peer",
-            "identical", "elapsed_s")
+            "peers", "ttft", "identical", "elapsed_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,10 +43,11 @@ class BenchSettings:
     temperature: float = 0.0
     seed: int = 0
     simulate: tuple[float, ...] = ()  # replay acceptances; replaces the methods when given
-    peer: str | None = None
+    peer: tuple[str, ...] | str | None = ()  # peer libraries (peers.PEERS); a single name is accepted
     target_checkpoint: Path | None = None
     draft_checkpoint: Path | None = None
     verify_reps: int = 7
+    ttft_prompt_tokens: int | None = None  # also time the first token on a prompt of this many tokens
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
@@ -59,8 +61,13 @@ class BenchSettings:
                 raise InvalidArgument(f"--simulate-acceptance values must be in [0, 1], got {a}")
         if self.simulate and self.temperature != 0:
             raise InvalidArgument("--simulate-acceptance replays greedy outputs: use --temperature 0")
-        if self.peer not in (None, "hf"):
-            raise InvalidArgument(f"--peer must be 'hf', got {self.peer!r}")
+        from .peers import PEERS
+
+        names = (self.peer,) if isinstance(self.peer, str) else tuple(dict.fromkeys(self.peer or ()))
+        for name in names:
+            if name not in PEERS:
+                raise InvalidArgument(f"--peer must be one of {', '.join(PEERS)}, got {name!r}")
+        object.__setattr__(self, "peer", names)
 
 
 def build_configs(gen, settings: BenchSettings) -> list[Config]:
@@ -106,6 +113,17 @@ def fit_prompts(gen, prompts: list[suites.Prompt], max_new_tokens: int) -> tuple
     return ids, truncated
 
 
+def _peer_sessions(gen, settings: BenchSettings, prompts, progress) -> list:
+    """The interleaved peers, built and loaded before anything is measured."""
+    from . import peers
+
+    names = [n for n in settings.peer if n in peers.INTERLEAVED]
+    if not names:
+        return []
+    note = (lambda desc: progress(desc, None)) if progress else None
+    return [peers.Session(peers.create(n, gen, settings, note), prompts) for n in names]
+
+
 def _count_runs(n_prompts: int, configs: list[Config], settings: BenchSettings) -> int:
     methods = {c.method for c in configs}
     per_prompt = 1 + (0 if settings.simulate else len(methods)) + settings.repeats * (2 * len(configs) + 1)
@@ -127,19 +145,24 @@ def run_bench(settings: BenchSettings, progress: Callable[[str, int], None] | No
     configs = build_configs(gen, settings)
     prompts = select_prompts(settings)
     prompt_ids, truncated = fit_prompts(gen, prompts, settings.max_new_tokens)
+    if settings.ttft_prompt_tokens is not None:
+        ttft.long_prompt(gen, settings.ttft_prompt_tokens)  # a bad length fails before anything is measured
     params = SamplingParams(temperature=settings.temperature, seed=settings.seed)
-    total = _count_runs(len(prompts), configs, settings)
-    if settings.peer:
-        from . import peer_hf
-
-        total += 1 + peer_hf.count_runs(settings, len(prompts), gen.draft is not None)
-    tick = (lambda desc: progress(desc, total)) if progress else (lambda desc: None)
-
     int_ks = [int(k) for k in settings.ks if k != "auto"]
     past = int(np.median([ids.size for ids in prompt_ids])) + settings.max_new_tokens // 2
     verify = measure.verify_curve(gen.target, past, range(0, max(int_ks + [gen.max_draft_tokens]) + 1),
                                   reps=settings.verify_reps)
     rss_before = measure.rss_mb()
+    sessions = _peer_sessions(gen, settings, prompts, progress)  # loaded after our memory was read
+    rss_peers = measure.rss_mb() - rss_before if sessions else None
+    total = _count_runs(len(prompts), configs, settings)
+    total += sum(len(prompts) * s.runs_per_prompt(settings.repeats) for s in sessions)
+    total += settings.repeats if settings.ttft_prompt_tokens is not None else 0
+    if "hf" in settings.peer:
+        from . import peer_hf
+
+        total += 1 + peer_hf.count_runs(settings, len(prompts), gen.draft is not None)
+    tick = (lambda desc: progress(desc, total)) if progress else (lambda desc: None)
 
     def run(i: int, config: Config | None, repeat: int, reference: list[int] | None = None):
         if config is None:
@@ -158,6 +181,8 @@ def run_bench(settings: BenchSettings, progress: Callable[[str, int], None] | No
             for m in dict.fromkeys(c.method for c in configs):
                 tick(f"warm-up {p.suite} #{i} {m}")
                 run(i, max((c for c in configs if c.method == m), key=lambda c: -1 if c.k == "auto" else c.k), -1)
+        for session in sessions:
+            session.warm_up(prompt_ids[i], tick)
 
     samples: dict[Config, list[Sample]] = {c: [] for c in configs}
     plain_runs: list[tuple[str, int, Any]] = []
@@ -172,7 +197,7 @@ def run_bench(settings: BenchSettings, progress: Callable[[str, int], None] | No
             for config in order:
                 tick(f"repeat {r + 1}/{settings.repeats} {p.suite} #{i} {config.label}")
                 res = run(i, config, r, references[i])
-                rss[config] = max(rss.get(config, 0.0), measure.rss_mb())
+                rss[config] = max(rss.get(config, 0.0), measure.rss_mb() - (rss_peers or 0.0))  # ours only
                 tick(f"repeat {r + 1}/{settings.repeats} {p.suite} #{i} plain")
                 after = run(i, None, r)
                 plain_runs.append((p.suite, r, after))
@@ -182,6 +207,8 @@ def run_bench(settings: BenchSettings, progress: Callable[[str, int], None] | No
                     (before.stats.tokens_per_second + after.stats.tokens_per_second) / 2,
                     (res.token_ids == references[i]) if greedy else None))
                 before = after
+            for session in sessions:
+                session.measure(i, prompt_ids[i], r, references[i], tick)
 
     suite_names = list(dict.fromkeys(p.suite for p in prompts))
     rows = aggregate.build_rows(configs, suite_names, samples, plain_runs, verify)
@@ -189,14 +216,23 @@ def run_bench(settings: BenchSettings, progress: Callable[[str, int], None] | No
         cfg = Config(row["method"], row["k"], row["simulated_acceptance"]) if row["method"] != "none" else None
         row["rss_mb"] = rss.get(cfg) if cfg else rss_before
     memory = {"peak_rss_mb": measure.peak_rss_mb(), "rss_after_load_mb": rss_before,
-              "device": measure.device_memory()}
+              "device": measure.device_memory(), "interleaved_peers_rss_mb": rss_peers}
 
-    peer = None
-    if settings.peer == "hf":
+    first_token = None
+    if settings.ttft_prompt_tokens is not None:
+        first_token = ttft.measure(gen, sessions, settings.ttft_prompt_tokens, settings.repeats, tick)
+    peers: dict[str, Any] = {}
+    for session in sessions:
+        peers[session.peer.name] = session.result(rows)
+        session.peer.close()
+    if "hf" in settings.peer:
         from . import peer_hf
+        from .peer_common import ratios
 
         tick("peer: Hugging Face transformers")
-        peer = peer_hf.run_peer(gen, settings, prompts, prompt_ids, references, rows, progress=tick)
+        peers["hf"] = peer_hf.run_peer(gen, settings, prompts, prompt_ids, references, rows, progress=tick)
+        peers["hf"]["ratios"] = ratios(peers["hf"]["results"], rows)
+    if peers:
         memory["peak_rss_mb_with_peer"] = measure.peak_rss_mb()
 
     return {
@@ -210,7 +246,9 @@ def run_bench(settings: BenchSettings, progress: Callable[[str, int], None] | No
         "verify_cost": verify,
         "results": rows,
         "memory": memory,
-        "peer": peer,
+        "peer": peers.get("hf"),  # the transformers peer (kept for readers of earlier JSON)
+        "peers": peers,  # every peer by name
+        "ttft": first_token,
         "identical": None if not greedy else all(r["identical"] for r in rows if r["suite"] == "overall"),
         "elapsed_s": time.perf_counter() - started,
     }

