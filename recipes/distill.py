@@ -60,6 +60,21 @@ def draft_config(target, eos_id: int, *, layers: int, hidden: int, intermediate:
                        bos_token_id=None, pad_token_id=None)
 
 
+def _checkpoint_dir(target: str | os.PathLike, run: Path) -> Path:
+    """An HF checkpoint directory for the target: itself, or a GGUF source converted once into run/target."""
+    from ..models.gguf_source import is_gguf_source, prepare_gguf
+
+    if not is_gguf_source(target):
+        return Path(target)
+    converted = run / "target" / "checkpoint"
+    if not (converted / "model.safetensors").exists():
+        import shutil
+
+        shutil.rmtree(run / "target", ignore_errors=True)
+        prepare_gguf(target, run / "target")
+    return converted
+
+
 def _tokens(paths, encode, eos_id: int, cache: Path) -> np.ndarray:
     if cache.exists():
         return np.load(cache)
@@ -75,7 +90,7 @@ def distill_draft(target_dir: str | os.PathLike, data_paths: Iterable[str | os.P
                   max_minutes: float | None = None, progress: bool = True, kv_heads: int = 1,
                   heldout_paths: Iterable[str | os.PathLike] | None = None,
                   run_dir: str | os.PathLike | None = None, warmup: int = 30, seed: int = 0,
-                  eval_prompts: int = 32) -> dict:
+                  eval_prompts: int = 32, init_layers: Iterable[int] | None = None) -> dict:
     """Distil a ``layers`` x ``hidden`` Llama draft from the target in ``target_dir``.
 
     ``data_paths`` are text files or directories (documents are separated by the
@@ -84,10 +99,17 @@ def distill_draft(target_dir: str | os.PathLike, data_paths: Iterable[str | os.P
     run to ``max_minutes``.  Checkpoints go to ``run_dir`` (default
     ``<out_dir>_run``); the HF-format draft goes to ``out_dir``.  Returns metrics
     including held-out perplexity and greedy acceptance against the target.
+
+    ``init_layers`` (target layer indices): the draft is the target's own architecture with those
+    layers plus its embedding, final norm and head (init_draft.py); ``layers``/``hidden``/... are then
+    ignored, and the embedding and head stay frozen (the target's) while the layers train.
+    ``target_dir`` may also be a GGUF file (or a wheel/zip holding one): it is converted once into
+    ``<run_dir>/target``.
     """
     out = Path(out_dir)
     run = Path(run_dir) if run_dir is not None else out.with_name(out.name + "_run")
     run.mkdir(parents=True, exist_ok=True)
+    target_dir = _checkpoint_dir(target_dir, run)
     dev = pick_device()
     set_seed(seed)
     tok = AutoTokenizer.from_pretrained(target_dir)
@@ -104,9 +126,19 @@ def distill_draft(target_dir: str | os.PathLike, data_paths: Iterable[str | os.P
     if len(train) <= seq_len + 1:
         raise ValueError(f"only {len(train)} training tokens for seq_len {seq_len}")
 
-    cfg = draft_config(target, eos, layers=layers, hidden=hidden, intermediate=intermediate,
-                       heads=heads, kv_heads=kv_heads)
-    draft = LlamaForCausalLM(cfg).to(dev)
+    if init_layers is not None:
+        from .init_draft import draft_from_target
+
+        draft = draft_from_target(target, list(init_layers)).to(dev)
+        frozen = {id(draft.get_input_embeddings().weight), id(draft.get_output_embeddings().weight)}
+        trainable = [p for p in draft.parameters() if id(p) not in frozen]
+        for p in draft.parameters():
+            p.requires_grad_(id(p) not in frozen)
+    else:
+        cfg = draft_config(target, eos, layers=layers, hidden=hidden, intermediate=intermediate,
+                           heads=heads, kv_heads=kv_heads)
+        draft = LlamaForCausalLM(cfg).to(dev)
+        trainable = list(draft.parameters())
     draft.train()
 
     def loss_fn(step: int) -> torch.Tensor:
@@ -120,7 +152,7 @@ def distill_draft(target_dir: str | os.PathLike, data_paths: Iterable[str | os.P
         logq = F.log_softmax(d_logits.float(), -1).reshape(-1, v)
         return F.kl_div(logq, logp_t, log_target=True, reduction="batchmean")
 
-    stats = train_loop(draft, list(draft.parameters()), loss_fn, ckpt_path=run / "ckpt.pt",
+    stats = train_loop(draft, trainable, loss_fn, ckpt_path=run / "ckpt.pt",
                        steps=steps, tokens_per_step=batch_size * seq_len, lr=lr, warmup=warmup,
                        max_minutes=max_minutes, progress=progress, desc="distill")
     draft.eval()

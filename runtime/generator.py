@@ -34,7 +34,7 @@ from .sampling import SamplingParams
 from .stats import GenerationStats
 from .warmup import warm_up
 
-METHODS = ("draft", "ngram", "medusa", "none")
+METHODS = ("draft", "ngram", "hybrid", "medusa", "none")
 DEFAULT_K = 5
 SMALL_DRAFT_PARAMETERS = 50_000_000
 
@@ -114,7 +114,7 @@ class Generator:
     def methods(self) -> list[str]:
         out = ["none", "ngram"]
         if self.draft is not None:
-            out.insert(0, "draft")
+            out[0:0] = ["draft", "hybrid"]
         if self.manifest.medusa is not None:
             out.append("medusa")
         return out
@@ -128,9 +128,10 @@ class Generator:
 
         Keyword options (all validated before any backend runs; a bad value raises InvalidArgument):
           temperature (0 = greedy), top_k (0 = off), top_p (1 = off), seed (reproducible sampling)
-          method            "draft" | "ngram" | "medusa" | "none" (default: draft if the bundle has one)
+          method            "draft" | "ngram" | "hybrid" | "medusa" | "none" (default: draft if the bundle has one;
+                            hybrid = n-gram where the context has a match, else the draft model)
           num_speculative_tokens   k, an int in [0, max_draft_tokens] or "auto" (adaptive; default 5)
-          ngram_min, ngram_max     n-gram match lengths for method "ngram"
+          ngram_min, ngram_max     n-gram match lengths for methods "ngram" (default 1, 3) and "hybrid" (2, 3)
           proposer          a Proposer object to draft with instead of `method`'s (e.g. a custom one)
           policy            a KPolicy object choosing k per step instead of `num_speculative_tokens`
           on_step           callable(k, drafted, accepted) called after every speculative step
@@ -226,7 +227,7 @@ class Generator:
                 self._policies[key] = AdaptiveK(max_k)
                 verify, draft = self._load_costs
                 if method != "medusa":  # start short runs at the k the load-time costs predict best
-                    self._policies[key].prime(verify, draft if method == "draft" else 0.0)
+                    self._policies[key].prime(verify, draft if method in ("draft", "hybrid") else 0.0)
             return self._policies[key]
         return FixedK(min(k, max_k))
 
@@ -234,10 +235,16 @@ class Generator:
         """The proposer for `method` bound to this generator's runners (None for method "none")."""
         if method == "none":
             return None
-        if method == "draft":
+        if method in ("draft", "hybrid"):
             if self.draft is None:
-                raise InvalidArgument("method 'draft' needs a bundle compiled with --draft")
-            return DraftModelProposer(self.draft, params, rng, self.vocab_size)
+                raise InvalidArgument(f"method {method!r} needs a bundle compiled with --draft")
+            draft = DraftModelProposer(self.draft, params, rng, self.vocab_size)
+            if method == "draft":
+                return draft
+            from .proposers import hybrid
+
+            sizes = {"min_n": hybrid.DEFAULT_MIN_N, "max_n": hybrid.DEFAULT_MAX_N, **options}
+            return hybrid.HybridProposer(NgramProposer(self.eos_ids, **sizes), draft)
         if method == "ngram":
             return NgramProposer(self.eos_ids, **options)
         if method == "medusa":
@@ -265,8 +272,8 @@ class Generator:
         if proposer is None:
             if method not in METHODS:
                 raise InvalidArgument(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-            if method == "draft" and self.draft is None:
-                raise InvalidArgument("method 'draft' needs a bundle compiled with --draft")
+            if method in ("draft", "hybrid") and self.draft is None:
+                raise InvalidArgument(f"method {method!r} needs a bundle compiled with --draft")
             if method == "medusa" and self.manifest.medusa is None:
                 raise InvalidArgument("method 'medusa' needs a bundle compiled with --medusa")
         if num_speculative_tokens is None:

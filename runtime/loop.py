@@ -67,10 +67,12 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
         k = policy.next_k() if proposer is not None else 0
         k = max(0, min(k, max_draft_tokens, remaining - 1, room - 1))
         t0 = time.perf_counter()
+        source = ""
         if k > 0:
             proposal = proposer.propose(tokens, n, k)
             drafts, draft_probs = proposal.token_ids, proposal.probs  # probs: None for a point mass
             stats.draft_calls += proposal.calls
+            source = proposal.source
         else:
             drafts, draft_probs = tokens[:0], None
         t1 = time.perf_counter()
@@ -94,7 +96,7 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
         tokens[n:n + len(emitted)] = emitted
         n += len(emitted)
         target.truncate(n - 1)
-        stats.record_step(k, kk, j)
+        stats.record_step(k, kk, j, source)
         stats.draft_seconds += t1 - t0
         stats.verify_seconds += t2 - t1
         if proposer is not None:

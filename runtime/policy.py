@@ -207,7 +207,7 @@ class CountOnlyAdaptiveK(AdaptiveK):
 
 def model_draft_cost(method: str, manifest) -> float:
     """The fixed per-token draft cost for `method`, relative to one target step."""
-    if method == "draft":
+    if method in ("draft", "hybrid"):  # hybrid: the draft model's cost bounds it
         models = manifest.models
         target = float(models["target"].num_parameters or 0)
         draft = float(models["draft"].num_parameters or 0)

@@ -5,6 +5,8 @@
   prefill, counting the bonus or recovered token (1.0 for plain decoding)
 * accepted_histogram[j] = number of verify steps that accepted exactly j drafts
 * num_speculative_tokens = the k used at the last step (0 when speculation was off)
+* branches[name] = {"steps", "drafted", "accepted"} per drafting branch, for proposers that name one per
+  proposal (hybrid: "ngram" / "draft"); empty for single-branch methods
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class GenerationStats:
     verify_steps: int = 0
     accepted_histogram: list[int] = dataclasses.field(default_factory=list)
     k_history: list[int] = dataclasses.field(default_factory=list)
+    branches: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     target_calls: int = 0
     draft_calls: int = 0
     prefill_seconds: float = 0.0
@@ -54,8 +57,13 @@ class GenerationStats:
         decode_s = self.elapsed_s - self.prefill_seconds
         return (self.new_tokens - 1) / decode_s if decode_s > 0 and self.new_tokens > 1 else 0.0
 
-    def record_step(self, k: int, drafted: int, accepted: int) -> None:
+    def record_step(self, k: int, drafted: int, accepted: int, source: str = "") -> None:
         self.verify_steps += 1
+        if source:
+            b = self.branches.setdefault(source, {"steps": 0, "drafted": 0, "accepted": 0})
+            b["steps"] += 1
+            b["drafted"] += drafted
+            b["accepted"] += accepted
         self.drafted_tokens += drafted
         self.accepted_tokens += accepted
         self.k_history.append(k)

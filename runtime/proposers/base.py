@@ -34,6 +34,7 @@ class Proposal:
     kind: str = POINT_MASS  # POINT_MASS or SAMPLED
     probs: np.ndarray | None = None  # [k', V] draft distributions when SAMPLED, else None
     calls: int = 0  # model forward passes spent drafting
+    source: str = ""  # the branch that drafted it, for proposers with several (hybrid: "ngram" | "draft")
 
     def __post_init__(self) -> None:
         if self.kind == SAMPLED:

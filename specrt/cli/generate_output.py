@@ -10,7 +10,14 @@ def stats_line(s) -> str:
         k += f" ({s.speculation_note})"
     return (f"[{s.method}, {k}, {s.new_tokens} tokens, {s.tokens_per_second:.1f} tok/s, "
             f"acceptance {s.acceptance_rate:.2f}, mean accepted {s.mean_accepted_tokens:.2f}, "
-            f"finish_reason {s.finish_reason}, backend {s.backend}]")
+            f"{branches_text(s.branches)}finish_reason {s.finish_reason}, backend {s.backend}]")
+
+
+def branches_text(branches: dict) -> str:
+    """'ngram 12 steps (acceptance 0.80), draft 5 steps (acceptance 0.40), ' for a hybrid run, else ''."""
+    parts = [f"{name} {b['steps']} steps (acceptance {b['accepted'] / b['drafted'] if b['drafted'] else 0.0:.2f})"
+             for name, b in branches.items()]
+    return "".join(f"{part}, " for part in parts)
 
 
 def context_warning(s, max_new_tokens: int, max_seq_len: int) -> str | None:

