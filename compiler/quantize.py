@@ -29,6 +29,7 @@ QUANT_TYPES = {"int8": 8, "int4": 4}
 # speculative output diverged from plain decoding of the same graph (issue 14's probe, SmolLM2 int4).
 # Level 1 is the default: speculation over the quantized target stays lossless.
 DEFAULT_ACCURACY_LEVEL = 1
+MIN_ROWS_INVARIANT = 2
 DEFAULT_BLOCK_SIZE = 32
 
 
@@ -44,6 +45,7 @@ class QuantizeConfig:
     block_size: int = DEFAULT_BLOCK_SIZE
     symmetric: bool = True
     accuracy_level: int = DEFAULT_ACCURACY_LEVEL
+    batch_invariant: bool = True  # level 4: pad one-row target calls to MIN_ROWS_INVARIANT rows (see above)
 
     def __post_init__(self) -> None:
         if self.type not in QUANT_TYPES:
@@ -53,15 +55,23 @@ class QuantizeConfig:
             raise InvalidArgument(f"--quant-block-size must be a power of two in [16, 256], got {b}")
         if not 0 <= self.accuracy_level <= 4:
             raise InvalidArgument(f"--quant-accuracy-level must be in [0, 4], got {self.accuracy_level}")
+        if not self.batch_invariant and self.accuracy_level != 4:
+            raise InvalidArgument(f"--quant-fast-decode applies to --quant-accuracy-level 4 only (got "
+                                  f"{self.accuracy_level}: every pass already uses the fp32-compute kernels)")
 
     @property
     def bits(self) -> int:
         return QUANT_TYPES[self.type]
 
+    @property
+    def min_rows(self) -> int:
+        """Rows per target call on ONNX Runtime's CPU runners (runtime/backends/ort/)."""
+        return MIN_ROWS_INVARIANT if self.accuracy_level == 4 and self.batch_invariant else 1
+
     def to_dict(self) -> dict[str, Any]:
         return {"method": "MatMulNBits", "type": self.type, "bits": self.bits, "block_size": self.block_size,
-                "symmetric": self.symmetric, "accuracy_level": self.accuracy_level,
-                "batch_invariant_setting": self.accuracy_level != 4}
+                "symmetric": self.symmetric, "accuracy_level": self.accuracy_level, "min_rows": self.min_rows,
+                "batch_invariant_setting": self.accuracy_level != 4 or self.batch_invariant}
 
 
 def weights_as_matmul_initializers(src: Path, dst: Path) -> Path:

@@ -6,13 +6,17 @@ Manifest, per quantized model (`models.<role>.quantization`):
      "accuracy_level": 1, "batch_invariant_setting": true,
      "reference_onnx": "target/model.onnx",                 # the unquantized graph (TensorRT, torch runner)
      "graphs": {"portable": {"onnx": "target/model.int4.onnx", "onnx_data": "...", "quantized_matmuls": 211,
-                             "unquantized_weight_matmuls": 0}},      # one per graph variant of the model
+                             "unquantized_weight_matmuls": 0},
+                "fused": {"onnx": "target/model.fused.int4.onnx", "onnx_data": "...", "quantized_matmuls": 91,
+                          "unquantized_weight_matmuls": 0, "validation": {...}}},   # when the model has a fused graph
      "quality": {"heldout": {tokens, greedy_agreement, ppl_reference, ppl_quantized, ppl_ratio},
                  "calibration": {...}},                      # with --calibration-data
-     "verify_consistency": {rows, argmax_equal, max_abs_diff, draft_tokens}}
+     "verify_consistency": {graph, rows, argmax_equal, identical_fraction, max_abs_diff, draft_tokens}}
 
-ONNX Runtime runners load `graphs.<variant>.onnx` (specrt/bundle/quantization.py); the model's own `onnx`
-entry stays the unquantized graph. `--draft self:int4` adds `models.draft`: the target's entry (same
+ONNX Runtime runners load `graphs.<variant>.onnx` (specrt/bundle/quantization.py): the CPU runner the quantized
+fused graph when there is one. The model's own `onnx` entry stays the unquantized graph. Quality is measured on
+the quantized portable graph (same weights, same function: the fused one is validated against it); the
+verify-vs-decode consistency on the graph the CPU runner runs. `--draft self:int4` adds `models.draft`: the target's entry (same
 graph files, `self_draft: true`) with its own quantized graph under `draft/`.
 """
 
@@ -25,9 +29,13 @@ from typing import Any, Callable
 
 from ..core.errors import InvalidArgument
 from .quality import HELDOUT, GraphScorer, compare_quality, heldout_text, text_token_ids, verify_consistency
+from .fused_scorer import FusedScorer
 from .quantize import QUANT_TYPES, QuantizeConfig, quantize_onnx
+from .quantize_fused import quantize_fused_onnx, validate_quantized_fused, with_accuracy_level
+from .validate import validation_shapes
 
 SELF_DRAFT_PREFIX = "self:"
+CONSISTENCY_TRIALS = 16  # positions of the held-out text, each a (k+1)-token pass against k+1 one-token passes
 
 
 class QualityRefused(InvalidArgument):
@@ -78,11 +86,10 @@ def model_dims(entry: dict[str, Any]) -> dict[str, int]:
 
 
 def graph_variants(entry: dict[str, Any]) -> dict[str, str]:
-    """variant -> relative ONNX path of the graphs to quantize: the portable graph only. The quality and the
-    verify-vs-decode consistency are measured on it, and ONNX Runtime runs it for a quantized model; a
-    quantized fused graph (GroupQueryAttention + MatMulNBits) is not yet checked for batch invariance."""
+    """variant -> relative ONNX path of the graphs to quantize: the portable graph, and the fused one when the
+    model has it (ONNX Runtime's CPU runner runs that one)."""
     graphs = entry.get("graphs") or {"portable": {"onnx": entry["onnx"]}}
-    return {"portable": graphs["portable"]["onnx"]}
+    return {variant: graphs[variant]["onnx"] for variant in ("portable", "fused") if variant in graphs}
 
 
 def self_draft_entry(target: dict[str, Any]) -> dict[str, Any]:
@@ -106,22 +113,50 @@ def check_quality(role: str, quality: dict[str, dict], limit: float | None) -> N
 
 
 def quantize_model(tmp: Path, role: str, entry: dict[str, Any], cfg: QuantizeConfig, texts: dict,
-                   plan: QuantizePlan, max_draft_tokens: int) -> dict[str, Any]:
+                   plan: QuantizePlan, max_seq_len: int, max_draft_tokens: int) -> dict[str, Any]:
     (tmp / role).mkdir(exist_ok=True)
     graphs = {}
     for variant, rel in graph_variants(entry).items():
         stem = "model" if variant == "portable" else f"model.{variant}"
         out_rel = f"{role}/{stem}.{cfg.type}.onnx"
-        counts = quantize_onnx(tmp / rel, tmp / out_rel, cfg)
+        quantize = quantize_fused_onnx if variant == "fused" else quantize_onnx
+        counts = quantize(tmp / rel, tmp / out_rel, cfg)
         graphs[variant] = {"onnx": out_rel, "onnx_data": out_rel + ".data", **counts}
     dims = model_dims(entry)
+    if "fused" in graphs:
+        graphs["fused"]["validation"] = validate_fused_variant(tmp, graphs, entry, cfg, max_seq_len, max_draft_tokens)
     reference = GraphScorer(tmp / entry["onnx"], dims)
     quantized = GraphScorer(tmp / graphs["portable"]["onnx"], dims)
     quality = {name: compare_quality(reference, quantized, ids) for name, ids in texts.items()}
     check_quality(role, quality, plan.max_ppl_increase)
-    consistency = verify_consistency(quantized, texts[HELDOUT], k=max_draft_tokens)
+    runs = "fused" if "fused" in graphs else "portable"
+    scorer = (FusedScorer(tmp / graphs["fused"]["onnx"], dims, max_seq_len, min_rows=cfg.min_rows) if runs == "fused"
+              else GraphScorer(tmp / graphs["portable"]["onnx"], dims, min_rows=cfg.min_rows))
+    consistency = {"graph": runs} | verify_consistency(scorer, texts[HELDOUT], k=max_draft_tokens,
+                                                       trials=CONSISTENCY_TRIALS)
     return cfg.to_dict() | {"reference_onnx": entry["onnx"], "graphs": graphs, "quality": quality,
                             "calibration_data": plan.calibration_name, "verify_consistency": consistency}
+
+
+def validate_fused_variant(tmp: Path, graphs: dict[str, dict], entry: dict[str, Any], cfg: QuantizeConfig,
+                           max_seq_len: int, max_draft_tokens: int) -> dict[str, Any]:
+    """The quantized fused graph against the quantized portable graph, both at fp32 compute (accuracy level 1):
+    same weights, so the graph and its quantized weights are checked; level 4 only changes how MatMulNBits
+    computes, and its int8 activations turn any upstream rounding difference into a step, which no tolerance
+    separates from a bug."""
+    paths = {v: tmp / graphs[v]["onnx"] for v in ("portable", "fused")}
+    copies = []
+    if cfg.accuracy_level not in (0, 1):
+        for v, path in paths.items():
+            copies.append(with_accuracy_level(path, path.with_name(f".{path.stem}.level1.onnx"), 1))
+            paths[v] = copies[-1]
+    try:
+        return validate_quantized_fused(paths["portable"], paths["fused"], model_dims(entry),
+                                        entry["decoder_config"]["vocab_size"], max_seq_len,
+                                        validation_shapes(max_seq_len, max_draft_tokens))
+    finally:
+        for path in copies:
+            path.unlink(missing_ok=True)
 
 
 def apply_quantization(plan: QuantizePlan, tmp: Path, manifest: dict[str, Any],
@@ -138,7 +173,7 @@ def apply_quantization(plan: QuantizePlan, tmp: Path, manifest: dict[str, Any],
     for role, cfg in plan.roles().items():
         done = progress(f"quantize {role} ({cfg.type}, block {cfg.block_size}) and measure its quality")
         models[role]["quantization"] = quantize_model(tmp, role, models[role], cfg, texts, plan,
-                                                      manifest["max_draft_tokens"])
+                                                      manifest["max_seq_len"], manifest["max_draft_tokens"])
         done()
 
 

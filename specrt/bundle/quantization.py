@@ -18,3 +18,19 @@ def quantized_onnx(entry: dict[str, Any], variant: str = "portable") -> str | No
 def ort_onnx(entry: dict[str, Any]) -> str:
     """The portable graph ONNX Runtime loads: the quantized one when there is one."""
     return quantized_onnx(entry) or entry["onnx"]
+
+
+def ort_fused_onnx(entry: dict[str, Any]) -> str | None:
+    """The fused graph ONNX Runtime's CPU runner loads, or None when it must run the portable graph: a quantized
+    model without a quantized fused graph (bundles written before the fused graph was quantized) runs its
+    quantized portable graph rather than the unquantized fused one."""
+    fused = ((entry.get("graphs") or {}).get("fused") or {}).get("onnx")
+    if not entry.get("quantization"):
+        return fused
+    return quantized_onnx(entry, "fused")
+
+
+def ort_min_rows(entry: dict[str, Any]) -> int:
+    """Rows per call ONNX Runtime's CPU runners pad a target's decode calls to (`quantization.min_rows`,
+    compiler/quantize.py): 2 for a quantized model at accuracy level 4 compiled batch-invariant, else 1."""
+    return int((entry.get("quantization") or {}).get("min_rows", 1))

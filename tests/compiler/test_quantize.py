@@ -54,7 +54,8 @@ def test_manifest_records_quantization_and_quality(int4_self8):
     heldout = q["quality"]["heldout"]
     assert heldout["tokens"] > 1000 and 0.2 < heldout["greedy_agreement"] < 1.0
     assert heldout["ppl_ratio"] == pytest.approx(heldout["ppl_quantized"] / heldout["ppl_reference"])
-    assert q["verify_consistency"]["rows"] == 4 * 9
+    assert q["verify_consistency"]["rows"] == 16 * 9 and q["verify_consistency"]["graph"] == "fused"
+    assert q["verify_consistency"]["identical_fraction"] == 1.0
     # the self draft: the target's graph quantized again, nothing exported twice
     assert draft["self_draft"] and draft["onnx"] == "target/model.onnx"
     assert draft["quantization"]["type"] == "int8"
@@ -70,7 +71,8 @@ def test_ort_runs_the_quantized_graph_and_torch_the_reference(int4_self8):
     quantized, _ = GraphScorer(m.path(entry["quantization"]["graphs"]["portable"]["onnx"]), dims).run(
         ids, GraphScorer(m.path(entry["onnx"]), dims).empty_past())
     reference, _ = GraphScorer(m.path(entry["onnx"]), dims).run(ids, GraphScorer(m.path(entry["onnx"]), dims).empty_past())
-    for backend, expected, other in (("ort", quantized, reference), ("torch", reference, quantized)):
+    for backend, expected, other in (("ort", quantized, reference), ("ort-portable", quantized, reference),
+                                     ("torch", reference, quantized)):
         gen = load(int4_self8, backend=backend)
         gen.target.reset()
         got = gen.target.forward(ids)
@@ -165,7 +167,8 @@ def test_calibration_data_and_inspect(tmp_path, llama_target):
     assert q["quality"]["calibration"]["tokens"] < q["quality"]["heldout"]["tokens"]
     res = CliRunner().invoke(main, ["inspect", str(out), "--json"])
     summary = json.loads(res.output)["models"]["target"]["quantization"]
-    assert summary["type"] == "int8" and summary["onnx"] == {"portable": "target/model.int8.onnx"}
+    assert summary["type"] == "int8" and summary["onnx"] == {"portable": "target/model.int8.onnx",
+                                                              "fused": "target/model.fused.int8.onnx"}
     res = CliRunner().invoke(main, ["inspect", str(out)])
     assert "int8 MatMulNBits" in res.output and "greedy agreement" in res.output
 
