@@ -35,10 +35,12 @@ _OPTIONS = [
                  help="Weights per quantization block along K (power of two, 16-256)."),
     click.option("--quant-symmetric/--quant-asymmetric", default=True, show_default=True,
                  help="Symmetric blocks (scale only) or asymmetric (scale + zero point)."),
-    click.option("--quant-accuracy-level", type=click.IntRange(0, 4), default=DEFAULT_ACCURACY_LEVEL,
-                 show_default=True,
-                 help="MatMulNBits compute type: 1 fp32 (batch-invariant: lossless speculation), 4 int8 "
-                      "(faster, but a verify pass may round differently from one-token decoding)."),
+    click.option("--quant-accuracy-level", type=click.IntRange(0, 4), default=None,
+                 help=f"MatMulNBits compute type: 4 int8 (fast; lossless speculation through two-row decode "
+                      "calls, see --quant-fast-decode), 1 fp32 (slow multi-row passes; 0, 2, 3 run as 1 on CPUs "
+                      f"without fp16/bf16 kernels). Default: {DEFAULT_ACCURACY_LEVEL} for models with a fused "
+                      "ONNX Runtime graph (Llama family), 1 otherwise (their portable graph is not "
+                      "batch-invariant at 4)."),
     click.option("--quant-batch-invariant/--quant-fast-decode", "quant_batch_invariant", default=True,
                  show_default=True,
                  help="Accuracy level 4 only. batch-invariant: one-token target calls run as two-row calls, on the "

@@ -3,7 +3,7 @@
 Manifest, per quantized model (`models.<role>.quantization`):
 
     {"method": "MatMulNBits", "type": "int4", "bits": 4, "block_size": 32, "symmetric": true,
-     "accuracy_level": 1, "batch_invariant_setting": true,
+     "accuracy_level": 4, "min_rows": 2, "batch_invariant_setting": true,
      "reference_onnx": "target/model.onnx",                 # the unquantized graph (TensorRT, torch runner)
      "graphs": {"portable": {"onnx": "target/model.int4.onnx", "onnx_data": "...", "quantized_matmuls": 211,
                              "unquantized_weight_matmuls": 0},
@@ -115,6 +115,7 @@ def check_quality(role: str, quality: dict[str, dict], limit: float | None) -> N
 def quantize_model(tmp: Path, role: str, entry: dict[str, Any], cfg: QuantizeConfig, texts: dict,
                    plan: QuantizePlan, max_seq_len: int, max_draft_tokens: int) -> dict[str, Any]:
     (tmp / role).mkdir(exist_ok=True)
+    cfg = cfg.for_model("fused" in graph_variants(entry))
     graphs = {}
     for variant, rel in graph_variants(entry).items():
         stem = "model" if variant == "portable" else f"model.{variant}"
@@ -146,7 +147,7 @@ def validate_fused_variant(tmp: Path, graphs: dict[str, dict], entry: dict[str, 
     separates from a bug."""
     paths = {v: tmp / graphs[v]["onnx"] for v in ("portable", "fused")}
     copies = []
-    if cfg.accuracy_level not in (0, 1):
+    if cfg.level not in (0, 1):
         for v, path in paths.items():
             copies.append(with_accuracy_level(path, path.with_name(f".{path.stem}.level1.onnx"), 1))
             paths[v] = copies[-1]

@@ -81,14 +81,14 @@ def test_speculation_over_level4_target_equals_plain(level4, method, k):
 def test_quantized_fused_matches_quantized_portable(tmp_path, pair_bundle):
     m = read_manifest(pair_bundle)
     graphs = m.models["target"]["graphs"]
-    cfg = QuantizeConfig("int4", block_size=16)
+    cfg = QuantizeConfig("int4", block_size=16, accuracy_level=1)
     quantize_onnx(m.path(graphs["portable"]["onnx"]), tmp_path / "p.onnx", cfg)
     quantize_fused_onnx(m.path(graphs["fused"]["onnx"]), tmp_path / "f.onnx", cfg)
     stats = validate_quantized_fused(tmp_path / "p.onnx", tmp_path / "f.onnx", DIMS, m["tokenizer"]["vocab_size"],
                                      128, validation_shapes(128, 8))
     assert stats["logits_max_abs_diff"] < 1e-4
     # other weights (another block size): the check must fail, naming the shape
-    quantize_fused_onnx(m.path(graphs["fused"]["onnx"]), tmp_path / "f128.onnx", QuantizeConfig("int4", block_size=64))
+    quantize_fused_onnx(m.path(graphs["fused"]["onnx"]), tmp_path / "f128.onnx", QuantizeConfig("int4", block_size=64, accuracy_level=1))
     with pytest.raises(QuantizationError, match="S=7, P=0"):
         validate_quantized_fused(tmp_path / "p.onnx", tmp_path / "f128.onnx", DIMS, m["tokenizer"]["vocab_size"],
                                  128, validation_shapes(128, 8))
@@ -118,6 +118,9 @@ def test_fast_decode_needs_level_4():
         QuantizeConfig("int4", accuracy_level=1, batch_invariant=False)
     assert QuantizeConfig("int4", accuracy_level=4, batch_invariant=False).min_rows == 1
     assert QuantizeConfig("int4", accuracy_level=1).min_rows == 1
+    # the open level: 4 (two-row decode) where the model runs a fused graph, 1 on the portable graph alone
+    assert QuantizeConfig("int4").for_model(True).to_dict()["accuracy_level"] == 4
+    assert QuantizeConfig("int4").for_model(False).to_dict() | {} == QuantizeConfig("int4", accuracy_level=1).to_dict()
 
 
 def runner_verify_vs_decode(runner, ids: np.ndarray, prefix: int = 24) -> float:
@@ -152,3 +155,15 @@ def test_runners_pad_one_token_calls_at_level_4(tmp_path, pair_bundle, variant):
         diffs[rows] = max(runner_verify_vs_decode(runner, ids[:j]) for j in range(26, 34))
     assert 0.0 < diffs[1] < 1e-4
     assert diffs[2] == 0.0 if variant == "fused" else diffs[2] < 1e-4
+
+
+def test_fast_decode_flag_reaches_the_plan():
+    from specrt.compiler.quantize_cli import prepare_quantization
+
+    options = {"quantize": "int4", "draft_quantize": None, "quant_block_size": 32, "quant_symmetric": True,
+               "quant_accuracy_level": 4, "quant_batch_invariant": True, "calibration_data": None,
+               "max_ppl_increase": None}
+    plan, _ = prepare_quantization(options, None)
+    assert plan.target.to_dict()["min_rows"] == 2 and plan.target.to_dict()["batch_invariant_setting"]
+    plan, _ = prepare_quantization(options | {"quant_batch_invariant": False}, None)
+    assert plan.target.to_dict()["min_rows"] == 1 and not plan.target.to_dict()["batch_invariant_setting"]
