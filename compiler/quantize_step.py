@@ -16,8 +16,8 @@ Manifest, per quantized model (`models.<role>.quantization`):
 ONNX Runtime runners load `graphs.<variant>.onnx` (specrt/bundle/quantization.py): the CPU runner the quantized
 fused graph when there is one. The model's own `onnx` entry stays the unquantized graph. Quality is measured on
 the quantized portable graph (same weights, same function: the fused one is validated against it); the
-verify-vs-decode consistency on the graph the CPU runner runs. `--draft self:int4` adds `models.draft`: the target's entry (same
-graph files, `self_draft: true`) with its own quantized graph under `draft/`.
+verify-vs-decode consistency on the graph the CPU runner runs. `--draft self:int4` adds `models.draft`: the
+target's entry (same graph files, `self_draft: true`) with its own quantized graphs under `draft/`.
 """
 
 from __future__ import annotations

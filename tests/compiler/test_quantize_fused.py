@@ -11,7 +11,7 @@ import pytest
 from specrt.bundle.manifest import read_manifest
 from specrt.compiler import compile_bundle
 from specrt.compiler.fused_scorer import FusedScorer
-from specrt.compiler.quality import GraphScorer, verify_consistency
+from specrt.compiler.quality import verify_consistency
 from specrt.compiler.quantize import QuantizationError, QuantizeConfig, quantize_onnx
 from specrt.compiler.quantize_fused import quantize_fused_onnx, untie_lm_head, validate_quantized_fused
 from specrt.compiler.quantize_step import QuantizePlan
@@ -88,9 +88,10 @@ def test_quantized_fused_matches_quantized_portable(tmp_path, pair_bundle):
                                      128, validation_shapes(128, 8))
     assert stats["logits_max_abs_diff"] < 1e-4
     # other weights (another block size): the check must fail, naming the shape
-    quantize_fused_onnx(m.path(graphs["fused"]["onnx"]), tmp_path / "f128.onnx", QuantizeConfig("int4", block_size=64, accuracy_level=1))
+    quantize_fused_onnx(m.path(graphs["fused"]["onnx"]), tmp_path / "f64.onnx",
+                        QuantizeConfig("int4", block_size=64, accuracy_level=1))
     with pytest.raises(QuantizationError, match="S=7, P=0"):
-        validate_quantized_fused(tmp_path / "p.onnx", tmp_path / "f128.onnx", DIMS, m["tokenizer"]["vocab_size"],
+        validate_quantized_fused(tmp_path / "p.onnx", tmp_path / "f64.onnx", DIMS, m["tokenizer"]["vocab_size"],
                                  128, validation_shapes(128, 8))
 
 
