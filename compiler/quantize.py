@@ -73,7 +73,9 @@ class QuantizeConfig:
         graph; the portable graph's attention is not row-independent, so there the open level is 1."""
         if self.accuracy_level is not None:
             return self
-        return dataclasses.replace(self, accuracy_level=DEFAULT_ACCURACY_LEVEL if has_fused else 1)
+        if has_fused:
+            return dataclasses.replace(self, accuracy_level=DEFAULT_ACCURACY_LEVEL)
+        return dataclasses.replace(self, accuracy_level=1, batch_invariant=True)  # --quant-fast-decode: moot at 1
 
     @property
     def min_rows(self) -> int:

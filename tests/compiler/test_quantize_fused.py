@@ -121,7 +121,9 @@ def test_fast_decode_needs_level_4():
     assert QuantizeConfig("int4", accuracy_level=1).min_rows == 1
     # the open level: 4 (two-row decode) where the model runs a fused graph, 1 on the portable graph alone
     assert QuantizeConfig("int4").for_model(True).to_dict()["accuracy_level"] == 4
-    assert QuantizeConfig("int4").for_model(False).to_dict() | {} == QuantizeConfig("int4", accuracy_level=1).to_dict()
+    assert QuantizeConfig("int4").for_model(False).to_dict() == QuantizeConfig("int4", accuracy_level=1).to_dict()
+    assert QuantizeConfig("int4", batch_invariant=False).for_model(False).min_rows == 1  # no error: level 1
+    assert QuantizeConfig("int4", batch_invariant=False).for_model(True).min_rows == 1
 
 
 def runner_verify_vs_decode(runner, ids: np.ndarray, prefix: int = 24) -> float:
