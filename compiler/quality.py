@@ -7,7 +7,8 @@ on the text's true next tokens (ratio = quantized / reference). The text runs in
 
 `verify_consistency`: at real positions of a text, the logits rows of one (k+1)-token pass against k+1
 one-token passes of the same graph (the speculative verify pass against plain decoding): rows compared,
-rows with the same argmax, the largest difference. Lossless greedy speculation needs equal argmaxes.
+rows with the same argmax (and their fraction), the largest difference. Lossless greedy speculation needs
+equal argmaxes. The scorer may be a `GraphScorer` or a `FusedScorer` (compiler/fused_scorer.py).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def text_token_ids(tokenizer_path: Path, text: str, what: str) -> np.ndarray:
 class GraphScorer:
     """One ONNX Runtime CPU session over a graph with the portable I/O; calls with explicit past arrays."""
 
-    def __init__(self, onnx_path: Path, dims: dict[str, int], threads: int | None = None) -> None:
+    def __init__(self, onnx_path: Path, dims: dict[str, int], threads: int | None = None, min_rows: int = 1) -> None:
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
@@ -53,13 +54,16 @@ class GraphScorer:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
         self.layers, self.kv = dims["num_layers"], (dims["num_kv_heads"], dims["head_dim"])
+        self.min_rows = min_rows  # pad shorter calls with their last token, as the ONNX Runtime runners do
 
     def empty_past(self) -> list[np.ndarray]:
         return [np.zeros((1, 0, *self.kv), np.float32) for _ in range(2 * self.layers)]
 
     def run(self, ids: np.ndarray, past: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
         """Logits [S, V] for `ids` [S] after `past`, and the past extended by the S new rows."""
-        p = past[0].shape[1]
+        p, s = past[0].shape[1], ids.size
+        if s < self.min_rows:
+            ids = np.concatenate([ids, np.repeat(ids[-1:], self.min_rows - s)])
         feeds = {graph_io.INPUT_IDS: ids[None].astype(np.int64),
                  graph_io.POSITION_IDS: np.arange(p, p + ids.size, dtype=np.int64)[None]}
         names = [graph_io.LOGITS]
@@ -67,7 +71,7 @@ class GraphScorer:
             feeds[graph_io.past_key(i)], feeds[graph_io.past_value(i)] = past[2 * i], past[2 * i + 1]
             names += [graph_io.new_key(i), graph_io.new_value(i)]
         logits, *new = self.session.run(names, feeds)
-        return logits[0], [np.concatenate([a, b], axis=1) for a, b in zip(past, new)]
+        return logits[0, :s], [np.concatenate([a, b[:, :s]], axis=1) for a, b in zip(past, new)]
 
 
 def _log_probs_of(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -115,4 +119,5 @@ def verify_consistency(scorer: GraphScorer, ids: np.ndarray, k: int, trials: int
             rows += 1
             equal += int(single[0].argmax() == verify[j].argmax())
             worst = max(worst, float(np.abs(single[0] - verify[j]).max()))
-    return {"rows": rows, "argmax_equal": equal, "max_abs_diff": worst, "draft_tokens": k}
+    return {"rows": rows, "argmax_equal": equal, "identical_fraction": equal / rows if rows else 1.0,
+            "max_abs_diff": worst, "draft_tokens": k}

@@ -6,7 +6,7 @@ redundant-node elimination: provider independent), so a weight reached through a
 export, tied LM heads) becomes a MatMul initializer in MatMul layout. A graph that already stores its weights
 as MatMul initializers (a fused graph) passes through unchanged. Nothing here is hand-written quantization.
 
-Batch invariance (lossless speculation over a quantized target): see `DEFAULT_ACCURACY_LEVEL`.
+Batch invariance (lossless speculation over a quantized target): see `DEFAULT_ACCURACY_LEVEL` and `min_rows`.
 """
 
 from __future__ import annotations
@@ -21,14 +21,16 @@ from typing import Any
 from ..core.errors import InvalidArgument, SpecrtError
 
 QUANT_TYPES = {"int8": 8, "int4": 4}
-# MatMulNBits `accuracy_level`: 0 unset (= 1), 1 fp32, 2 fp16, 3 bf16, 4 int8 compute. Measured on the CPU
-# provider (onnxruntime 1.32, x86-64), logits of one (k+1)-token pass against k+1 one-token passes: levels 0-3
-# differ by accumulation-order noise only, like the fp32 graph (tiny model 2e-6; SmolLM2-135M, logits ~20:
-# int4 1.8e-4, int8 5.6e-5, fp32 4.6e-5, every argmax equal); level 4 (int4) quantizes the activations in a
-# way that depends on the rows in the call (tiny model 6.5e-3), enough to flip near-tie argmaxes: greedy
-# speculative output diverged from plain decoding of the same graph (issue 14's probe, SmolLM2 int4).
-# Level 1 is the default: speculation over the quantized target stays lossless.
-DEFAULT_ACCURACY_LEVEL = 1
+# MatMulNBits `accuracy_level`: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8 compute. Measured on the CPU provider
+# (onnxruntime 1.32, x86-64 AVX2; scripts/quant_invariance.py, README "Lossless over a quantized target"):
+# levels 0, 2 and 3 give bitwise the logits of level 1 (fp32 kernels); level 1 verify rows differ from one-token
+# rows by accumulation order only (<= 2e-4 on SmolLM2-135M), but its several-row path dequantizes the weights per
+# call (int8: ~0.2 one-token calls/s). Level 4 is the fast one; its one-row kernel rounds differently from its
+# several-row kernel (one-token decoding and a verify pass disagree on 2-4% of argmaxes), so a level-4 target's
+# one-token calls run as MIN_ROWS_INVARIANT-row calls (`min_rows`, runtime/backends/ort/): every pass then takes
+# the several-row kernel, whose rows do not depend on the call's row count (100% argmax agreement, diff <= 3e-5).
+DEFAULT_ACCURACY_LEVEL = 4
+MIN_ROWS_INVARIANT = 2
 DEFAULT_BLOCK_SIZE = 32
 
 
@@ -43,7 +45,8 @@ class QuantizeConfig:
     type: str  # "int8" | "int4"
     block_size: int = DEFAULT_BLOCK_SIZE
     symmetric: bool = True
-    accuracy_level: int = DEFAULT_ACCURACY_LEVEL
+    accuracy_level: int | None = None  # None: DEFAULT_ACCURACY_LEVEL where the model has a fused graph, else 1
+    batch_invariant: bool = True  # level 4: pad one-row target calls to MIN_ROWS_INVARIANT rows (see above)
 
     def __post_init__(self) -> None:
         if self.type not in QUANT_TYPES:
@@ -51,17 +54,38 @@ class QuantizeConfig:
         b = self.block_size
         if b < 16 or b > 256 or b & (b - 1):
             raise InvalidArgument(f"--quant-block-size must be a power of two in [16, 256], got {b}")
-        if not 0 <= self.accuracy_level <= 4:
+        if self.accuracy_level is not None and not 0 <= self.accuracy_level <= 4:
             raise InvalidArgument(f"--quant-accuracy-level must be in [0, 4], got {self.accuracy_level}")
+        if not self.batch_invariant and self.accuracy_level not in (None, 4):
+            raise InvalidArgument(f"--quant-fast-decode applies to --quant-accuracy-level 4 only (got "
+                                  f"{self.accuracy_level}: every pass already uses the fp32-compute kernels)")
 
     @property
     def bits(self) -> int:
         return QUANT_TYPES[self.type]
 
+    @property
+    def level(self) -> int:
+        return DEFAULT_ACCURACY_LEVEL if self.accuracy_level is None else self.accuracy_level
+
+    def for_model(self, has_fused: bool) -> "QuantizeConfig":
+        """The level left open resolved for one model: level 4 with two-row decode is batch-invariant on the fused
+        graph; the portable graph's attention is not row-independent, so there the open level is 1."""
+        if self.accuracy_level is not None:
+            return self
+        if has_fused:
+            return dataclasses.replace(self, accuracy_level=DEFAULT_ACCURACY_LEVEL)
+        return dataclasses.replace(self, accuracy_level=1, batch_invariant=True)  # --quant-fast-decode: moot at 1
+
+    @property
+    def min_rows(self) -> int:
+        """Rows per target call on ONNX Runtime's CPU runners (runtime/backends/ort/)."""
+        return MIN_ROWS_INVARIANT if self.level == 4 and self.batch_invariant else 1
+
     def to_dict(self) -> dict[str, Any]:
         return {"method": "MatMulNBits", "type": self.type, "bits": self.bits, "block_size": self.block_size,
-                "symmetric": self.symmetric, "accuracy_level": self.accuracy_level,
-                "batch_invariant_setting": self.accuracy_level != 4}
+                "symmetric": self.symmetric, "accuracy_level": self.level, "min_rows": self.min_rows,
+                "batch_invariant_setting": self.level != 4 or self.batch_invariant}
 
 
 def weights_as_matmul_initializers(src: Path, dst: Path) -> Path:
@@ -118,7 +142,7 @@ def quantize_onnx(src: Path, dst: Path, config: QuantizeConfig) -> dict[str, Any
         ir_version = model.ir_version
         with _quiet_quantizer():
             quantizer = MatMulNBitsQuantizer(model, bits=config.bits, block_size=config.block_size,
-                                             is_symmetric=config.symmetric, accuracy_level=config.accuracy_level,
+                                             is_symmetric=config.symmetric, accuracy_level=config.level,
                                              op_types_to_quantize=("MatMul",))
             quantizer.process()
         qmodel = quantizer.model.model

@@ -24,7 +24,7 @@ from .quantize import DEFAULT_ACCURACY_LEVEL, DEFAULT_BLOCK_SIZE, QUANT_TYPES, Q
 from .quantize_step import QuantizePlan, parse_self_draft, resolve_plan
 
 OPTION_NAMES = ("quantize", "draft_quantize", "quant_block_size", "quant_symmetric", "quant_accuracy_level",
-                "calibration_data", "max_ppl_increase")
+                "quant_batch_invariant", "calibration_data", "max_ppl_increase")
 _TYPES = click.Choice(list(QUANT_TYPES))
 
 _OPTIONS = [
@@ -35,10 +35,18 @@ _OPTIONS = [
                  help="Weights per quantization block along K (power of two, 16-256)."),
     click.option("--quant-symmetric/--quant-asymmetric", default=True, show_default=True,
                  help="Symmetric blocks (scale only) or asymmetric (scale + zero point)."),
-    click.option("--quant-accuracy-level", type=click.IntRange(0, 4), default=DEFAULT_ACCURACY_LEVEL,
+    click.option("--quant-accuracy-level", type=click.IntRange(0, 4), default=None,
+                 help=f"MatMulNBits compute type: 4 int8 (fast; lossless speculation through two-row decode "
+                      "calls, see --quant-fast-decode), 1 fp32 (slow multi-row passes; 0, 2, 3 run as 1 on CPUs "
+                      f"without fp16/bf16 kernels). Default: {DEFAULT_ACCURACY_LEVEL} for models with a fused "
+                      "ONNX Runtime graph (Llama family), 1 otherwise (their portable graph is not "
+                      "batch-invariant at 4)."),
+    click.option("--quant-batch-invariant/--quant-fast-decode", "quant_batch_invariant", default=True,
                  show_default=True,
-                 help="MatMulNBits compute type: 1 fp32 (batch-invariant: lossless speculation), 4 int8 "
-                      "(faster, but a verify pass may round differently from one-token decoding)."),
+                 help="Accuracy level 4 only. batch-invariant: one-token target calls run as two-row calls, on the "
+                      "same MatMulNBits kernel as verify passes, so speculative output equals plain decoding. "
+                      "fast-decode: one-token calls use ONNX Runtime's one-row kernel (faster plain decoding), "
+                      "which rounds differently: speculative output may differ from plain decoding of the bundle."),
     click.option("--calibration-data", type=click.Path(path_type=Path), default=None,
                  help="A UTF-8 text file: quality is also measured on it (first 4096 tokens)."),
     click.option("--max-ppl-increase", type=float, default=None,
@@ -76,7 +84,8 @@ def prepare_quantization(options: dict[str, Any], draft: Path | str | None,
         if kind is None:
             return None
         return QuantizeConfig(kind, block_size=options["quant_block_size"], symmetric=options["quant_symmetric"],
-                              accuracy_level=options["quant_accuracy_level"])
+                              accuracy_level=options["quant_accuracy_level"],
+                              batch_invariant=options["quant_batch_invariant"])
 
     self_kind = parse_self_draft(draft)
     if self_kind is not None and trt_backend:

@@ -3,17 +3,22 @@
 Manifest, per quantized model (`models.<role>.quantization`):
 
     {"method": "MatMulNBits", "type": "int4", "bits": 4, "block_size": 32, "symmetric": true,
-     "accuracy_level": 1, "batch_invariant_setting": true,
+     "accuracy_level": 4, "min_rows": 2, "batch_invariant_setting": true,
      "reference_onnx": "target/model.onnx",                 # the unquantized graph (TensorRT, torch runner)
      "graphs": {"portable": {"onnx": "target/model.int4.onnx", "onnx_data": "...", "quantized_matmuls": 211,
-                             "unquantized_weight_matmuls": 0}},      # one per graph variant of the model
+                             "unquantized_weight_matmuls": 0},
+                "fused": {"onnx": "target/model.fused.int4.onnx", "onnx_data": "...", "quantized_matmuls": 91,
+                          "unquantized_weight_matmuls": 0, "validation": {...}}},   # when the model has a fused graph
      "quality": {"heldout": {tokens, greedy_agreement, ppl_reference, ppl_quantized, ppl_ratio},
                  "calibration": {...}},                      # with --calibration-data
-     "verify_consistency": {rows, argmax_equal, max_abs_diff, draft_tokens}}
+     "verify_consistency": {graph, rows, argmax_equal, identical_fraction, max_abs_diff, draft_tokens}}
 
-ONNX Runtime runners load `graphs.<variant>.onnx` (`ModelEntry.ort_onnx`, specrt/bundle/entries.py); the
-model's own `onnx` entry stays the unquantized graph. `--draft self:int4` adds `models.draft`: the target's
-entry (same graph files, `self_draft: true`) with its own quantized graph under `draft/`.
+ONNX Runtime runners load `graphs.<variant>.onnx` (`ModelEntry.ort_onnx` / `ort_fused_onnx`,
+specrt/bundle/entries.py): the CPU runner the quantized fused graph when there is one. The model's own `onnx` entry
+stays the unquantized graph. Quality is measured on the quantized portable graph (same weights, same function: the
+fused one is validated against it); the verify-vs-decode consistency on the graph the CPU runner runs.
+`--draft self:int4` adds `models.draft`: the target's entry (same graph files, `self_draft: true`) with its own
+quantized graphs under `draft/`.
 """
 
 from __future__ import annotations
@@ -26,9 +31,13 @@ from ..bundle.entries import GraphVariant, ModelEntry, QuantizationEntry
 from ..bundle.writer import ManifestDraft
 from ..core.errors import InvalidArgument
 from .quality import HELDOUT, GraphScorer, compare_quality, heldout_text, text_token_ids, verify_consistency
+from .fused_scorer import FusedScorer
 from .quantize import QUANT_TYPES, QuantizeConfig, quantize_onnx
+from .quantize_fused import quantize_fused_onnx, validate_quantized_fused, with_accuracy_level
+from .validate import validation_shapes
 
 SELF_DRAFT_PREFIX = "self:"
+CONSISTENCY_TRIALS = 16  # positions of the held-out text, each a (k+1)-token pass against k+1 one-token passes
 
 
 class QualityRefused(InvalidArgument):
@@ -79,10 +88,9 @@ def model_dims(entry: ModelEntry) -> dict[str, int]:
 
 
 def graph_variants(entry: ModelEntry) -> dict[str, str]:
-    """variant -> relative ONNX path of the graphs to quantize: the portable graph only. The quality and the
-    verify-vs-decode consistency are measured on it, and ONNX Runtime runs it for a quantized model; a
-    quantized fused graph (GroupQueryAttention + MatMulNBits) is not yet checked for batch invariance."""
-    return {"portable": entry.graph("portable").onnx}
+    """variant -> relative ONNX path of the graphs to quantize: the portable graph, and the fused one when the
+    model has it (ONNX Runtime's CPU runner runs that one)."""
+    return {variant: entry.graph(variant).onnx for variant in ("portable", "fused") if entry.graph(variant)}
 
 
 def self_draft_entry(target: ModelEntry) -> ModelEntry:
@@ -103,22 +111,52 @@ def check_quality(role: str, quality: dict[str, dict], limit: float | None) -> N
 
 
 def quantize_model(tmp: Path, role: str, entry: ModelEntry, cfg: QuantizeConfig, texts: dict,
-                   plan: QuantizePlan, max_draft_tokens: int) -> QuantizationEntry:
+                   plan: QuantizePlan, max_seq_len: int, max_draft_tokens: int) -> QuantizationEntry:
     (tmp / role).mkdir(exist_ok=True)
+    cfg = cfg.for_model("fused" in graph_variants(entry))
     graphs = {}
     for variant, rel in graph_variants(entry).items():
         stem = "model" if variant == "portable" else f"model.{variant}"
         out_rel = f"{role}/{stem}.{cfg.type}.onnx"
-        counts = quantize_onnx(tmp / rel, tmp / out_rel, cfg)
+        quantize = quantize_fused_onnx if variant == "fused" else quantize_onnx
+        counts = quantize(tmp / rel, tmp / out_rel, cfg)
         graphs[variant] = GraphVariant(out_rel, out_rel + ".data", **counts)
     dims = model_dims(entry)
+    if "fused" in graphs:
+        validation = validate_fused_variant(tmp, graphs, entry, cfg, max_seq_len, max_draft_tokens)
+        graphs["fused"] = dataclasses.replace(graphs["fused"], validation=validation)
     reference = GraphScorer(tmp / entry.onnx, dims)
     quantized = GraphScorer(tmp / graphs["portable"].onnx, dims)
     quality = {name: compare_quality(reference, quantized, ids) for name, ids in texts.items()}
     check_quality(role, quality, plan.max_ppl_increase)
-    consistency = verify_consistency(quantized, texts[HELDOUT], k=max_draft_tokens)
+    runs = "fused" if "fused" in graphs else "portable"
+    scorer = (FusedScorer(tmp / graphs["fused"].onnx, dims, max_seq_len, min_rows=cfg.min_rows) if runs == "fused"
+              else GraphScorer(tmp / graphs["portable"].onnx, dims, min_rows=cfg.min_rows))
+    consistency = {"graph": runs} | verify_consistency(scorer, texts[HELDOUT], k=max_draft_tokens,
+                                                       trials=CONSISTENCY_TRIALS)
     return QuantizationEntry(**cfg.to_dict(), reference_onnx=entry.onnx, graphs=graphs, quality=quality,
                              calibration_data=plan.calibration_name, verify_consistency=consistency)
+
+
+def validate_fused_variant(tmp: Path, graphs: dict[str, GraphVariant], entry: ModelEntry, cfg: QuantizeConfig,
+                           max_seq_len: int, max_draft_tokens: int) -> dict[str, Any]:
+    """The quantized fused graph against the quantized portable graph, both at fp32 compute (accuracy level 1):
+    same weights, so the graph and its quantized weights are checked; level 4 only changes how MatMulNBits
+    computes, and its int8 activations turn any upstream rounding difference into a step, which no tolerance
+    separates from a bug."""
+    paths = {v: tmp / graphs[v].onnx for v in ("portable", "fused")}
+    copies = []
+    if cfg.level not in (0, 1):
+        for v, path in paths.items():
+            copies.append(with_accuracy_level(path, path.with_name(f".{path.stem}.level1.onnx"), 1))
+            paths[v] = copies[-1]
+    try:
+        return validate_quantized_fused(paths["portable"], paths["fused"], model_dims(entry),
+                                        entry.decoder_config.vocab_size, max_seq_len,
+                                        validation_shapes(max_seq_len, max_draft_tokens))
+    finally:
+        for path in copies:
+            path.unlink(missing_ok=True)
 
 
 def apply_quantization(plan: QuantizePlan, tmp: Path, manifest: ManifestDraft,
@@ -134,10 +172,10 @@ def apply_quantization(plan: QuantizePlan, tmp: Path, manifest: ManifestDraft,
         models["draft"] = self_draft_entry(models["target"])
     for role, cfg in plan.roles().items():
         done = progress(f"quantize {role} ({cfg.type}, block {cfg.block_size}) and measure its quality")
-        quantization = quantize_model(tmp, role, models[role], cfg, texts, plan, manifest.max_draft_tokens)
+        quantization = quantize_model(tmp, role, models[role], cfg, texts, plan, manifest.max_seq_len,
+                                      manifest.max_draft_tokens)
         models[role] = dataclasses.replace(models[role], quantization=quantization)
         done()
-
 
 
 def resolve_plan(plan: QuantizePlan | None, draft: str | Path | None) -> tuple[QuantizePlan | None, Any]:

@@ -1,7 +1,8 @@
 """Backends: one runner per model, all with the contract in base.py.
 
     "ort"     ONNX Runtime, CPU provider (the embedded default): the bundle's fused graph variant when it
-              has one (ort/fused_runner.py), else the portable graph
+              has one (ort/fused_runner.py; the quantized fused graph for a quantized model), else the
+              portable graph
     "ort-portable"  ONNX Runtime, CPU provider, always the portable graph
     "torch"   PyTorch reference (the exported modules themselves)
     "trt"     TensorRT engines from the bundle (NVIDIA GPU; see trt/runner.py)
@@ -63,17 +64,19 @@ def create_runner(manifest, role: str, backend: str, *, capacity: int, max_short
     onnx_path = manifest.path(entry.onnx)
     if backend in ("ort", "ort-portable", "ort-cuda", "ort-trt"):  # a quantized bundle: ONNX Runtime runs the quantized graph
         onnx_path = manifest.path(entry.ort_onnx)
-    fused = entry.graph("fused")
-    if backend == "ort" and fused is not None and not entry.quantization:
+    fused = entry.ort_fused_onnx
+    if backend == "ort" and fused is not None:
         from .ort.fused_runner import OrtFusedRunner
 
-        return OrtFusedRunner(manifest.path(fused.onnx), config, capacity, max_short_tokens,
-                              device=device or "cpu", threads=threads, want_hidden=want_hidden)
+        return OrtFusedRunner(manifest.path(fused), config, capacity, max_short_tokens,
+                              device=device or "cpu", threads=threads, want_hidden=want_hidden,
+                              min_rows=entry.ort_min_rows if role == "target" else 1)
     if backend in ("ort", "ort-portable"):
         from .ort.runner import OrtRunner
 
         return OrtRunner(onnx_path, config, capacity, max_short_tokens, device=device or "cpu",
-                         threads=threads, want_hidden=want_hidden)
+                         threads=threads, want_hidden=want_hidden,
+                         min_rows=entry.ort_min_rows if role == "target" else 1)
     if backend in ("ort-cuda", "ort-trt"):
         from .ort.gpu_runner import OrtGpuRunner
 

@@ -95,6 +95,7 @@ class QuantizationEntry:
     block_size: int | None = None
     symmetric: bool | None = None
     accuracy_level: int | None = None
+    min_rows: int | None = None  # rows a target's decode call is padded to (2: level-4 batch invariance)
     batch_invariant_setting: bool | None = None
     reference_onnx: str | None = None
     quality: Any = None  # {text: {tokens, greedy_agreement, ppl_reference, ppl_quantized, ppl_ratio}}
@@ -102,7 +103,7 @@ class QuantizationEntry:
     verify_consistency: Any = None  # {rows, argmax_equal, max_abs_diff, draft_tokens}
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
-    ORDER = ("method", "type", "bits", "block_size", "symmetric", "accuracy_level", "batch_invariant_setting",
+    ORDER = ("method", "type", "bits", "block_size", "symmetric", "accuracy_level", "min_rows", "batch_invariant_setting",
              "reference_onnx", "graphs", "quality", "calibration_data", "verify_consistency")
 
     @classmethod
@@ -205,6 +206,23 @@ class ModelEntry:
     def ort_onnx(self) -> str:
         """The portable graph ONNX Runtime loads: the quantized one when there is one."""
         return self.quantized_onnx() or self.onnx
+
+    @property
+    def ort_fused_onnx(self) -> str | None:
+        """The fused graph ONNX Runtime's CPU runner loads, or None when it must run the portable graph: a
+        quantized model without a quantized fused graph (bundles written before the fused graph was quantized)
+        runs its quantized portable graph rather than the unquantized fused one."""
+        if self.quantization is not None:
+            return self.quantized_onnx(FUSED)
+        fused = self.graph(FUSED)
+        return fused.onnx if fused is not None else None
+
+    @property
+    def ort_min_rows(self) -> int:
+        """Rows per call ONNX Runtime's CPU runners pad this model's one-token calls to (`quantization.min_rows`):
+        2 for a model quantized at accuracy level 4 compiled batch-invariant, else 1."""
+        q = self.quantization
+        return int(q.min_rows) if q is not None and q.min_rows is not None else 1
 
 
 def parse_decoder_config(raw: Mapping[str, Any], key: str) -> DecoderConfig:

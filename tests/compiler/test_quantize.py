@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from specrt.bundle.manifest import read_manifest
 from specrt.cli.main import main
 from specrt.compiler import compile_bundle
+from specrt.compiler.fused_scorer import FusedScorer
 from specrt.compiler.quality import GraphScorer, verify_consistency
 from specrt.compiler.quantize import QuantizationError, QuantizeConfig, quantize_onnx
 from specrt.compiler.quantize_step import QuantizePlan
@@ -44,7 +45,8 @@ def test_manifest_records_quantization_and_quality(int4_self8):
     m = read_manifest(int4_self8)
     target, draft = m.models["target"], m.models["draft"]
     q = target.quantization
-    assert (q.type, q.bits, q.block_size, q.symmetric, q.accuracy_level) == ("int4", 4, 32, True, 1)
+    assert (q.type, q.bits, q.block_size, q.symmetric, q.accuracy_level) == ("int4", 4, 32, True, 4)
+    assert q.min_rows == 2 and q.batch_invariant_setting
     assert q.reference_onnx == target.onnx == "target/model.onnx"
     graph = q.graphs["portable"]
     assert graph.onnx in m.files and graph.onnx_data in m.files
@@ -54,7 +56,8 @@ def test_manifest_records_quantization_and_quality(int4_self8):
     heldout = q.quality["heldout"]
     assert heldout["tokens"] > 1000 and 0.2 < heldout["greedy_agreement"] < 1.0
     assert heldout["ppl_ratio"] == pytest.approx(heldout["ppl_quantized"] / heldout["ppl_reference"])
-    assert q.verify_consistency["rows"] == 4 * 9
+    assert q.verify_consistency["rows"] == 16 * 9 and q.verify_consistency["graph"] == "fused"
+    assert q.verify_consistency["identical_fraction"] == 1.0
     # the self draft: the target's graph quantized again, nothing exported twice
     assert draft.self_draft and draft.onnx == "target/model.onnx"
     assert draft.quantization.type == "int8"
@@ -70,7 +73,8 @@ def test_ort_runs_the_quantized_graph_and_torch_the_reference(int4_self8):
     quantized, _ = GraphScorer(m.path(entry.quantization.graphs["portable"].onnx), dims).run(
         ids, GraphScorer(m.path(entry.onnx), dims).empty_past())
     reference, _ = GraphScorer(m.path(entry.onnx), dims).run(ids, GraphScorer(m.path(entry.onnx), dims).empty_past())
-    for backend, expected, other in (("ort", quantized, reference), ("torch", reference, quantized)):
+    for backend, expected, other in (("ort", quantized, reference), ("ort-portable", quantized, reference),
+                                     ("torch", reference, quantized)):
         gen = load(int4_self8, backend=backend)
         gen.target.reset()
         got = gen.target.forward(ids)
@@ -96,13 +100,15 @@ def test_self_draft_and_ngram_outputs_equal_plain_decoding(request, bundle_name)
 
 
 def test_verify_pass_argmax_equals_one_token_passes(int4_self8):
-    """At the default accuracy level, a (k+1)-token pass of the quantized graph differs from k+1 one-token
-    passes by accumulation noise only (fp32 compute), so argmaxes agree over many random prompts."""
+    """At the default settings (level 4, one-token calls padded to two rows as the runners do), a (k+1)-token
+    pass of the quantized graph differs from k+1 one-token passes by accumulation noise only, so argmaxes agree
+    over many random prompts."""
     m = read_manifest(int4_self8)
     rng = np.random.default_rng(0)
     dims = {"num_layers": 2, "num_kv_heads": 2, "head_dim": 16}
     for role in ("target", "draft"):
-        scorer = GraphScorer(m.path(m.models[role].quantization.graphs["portable"].onnx), dims)
+        q = m.models[role].quantization  # the fused graph (what the runners load), one-token calls as two rows
+        scorer = FusedScorer(m.path(q.graphs["fused"].onnx), dims, 256, min_rows=2)
         ids = rng.integers(1, m.tokenizer.vocab_size, 4000)
         stats = verify_consistency(scorer, ids, k=8, trials=40, prefix=24)
         assert stats["rows"] == 40 * 9 and stats["argmax_equal"] == stats["rows"]
@@ -145,6 +151,7 @@ def compile_cli(*args):
     (["--quantize", "int4", "--calibration-data", "/nonexistent/file.txt"], "no such file"),
     (["--quantize", "int4", "--quant-block-size", "100"], "power of two"),
     (["--draft", "self:int4", "--engines", "trt"], "ONNX Runtime only"),
+    (["--quantize", "int4", "--quant-accuracy-level", "1", "--quant-fast-decode"], "level 4 only"),
 ])
 def test_bad_quantize_options_exit_2_before_any_work(tmp_path, llama_target, args, match):
     res = compile_cli("--target", llama_target, "-o", tmp_path / "b", *args)
@@ -165,7 +172,8 @@ def test_calibration_data_and_inspect(tmp_path, llama_target):
     assert q.quality["calibration"]["tokens"] < q.quality["heldout"]["tokens"]
     res = CliRunner().invoke(main, ["inspect", str(out), "--json"])
     summary = json.loads(res.output)["models"]["target"]["quantization"]
-    assert summary["type"] == "int8" and summary["onnx"] == {"portable": "target/model.int8.onnx"}
+    assert summary["type"] == "int8" and summary["onnx"] == {"portable": "target/model.int8.onnx",
+                                                              "fused": "target/model.fused.int8.onnx"}
     res = CliRunner().invoke(main, ["inspect", str(out)])
     assert "int8 MatMulNBits" in res.output and "greedy agreement" in res.output
 

@@ -132,8 +132,8 @@ def test_greedy_equals_transformers_on_the_gguf(gguf_cases, arch):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_manifest_records_architecture_and_quantization(gguf_cases, arch):
     m = read_manifest(gguf_cases[arch][1])
-    src = m.models["target"]["source"]
-    assert m.models["target"]["architecture"] == EXPECTED[arch][0]
+    src = m.models["target"].source
+    assert m.models["target"].architecture == EXPECTED[arch][0]
     assert src["gguf_architecture"] == EXPECTED[arch][1]
     assert src["quantization"] == ("Q8_0" if arch == "qwen2" else "F32")
 
@@ -141,13 +141,13 @@ def test_manifest_records_architecture_and_quantization(gguf_cases, arch):
 def test_qwen3_head_size_comes_from_the_file(gguf_cases):
     """transformers alone reads this file with Qwen3's default head_dim (128) and fails; specrt uses the file's."""
     m = read_manifest(gguf_cases["qwen3"][1])
-    assert m.models["target"]["decoder_config"]["head_dim"] == 32
+    assert m.models["target"].decoder_config.head_dim == 32
 
 
 def test_gemma3_window_survives_the_gguf(gguf_cases):
-    cfg = read_manifest(gguf_cases["gemma3"][1]).models["target"]["decoder_config"]
-    assert cfg["sliding_window"] == GEMMA3_WINDOW
-    assert [t == "full_attention" for t in cfg["layer_types"]] == [i == 5 for i in range(GEMMA3_LAYERS)]
+    cfg = read_manifest(gguf_cases["gemma3"][1]).models["target"].decoder_config
+    assert cfg.sliding_window == GEMMA3_WINDOW
+    assert [t == "full_attention" for t in cfg.layer_types] == [i == 5 for i in range(GEMMA3_LAYERS)]
 
 
 def _other_architecture(path):

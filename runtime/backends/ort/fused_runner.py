@@ -6,6 +6,12 @@ rows [0, P + S). The past length reaches the op as `seqlens_k` / `total_sequence
 rejected drafts is `truncate(n)` (an integer store) and nothing is rebound per step except the token ids.
 Logits are computed only for the rows asked for (`logit_positions`): every row for decode / verify, the
 last row for prefill.
+
+`min_rows` (a quantized target at MatMulNBits accuracy level 4, bundle/quantization.py): a decode / verify call
+with fewer tokens runs with the last token repeated up to `min_rows` rows, logits for every row, and returns only
+the real rows. The repeated rows land in cache rows past the committed length, which the next call overwrites.
+ONNX Runtime's int8-compute MatMulNBits has one kernel for one-row calls and another for several rows, which
+round differently; with every call on the several-row kernel, a verify pass and one-token decoding agree.
 """
 
 from __future__ import annotations
@@ -36,11 +42,14 @@ class OrtFusedRunner(Runner):
     name = "ort"
 
     def __init__(self, onnx_path: Path, config: DecoderConfig, capacity: int, max_short_tokens: int,
-                 device: str = "cpu", threads: int | None = None, want_hidden: bool = False) -> None:
+                 device: str = "cpu", threads: int | None = None, want_hidden: bool = False,
+                 min_rows: int = 1) -> None:
         ort = import_ort()
         if device != "cpu":
             raise BackendUnavailable(f"ort device {device!r}: the fused ONNX Runtime runner runs on the CPU")
         self.config = config
+        self.min_rows = min_rows
+        max_short_tokens = max(max_short_tokens, min_rows)
         self.want_hidden = want_hidden
         self._ort = ort
         self.session, opts = cpu_session(ort, onnx_path, threads)
@@ -88,8 +97,13 @@ class OrtFusedRunner(Runner):
 
     def _forward(self, token_ids: np.ndarray, past: int) -> np.ndarray:
         s = token_ids.size
-        buf = self._logits if s <= self.max_short else np.empty((1, s, self.config.vocab_size), np.float32)
-        self._run(token_ids, past, self._rows[:s], buf)
+        if s < self.min_rows and past + self.min_rows <= self.cache.capacity:
+            token_ids = np.concatenate([token_ids, np.repeat(token_ids[-1:], self.min_rows - s)])
+        rows = token_ids.size
+        buf = self._logits if rows <= self.max_short else np.empty((1, rows, self.config.vocab_size), np.float32)
+        self._run(token_ids, past, self._rows[:rows], buf)
+        if self.want_hidden:
+            self.hidden_states = self.hidden_states[:s]
         return buf[0, :s]
 
     def _forward_last(self, token_ids: np.ndarray, past: int) -> np.ndarray:
@@ -98,4 +112,5 @@ class OrtFusedRunner(Runner):
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "graph": "fused", "provider": self.session.get_providers()[0],
-                "onnxruntime": self._ort.__version__, "threads": self.threads}
+                "onnxruntime": self._ort.__version__, "threads": self.threads} | (
+                    {"min_rows": self.min_rows} if self.min_rows > 1 else {})

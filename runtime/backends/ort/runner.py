@@ -87,7 +87,8 @@ class OrtRunner(Runner):
     name = "ort"
 
     def __init__(self, onnx_path: Path, config: DecoderConfig, capacity: int, max_short_tokens: int,
-                 device: str = "cpu", threads: int | None = None, want_hidden: bool = False) -> None:
+                 device: str = "cpu", threads: int | None = None, want_hidden: bool = False,
+                 min_rows: int = 1) -> None:
         ort = import_ort()
         if device != "cpu":
             raise BackendUnavailable(
@@ -95,6 +96,8 @@ class OrtRunner(Runner):
                 "backend='ort-cuda' / 'ort-trt' (provider on GPU) or backend='trt'"
             )
         self.config = config
+        self.min_rows = min_rows  # shorter decode / verify calls are padded (see fused_runner.py)
+        max_short_tokens = max(max_short_tokens, min_rows)
         self.want_hidden = want_hidden
         self._ort = ort
         self.provider_request = "cpu"
@@ -155,6 +158,9 @@ class OrtRunner(Runner):
         return logits[0, -1]
 
     def _forward(self, token_ids: np.ndarray, p: int) -> np.ndarray:
+        real = token_ids.size
+        if real < self.min_rows and p + self.min_rows <= self.cache.capacity:
+            token_ids = np.concatenate([token_ids, np.repeat(token_ids[-1:], self.min_rows - real)])
         s = token_ids.size
         b = self._binding
         b.bind_cpu_input(graph_io.INPUT_IDS, np.ascontiguousarray(token_ids, dtype=np.int64)[None, :])
@@ -180,8 +186,8 @@ class OrtRunner(Runner):
         except Exception as exc:
             raise BackendError(f"ONNX Runtime run failed on {self.onnx_path} (S={s}, P={p}): {one_line(exc)}; "
                                "if the bundle's manifest was edited, recompile it") from None
-        self.hidden_states = hidden_buf[0, :s] if self.want_hidden else None
-        return logits_buf[0, :s]
+        self.hidden_states = hidden_buf[0, :real] if self.want_hidden else None
+        return logits_buf[0, :real]
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "provider": self.session.get_providers()[0],
