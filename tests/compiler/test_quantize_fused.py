@@ -141,7 +141,6 @@ def test_runners_pad_one_token_calls_at_level_4(tmp_path, pair_bundle, variant):
     """Both ONNX Runtime CPU runners pad one-token calls when min_rows=2 and return the real row. On the fused
     graph (every other op computes each row alone) the padded call gives the verify pass's row exactly, where a
     one-row call does not; the portable graph's attention adds fp32 accumulation noise either way."""
-    from specrt.models.config import decoder_config
     from specrt.runtime.backends.ort.fused_runner import OrtFusedRunner
     from specrt.runtime.backends.ort.runner import OrtRunner
 
@@ -154,7 +153,7 @@ def test_runners_pad_one_token_calls_at_level_4(tmp_path, pair_bundle, variant):
     ids = np.random.default_rng(3).integers(1, m.tokenizer.vocab_size, 33)
     diffs = {}
     for rows in (1, 2):
-        runner = cls(path, decoder_config(entry), 128, 10, threads=2, min_rows=rows)
+        runner = cls(path, entry.decoder_config, 128, 10, threads=2, min_rows=rows)
         diffs[rows] = max(runner_verify_vs_decode(runner, ids[:j]) for j in range(26, 34))
     assert 0.0 < diffs[1] < 1e-4
     assert diffs[2] == 0.0 if variant == "fused" else diffs[2] < 1e-4
