@@ -24,7 +24,7 @@ from ..bundle.manifest import Manifest, read_manifest
 from ..core.errors import InvalidArgument
 from ..core.tokenizer import IncrementalDecoder, Tokenizer
 from . import backends
-from .arguments import check_k, check_options
+from .arguments import check_k, check_options, prompt_ids
 from .loop import decode
 from .policy import AdaptiveK, CountOnlyAdaptiveK, FixedK, KPolicy, model_draft_cost
 from .proposers.base import Proposer
@@ -183,34 +183,8 @@ class Generator:
                 self._owner = None
 
     def encode_prompt(self, prompt: str | Sequence[int]) -> np.ndarray:
-        if isinstance(prompt, (bytes, bytearray, memoryview)):  # iterating bytes would give "token ids"
-            raise InvalidArgument("prompt must be a str or a sequence of token ids, got bytes: decode it first "
-                                  "(e.g. prompt.decode('utf-8'))")
-        if isinstance(prompt, str):
-            try:
-                prompt.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise InvalidArgument(f"prompt holds a character that is not valid Unicode text ({prompt[exc.start]!r} "
-                                      f"at index {exc.start}: a lone surrogate or undecodable byte)") from None
-            ids = self.tokenizer.encode(prompt)
-        else:
-            if any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) for t in prompt):
-                raise InvalidArgument("a token-id prompt must hold integers only")
-            ids = [int(t) for t in prompt]
-        if not ids:
-            if self.bos_id is None:
-                raise InvalidArgument("empty prompt, and the model has no BOS token to start from")
-            ids = [int(self.bos_id)]
-        bad = [t for t in ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise InvalidArgument(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
-        if len(ids) >= self.max_seq_len:
-            raise InvalidArgument(
-                f"prompt has {len(ids)} tokens; the bundle was compiled for max_seq_len={self.max_seq_len}, "
-                f"which leaves room for prompts of at most {self.max_seq_len - 1} tokens "
-                "(recompile with a larger --max-seq-len)"
-            )
-        return np.asarray(ids, dtype=np.int64)
+        """Token ids [N] of `prompt` (text or ids), checked against the vocabulary and the context length."""
+        return prompt_ids(prompt, self.tokenizer, self.bos_id, self.vocab_size, self.max_seq_len)
 
     def make_policy(self, k: int | str, method: str, seeded: bool = False):
         """The speculation-length policy for `k` (an int or "auto") and `method` (used by the loop and bench).
