@@ -60,6 +60,9 @@ PART3=$BENCH_DIR/.BENCHMARKS.smollm2.md
 PART4=$BENCH_DIR/.BENCHMARKS.smollm2_int4.md
 trap 'rm -f "$PART1" "$PART2" "$PART3" "$PART4"' EXIT
 wants() { [[ " $SECTIONS " == *" $1 "* ]]; }
+# a section is stored as soon as it is measured, so a later step's failure does not lose it
+mkdir -p "$OUT/sections"
+keep() { cp "$1" "$OUT/sections/${1##*/.BENCHMARKS.}"; }
 
 # `--peer NAME` for each peer whose library imports here (python: the interpreter of $SPECRT's environment)
 PYTHON=${PYTHON:-python}
@@ -82,6 +85,7 @@ echo "== 2/6 specrt bench $DEMO_BUNDLE --peer hf --peer ort-genai" >&2
 # shellcheck disable=SC2046,SC2086
 "$SPECRT" bench "$DEMO_BUNDLE" --peer hf $(peers ort-genai) $DEMO_ARGS --title "Demo pair: every method, k and suite" \
   --json "$OUT/demo.json" --plot "$OUT/demo.png" --markdown "$PART1"
+keep "$PART1"
 fi
 
 if wants simulated; then
@@ -95,6 +99,7 @@ fi
 # shellcheck disable=SC2086
 "$SPECRT" bench "$RANDOM_DIR/bundle" $SIM_ARGS --title "Runtime efficiency at simulated acceptance (random ${RANDOM_PARAMS} Llama)" \
   --json "$OUT/simulated.json" --plot "$OUT/simulated.png" --markdown "$PART2"
+keep "$PART2"
 fi
 
 smol_bundle() {
@@ -114,6 +119,7 @@ echo "== 5/6 specrt bench $SMOL_BUNDLE --peer ort-genai --peer llama.cpp --ttft-
 "$SPECRT" bench "$SMOL_BUNDLE" --k 2,4,auto --prompts-per-suite 1 --ttft-prompt-tokens "$SMOL_TTFT" $(peers ort-genai llama.cpp) \
   $SMOL_ARGS --title "SmolLM2-135M-Instruct (fp32 from its Q4_1 GGUF) beside onnxruntime-genai and llama.cpp" \
   --json "$OUT/smollm2.json" --markdown "$PART3"
+keep "$PART3"
 fi
 
 if wants smollm2-int4; then
@@ -126,9 +132,10 @@ if [[ ! -f "$SMOL_INT4/manifest.json" ]]; then
 fi
 echo "== 5c/6 specrt bench $SMOL_INT4 --peer ort-genai --peer llama.cpp" >&2
 # shellcheck disable=SC2046,SC2086
-"$SPECRT" bench "$SMOL_INT4" --k 2,4,auto --prompts-per-suite 1 $(peers ort-genai llama.cpp) $SMOL_ARGS \
+"$SPECRT" bench "$SMOL_INT4" --k 2,4,auto --prompts-per-suite 1 --target-checkpoint "$wheel" $(peers ort-genai llama.cpp) $SMOL_ARGS \
   --title "SmolLM2-135M-Instruct int4 (MatMulNBits, defaults) beside onnxruntime-genai int4 and llama.cpp Q4_1" \
   --json "$OUT/smollm2_int4.json" --markdown "$PART4"
+keep "$PART4"
 fi
 
 echo "== 6/6 $BENCHMARKS" >&2
