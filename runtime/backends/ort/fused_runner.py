@@ -7,7 +7,7 @@ rejected drafts is `truncate(n)` (an integer store) and nothing is rebound per s
 Logits are computed only for the rows asked for (`logit_positions`): every row for decode / verify, the
 last row for prefill.
 
-`min_rows` (a quantized target at MatMulNBits accuracy level 4, bundle/quantization.py): a decode / verify call
+`min_rows` (a quantized target at MatMulNBits accuracy level 4, `quantization.min_rows`, `ModelEntry.ort_min_rows` in bundle/entries.py): a decode / verify call
 with fewer tokens runs with the last token repeated up to `min_rows` rows, logits for every row, and returns only
 the real rows. The repeated rows land in cache rows past the committed length, which the next call overwrites.
 ONNX Runtime's int8-compute MatMulNBits has one kernel for one-row calls and another for several rows, which
