@@ -87,17 +87,22 @@ class Generator:
         self.eos_ids = frozenset(int(t) for t in tok.eos_token_ids)
         self.bos_id = tok.bos_token_id
         short = self.max_draft_tokens + 2
+        draft_entry = manifest.models.get("draft")
+        # A small draft runs fastest on one thread (no pool synchronisation per tiny matmul); a larger one
+        # gets a thread pool too, and then the two sessions must not spin against each other.
+        small = draft_entry is not None and (draft_entry.num_parameters or 0) < SMALL_DRAFT_PARAMETERS
+        draft_threads = 1 if small else threads
+        alternating = draft_entry is not None and (draft_threads or backends.default_threads()) > 1
         self.target = backends.create_runner(manifest, "target", self.backend, capacity=self.max_seq_len,
                                              max_short_tokens=short, threads=threads,
-                                             want_hidden=manifest.medusa is not None, device=target_device)
+                                             want_hidden=manifest.medusa is not None, device=target_device,
+                                             alternating=alternating)
         self.vocab_size = self.target.vocab_size
         self.draft = None
-        if "draft" in manifest.models:
-            # A small draft runs fastest on one thread (no pool synchronisation per tiny matmul).
-            small = (manifest.models["draft"].num_parameters or 0) < SMALL_DRAFT_PARAMETERS
+        if draft_entry is not None:
             self.draft = backends.create_runner(manifest, "draft", self.backend, capacity=self.max_seq_len,
-                                                max_short_tokens=short, threads=1 if small else threads,
-                                                device=draft_device)
+                                                max_short_tokens=short, threads=draft_threads,
+                                                device=draft_device, alternating=alternating)
         self._medusa_cache: dict = {}  # the heads session, created on first use
         self._policies: dict = {}  # AdaptiveK per (method, max k), kept across calls
         self.warmup()

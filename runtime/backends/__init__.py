@@ -17,6 +17,7 @@ import warnings
 
 from ...core.errors import BackendUnavailable, InvalidArgument
 from .base import Runner
+from .ort.runner import default_threads  # noqa: F401  (the Generator sizes its pools with it)
 
 BACKENDS = ("auto", "ort", "ort-portable", "torch", "trt", "ort-cuda", "ort-trt")
 
@@ -58,7 +59,8 @@ def resolve_backend(backend: str, manifest) -> str:
 
 
 def create_runner(manifest, role: str, backend: str, *, capacity: int, max_short_tokens: int,
-                  threads: int | None = None, want_hidden: bool = False, device: str | None = None) -> Runner:
+                  threads: int | None = None, want_hidden: bool = False, device: str | None = None,
+                  alternating: bool = False) -> Runner:
     entry = manifest.models[role]
     config = entry.decoder_config
     onnx_path = manifest.path(entry.onnx)
@@ -70,13 +72,13 @@ def create_runner(manifest, role: str, backend: str, *, capacity: int, max_short
 
         return OrtFusedRunner(manifest.path(fused), config, capacity, max_short_tokens,
                               device=device or "cpu", threads=threads, want_hidden=want_hidden,
-                              min_rows=entry.ort_min_rows if role == "target" else 1)
+                              min_rows=entry.ort_min_rows if role == "target" else 1, alternating=alternating)
     if backend in ("ort", "ort-portable"):
         from .ort.runner import OrtRunner
 
         return OrtRunner(onnx_path, config, capacity, max_short_tokens, device=device or "cpu",
                          threads=threads, want_hidden=want_hidden,
-                         min_rows=entry.ort_min_rows if role == "target" else 1)
+                         min_rows=entry.ort_min_rows if role == "target" else 1, alternating=alternating)
     if backend in ("ort-cuda", "ort-trt"):
         from .ort.gpu_runner import OrtGpuRunner
 

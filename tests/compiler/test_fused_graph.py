@@ -171,3 +171,37 @@ def test_prefill_computes_only_the_last_logits_row(pair_bundle, backend):
     after = r.forward(ids[:1]).copy()  # the cache written by the last-row prefill is right
     r.reset()
     assert np.allclose(after, r.forward(np.concatenate([ids, ids[:1]]))[-1:], atol=1e-4, rtol=1e-4)
+
+
+def test_fused_runner_bindings_follow_every_change_of_call_shape(pair_bundle):
+    """The fused runner binds its buffers once per call shape: a sequence that changes shape (decode,
+    verify, a rollback, a long call on one-off buffers, last-row prefill) gives the portable runner's logits
+    at every call, and a repeated shape reuses the bindings without rebinding."""
+    from specrt.runtime import load
+
+    fused, portable = load(pair_bundle, backend="ort").target, load(pair_bundle, backend="ort-portable").target
+    assert fused.describe()["graph"] == "fused"
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, fused.vocab_size, 120).astype(np.int64)
+    calls = [("prefill", 20), ("fwd", 1), ("fwd", 1), ("fwd", 4), ("truncate", 2), ("fwd", 1), ("fwd", 30),
+             ("fwd", 1), ("last", 3), ("fwd", 5), ("fwd", 5), ("fwd", 1)]
+    pos = 0
+    for kind, n in calls:
+        if kind == "truncate":
+            fused.truncate(fused.length - n)
+            portable.truncate(portable.length - n)
+            pos -= n
+            continue
+        chunk = ids[pos:pos + n]
+        pos += n
+        if kind == "prefill":
+            got, want = fused.prefill(chunk, chunk=8), portable.prefill(chunk, chunk=8)
+        elif kind == "last":
+            got, want = fused.forward_last(chunk), portable.forward_last(chunk)
+        else:
+            bound_before = fused._bound
+            got, want = fused.forward(chunk), portable.forward(chunk)
+            if n == 1 and bound_before is not None and bound_before[0] == 1:
+                assert fused._bound == bound_before  # same shape: nothing rebound
+        assert got.shape == want.shape and np.allclose(got, want, atol=1e-4, rtol=1e-4), (kind, n)
+        assert fused.length == portable.length == pos

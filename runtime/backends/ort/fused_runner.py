@@ -29,6 +29,8 @@ from ...kv_cache import KVCache
 from ..base import Runner
 from .runner import cpu_session, import_ort, one_line
 
+PREFILL_ROWS = 256  # input_ids buffer kept for calls up to this many tokens (the loop's prefill chunk)
+
 
 class HeadMajorKVCache(KVCache):
     """KVCache with the layout GroupQueryAttention reads: [1, Hkv, capacity, D] per layer (keys, values)."""
@@ -43,7 +45,7 @@ class OrtFusedRunner(Runner):
 
     def __init__(self, onnx_path: Path, config: DecoderConfig, capacity: int, max_short_tokens: int,
                  device: str = "cpu", threads: int | None = None, want_hidden: bool = False,
-                 min_rows: int = 1) -> None:
+                 min_rows: int = 1, alternating: bool = False) -> None:
         ort = import_ort()
         if device != "cpu":
             raise BackendUnavailable(f"ort device {device!r}: the fused ONNX Runtime runner runs on the CPU")
@@ -52,7 +54,7 @@ class OrtFusedRunner(Runner):
         max_short_tokens = max(max_short_tokens, min_rows)
         self.want_hidden = want_hidden
         self._ort = ort
-        self.session, opts = cpu_session(ort, onnx_path, threads)
+        self.session, opts = cpu_session(ort, onnx_path, threads, alternating)
         self.onnx_path = onnx_path
         self.threads = opts.intra_op_num_threads
         self.cache = HeadMajorKVCache(config.num_layers, capacity, config.num_kv_heads, config.head_dim)
@@ -64,8 +66,12 @@ class OrtFusedRunner(Runner):
         self._rows = np.arange(max(capacity, 1), dtype=np.int64)  # logit_positions source
         self._seqlens_k = np.zeros(1, dtype=np.int32)  # [1]
         self._total = np.zeros((), dtype=np.int32)  # []
+        self._ids = np.zeros((1, max(max_short_tokens, PREFILL_ROWS)), dtype=np.int64)  # input_ids source
         self._binding = self.session.io_binding()
         self._bind_cache()
+        self._binding.bind_cpu_input(SEQLENS_K, self._seqlens_k)  # bound once, updated in place
+        self._binding.bind_cpu_input(TOTAL_SEQUENCE_LENGTH, self._total)
+        self._bound: tuple | None = None  # the call shape the token / row / output bindings are set for
 
     def _bind_cache(self) -> None:
         """Bind every layer's buffers as past and present once: they never move and never change shape."""
@@ -76,21 +82,33 @@ class OrtFusedRunner(Runner):
                 b.bind_input(name_in, "cpu", 0, np.float32, list(buf.shape), buf.ctypes.data)
                 b.bind_output(name_out, "cpu", 0, np.float32, list(buf.shape), buf.ctypes.data)
 
-    def _run(self, token_ids: np.ndarray, p: int, rows: np.ndarray, logits_buf: np.ndarray) -> None:
+    def _run(self, token_ids: np.ndarray, p: int, row_start: int, rows: int, logits_buf: np.ndarray) -> None:
+        """Run S tokens at past length p; logits of rows [row_start, row_start + rows) into logits_buf.
+
+        Every buffer is bound by pointer and bound again only when the call's shape changes, so a decode
+        step with the same shape as the last one (plain decoding, a fixed k) writes three numbers and the
+        token ids into bound memory and runs: no binding calls and no allocation per step.
+        """
         s = token_ids.size
-        b = self._binding
-        b.bind_cpu_input(graph_io.INPUT_IDS, np.ascontiguousarray(token_ids, dtype=np.int64)[None, :])
-        b.bind_cpu_input(LOGIT_POSITIONS, rows)
+        ids = self._ids if s <= self._ids.shape[1] else np.empty((1, s), dtype=np.int64)
+        ids[0, :s] = token_ids
         self._seqlens_k[0] = p + s - 1
         self._total[()] = p + s
-        b.bind_cpu_input(SEQLENS_K, self._seqlens_k)
-        b.bind_cpu_input(TOTAL_SEQUENCE_LENGTH, self._total)
-        v, h = self.config.vocab_size, self.config.hidden_size
-        hidden_buf = self._hidden if s <= self.max_short else np.empty((1, s, h), dtype=np.float32)
-        b.bind_output(graph_io.LOGITS, "cpu", 0, np.float32, [1, rows.size, v], logits_buf.ctypes.data)
-        b.bind_output(graph_io.HIDDEN_STATES, "cpu", 0, np.float32, [1, s, h], hidden_buf.ctypes.data)
+        hidden_buf = self._hidden if s <= self.max_short else np.empty((1, s, self.config.hidden_size), np.float32)
+        persistent = (ids is self._ids and hidden_buf is self._hidden
+                      and (logits_buf is self._logits or logits_buf is self._last_logits))
+        key = (s, row_start, rows, id(logits_buf)) if persistent else None
+        if key is None or key != self._bound:
+            b = self._binding
+            b.bind_cpu_input(graph_io.INPUT_IDS, ids[:, :s])
+            b.bind_cpu_input(LOGIT_POSITIONS, self._rows[row_start:row_start + rows])
+            b.bind_output(graph_io.LOGITS, "cpu", 0, np.float32, [1, rows, self.config.vocab_size],
+                          logits_buf.ctypes.data)
+            b.bind_output(graph_io.HIDDEN_STATES, "cpu", 0, np.float32, [1, s, self.config.hidden_size],
+                          hidden_buf.ctypes.data)
+            self._bound = key  # None after a one-off buffer (a long call): the next call binds again
         try:
-            self.session.run_with_iobinding(b)
+            self.session.run_with_iobinding(self._binding)
         except Exception as exc:
             raise BackendError(f"ONNX Runtime run failed on {self.onnx_path} (S={s}, P={p}): {one_line(exc)}") from None
         self.hidden_states = hidden_buf[0, :s] if self.want_hidden else None
@@ -101,13 +119,13 @@ class OrtFusedRunner(Runner):
             token_ids = np.concatenate([token_ids, np.repeat(token_ids[-1:], self.min_rows - s)])
         rows = token_ids.size
         buf = self._logits if rows <= self.max_short else np.empty((1, rows, self.config.vocab_size), np.float32)
-        self._run(token_ids, past, self._rows[:rows], buf)
+        self._run(token_ids, past, 0, rows, buf)
         if self.want_hidden:
             self.hidden_states = self.hidden_states[:s]
         return buf[0, :s]
 
     def _forward_last(self, token_ids: np.ndarray, past: int) -> np.ndarray:
-        self._run(token_ids, past, self._rows[token_ids.size - 1:token_ids.size], self._last_logits)
+        self._run(token_ids, past, token_ids.size - 1, 1, self._last_logits)
         return self._last_logits[0, 0]
 
     def describe(self) -> dict[str, Any]:

@@ -65,18 +65,25 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def cpu_session(ort, onnx_path: Path, threads: int | None):
-    """(InferenceSession on the CPU provider, its SessionOptions) with specrt's thread settings."""
+def cpu_session(ort, onnx_path: Path, threads: int | None, alternating: bool = False):
+    """(InferenceSession on the CPU provider, its SessionOptions) with specrt's thread settings.
+
+    Pool threads spin-wait for work (waking a sleeping thread for every operator costs 10-30% of a small
+    model's decode step). `alternating`: another multi-threaded session (the draft) runs between this
+    one's runs on the same cores, so both stop spinning when a run ends (`session.force_spinning_stop`);
+    spinning against each other made a speculative step 2x slower. SPECRT_ORT_SPIN=0 turns spinning off
+    (a machine shared with other busy processes).
+    """
     opts = ort.SessionOptions()
     opts.log_severity_level = 3  # errors only: the portable graph's defaulted logit_start input would warn on every load
     opts.intra_op_num_threads = threads or default_threads()
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if os.environ.get("SPECRT_ORT_SPIN", "0") != "1":
-        # Two sessions (draft, target) alternate on the same cores: spinning pool threads of the idle
-        # one would steal the cores from the busy one.
+    if os.environ.get("SPECRT_ORT_SPIN", "1") == "0":
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    elif alternating:
+        opts.add_session_config_entry("session.force_spinning_stop", "1")
     try:
         return ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"]), opts
     except Exception as exc:
@@ -88,7 +95,7 @@ class OrtRunner(Runner):
 
     def __init__(self, onnx_path: Path, config: DecoderConfig, capacity: int, max_short_tokens: int,
                  device: str = "cpu", threads: int | None = None, want_hidden: bool = False,
-                 min_rows: int = 1) -> None:
+                 min_rows: int = 1, alternating: bool = False) -> None:
         ort = import_ort()
         if device != "cpu":
             raise BackendUnavailable(
@@ -101,7 +108,7 @@ class OrtRunner(Runner):
         self.want_hidden = want_hidden
         self._ort = ort
         self.provider_request = "cpu"
-        self.session, opts = cpu_session(ort, onnx_path, threads)
+        self.session, opts = cpu_session(ort, onnx_path, threads, alternating)
         self.onnx_path = onnx_path
         self.cache = KVCache(config.num_layers, capacity, config.num_kv_heads, config.head_dim,
                              lambda shape: np.zeros(shape, dtype=np.float32))
