@@ -32,6 +32,12 @@ class Runner(abc.ABC):
     cache: KVCache
     config: DecoderConfig
     hidden_states: np.ndarray | None = None  # [S, hidden] of the last call when want_hidden
+    # Calls of fewer tokens run as this many rows, the last token repeated, and return only the real rows; the
+    # extra rows land in cache rows past the committed length, which the next call overwrites. 2 for a quantized
+    # target at MatMulNBits accuracy level 4 (`ModelEntry.ort_min_rows`): ONNX Runtime's one-row and several-row
+    # int8 kernels round differently, and with every call on the several-row kernel a verify pass and one-token
+    # decoding agree.
+    min_rows: int = 1
 
     @property
     def length(self) -> int:
@@ -58,8 +64,16 @@ class Runner(abc.ABC):
         backend's `_forward` with the past length P, then commit the S new rows to the cache.
         """
         past = self._check(token_ids)
-        logits = self._forward(token_ids, past)
-        self.cache.length = past + token_ids.size
+        s = token_ids.size
+        if s < self.min_rows and past + self.min_rows <= self.capacity:
+            # a shorter call runs as min_rows rows (the last token repeated): see `min_rows` above
+            padded = np.concatenate([token_ids, np.repeat(token_ids[-1:], self.min_rows - s)])
+            logits = self._forward(padded, past)[:s]
+            if self.hidden_states is not None:
+                self.hidden_states = self.hidden_states[:s]
+        else:
+            logits = self._forward(token_ids, past)
+        self.cache.length = past + s
         return logits
 
     def prefill(self, token_ids: np.ndarray, chunk: int = 256) -> np.ndarray:

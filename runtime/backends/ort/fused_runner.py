@@ -3,15 +3,11 @@
 The KV cache is one [1, Hkv, capacity, D] buffer per layer for keys and one for values, bound once as
 both `past_*` and `present_*`: GroupQueryAttention writes the S new rows at [P, P + S) in place and reads
 rows [0, P + S). The past length reaches the op as `seqlens_k` / `total_sequence_length`, so rollback of
-rejected drafts is `truncate(n)` (an integer store) and nothing is rebound per step except the token ids.
+rejected drafts is `truncate(n)` (an integer store); token ids and lengths are written into bound memory (`_run`).
 Logits are computed only for the rows asked for (`logit_positions`): every row for decode / verify, the
 last row for prefill.
 
-`min_rows` (a quantized target at MatMulNBits accuracy level 4, `quantization.min_rows`, `ModelEntry.ort_min_rows` in bundle/entries.py): a decode / verify call
-with fewer tokens runs with the last token repeated up to `min_rows` rows, logits for every row, and returns only
-the real rows. The repeated rows land in cache rows past the committed length, which the next call overwrites.
-ONNX Runtime's int8-compute MatMulNBits has one kernel for one-row calls and another for several rows, which
-round differently; with every call on the several-row kernel, a verify pass and one-token decoding agree.
+`min_rows` (a quantized target, see `Runner.min_rows`) is applied by `Runner.forward`.
 """
 
 from __future__ import annotations
@@ -114,15 +110,10 @@ class OrtFusedRunner(Runner):
         self.hidden_states = hidden_buf[0, :s] if self.want_hidden else None
 
     def _forward(self, token_ids: np.ndarray, past: int) -> np.ndarray:
-        s = token_ids.size
-        if s < self.min_rows and past + self.min_rows <= self.cache.capacity:
-            token_ids = np.concatenate([token_ids, np.repeat(token_ids[-1:], self.min_rows - s)])
         rows = token_ids.size
         buf = self._logits if rows <= self.max_short else np.empty((1, rows, self.config.vocab_size), np.float32)
         self._run(token_ids, past, 0, rows, buf)
-        if self.want_hidden:
-            self.hidden_states = self.hidden_states[:s]
-        return buf[0, :s]
+        return buf[0, :rows]
 
     def _forward_last(self, token_ids: np.ndarray, past: int) -> np.ndarray:
         self._run(token_ids, past, token_ids.size - 1, 1, self._last_logits)

@@ -103,7 +103,7 @@ class OrtRunner(Runner):
                 "backend='ort-cuda' / 'ort-trt' (provider on GPU) or backend='trt'"
             )
         self.config = config
-        self.min_rows = min_rows  # shorter decode / verify calls are padded (see fused_runner.py)
+        self.min_rows = min_rows  # shorter decode / verify calls are padded (Runner.forward)
         max_short_tokens = max(max_short_tokens, min_rows)
         self.want_hidden = want_hidden
         self._ort = ort
@@ -165,9 +165,6 @@ class OrtRunner(Runner):
         return logits[0, -1]
 
     def _forward(self, token_ids: np.ndarray, p: int) -> np.ndarray:
-        real = token_ids.size
-        if real < self.min_rows and p + self.min_rows <= self.cache.capacity:
-            token_ids = np.concatenate([token_ids, np.repeat(token_ids[-1:], self.min_rows - real)])
         s = token_ids.size
         b = self._binding
         b.bind_cpu_input(graph_io.INPUT_IDS, np.ascontiguousarray(token_ids, dtype=np.int64)[None, :])
@@ -193,8 +190,8 @@ class OrtRunner(Runner):
         except Exception as exc:
             raise BackendError(f"ONNX Runtime run failed on {self.onnx_path} (S={s}, P={p}): {one_line(exc)}; "
                                "if the bundle's manifest was edited, recompile it") from None
-        self.hidden_states = hidden_buf[0, :real] if self.want_hidden else None
-        return logits_buf[0, :real]
+        self.hidden_states = hidden_buf[0, :s] if self.want_hidden else None
+        return logits_buf[0, :s]
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "provider": self.session.get_providers()[0],
