@@ -67,12 +67,12 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
         k = policy.next_k() if proposer is not None else 0
         k = max(0, min(k, max_draft_tokens, remaining - 1, room - 1))
         t0 = time.perf_counter()
-        source = ""
+        source, catch_up_s = "", 0.0
         if k > 0:
             proposal = proposer.propose(tokens, n, k)
             drafts, draft_probs = proposal.token_ids, proposal.probs  # probs: None for a point mass
             stats.draft_calls += proposal.calls
-            source = proposal.source
+            source, catch_up_s = proposal.source, proposal.catch_up_s
         else:
             drafts, draft_probs = tokens[:0], None
         t1 = time.perf_counter()
@@ -101,7 +101,7 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
         stats.verify_seconds += t2 - t1
         if proposer is not None:
             proposer.observe(n, j, target.hidden_states)
-            policy.update(k, kk, j, t1 - t0, t2 - t1)
+            policy.update(k, kk, j, t1 - t0 - catch_up_s, t2 - t1)
             if on_step is not None:
                 on_step(k, kk, j)
             stats.num_speculative_tokens = policy.current_k

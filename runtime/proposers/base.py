@@ -35,6 +35,10 @@ class Proposal:
     probs: np.ndarray | None = None  # [k', V] draft distributions when SAMPLED, else None
     calls: int = 0  # model forward passes spent drafting
     source: str = ""  # the branch that drafted it, for proposers with several (hybrid: "ngram" | "draft")
+    # seconds spent feeding the draft model committed tokens beyond its usual one or two (after steps it did not
+    # draft: speculation off, n-gram branch): a one-off cost that the adaptive policy keeps out of its
+    # per-token draft cost (it stays in the timings and stats)
+    catch_up_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind == SAMPLED:
@@ -47,12 +51,13 @@ class Proposal:
             raise ValueError(f"proposal kind must be {POINT_MASS!r} or {SAMPLED!r}, got {self.kind!r}")
 
     @classmethod
-    def point_mass(cls, token_ids: np.ndarray, calls: int = 0) -> "Proposal":
-        return cls(token_ids, POINT_MASS, None, calls)
+    def point_mass(cls, token_ids: np.ndarray, calls: int = 0, catch_up_s: float = 0.0) -> "Proposal":
+        return cls(token_ids, POINT_MASS, None, calls, catch_up_s=catch_up_s)
 
     @classmethod
-    def sampled(cls, token_ids: np.ndarray, probs: np.ndarray, calls: int = 0) -> "Proposal":
-        return cls(token_ids, SAMPLED, probs, calls)
+    def sampled(cls, token_ids: np.ndarray, probs: np.ndarray, calls: int = 0,
+                catch_up_s: float = 0.0) -> "Proposal":
+        return cls(token_ids, SAMPLED, probs, calls, catch_up_s=catch_up_s)
 
 
 class Proposer(Protocol):

@@ -8,6 +8,8 @@ draft cache back to the longest prefix that is still committed.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ..backends.base import Runner
@@ -26,6 +28,7 @@ class DraftModelProposer:
         self.vocab = max(target_vocab, runner.vocab_size)  # draft probs padded to the larger vocabulary
         self.prefill_chunk = prefill_chunk
         self._tok = np.empty(1, dtype=np.int64)
+        self._call_s: float | None = None  # moving average of one single-token draft call, seconds
 
     def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None:
         """Prefill the draft with the committed tokens except the pending last one (timed as prefill)."""
@@ -45,15 +48,22 @@ class DraftModelProposer:
         probs = None if self.params.greedy else np.zeros((k, self.vocab), dtype=np.float64)
         unseen = n - r.length  # normally 1 (the pending token), 2 after a fully accepted step
         calls = -(-unseen // self.prefill_chunk)
+        t0 = time.perf_counter()
         draft[0] = self._pick(r.prefill(tokens[r.length:n], self.prefill_chunk), probs, 0)
+        first_s = time.perf_counter() - t0
         for i in range(1, k):
+            t0 = time.perf_counter()
             self._tok[0] = draft[i - 1]
             logits = r.forward(self._tok)
             calls += 1
             draft[i] = self._pick(logits[-1], probs, i)
+            dt = time.perf_counter() - t0
+            self._call_s = dt if self._call_s is None else 0.75 * self._call_s + 0.25 * dt
+        # a long catch-up (the draft sat out steps): its cost beyond one ordinary call is not a per-token cost
+        catch_up_s = max(first_s - self._call_s, 0.0) if unseen > 2 and self._call_s is not None else 0.0
         if probs is None:  # greedy drafts are argmaxes: a point mass
-            return Proposal.point_mass(draft, calls)
-        return Proposal.sampled(draft, probs, calls)
+            return Proposal.point_mass(draft, calls, catch_up_s)
+        return Proposal.sampled(draft, probs, calls, catch_up_s)
 
     def observe(self, n: int, num_accepted: int, target_hidden: np.ndarray | None = None) -> None:
         # Valid cached prefix: everything still committed except the pending last token.

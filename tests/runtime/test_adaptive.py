@@ -86,3 +86,39 @@ def test_primed_controller_starts_at_the_predicted_k_and_says_why_it_is_off():
 def test_generator_primes_its_controllers_from_load_time_costs(pair_generator):
     policy = pair_generator.make_policy("auto", "draft")
     assert all(v is not None and v > 0 for v in policy.verify_cost) and policy.draft_cost > 0
+
+
+def test_a_long_catch_up_is_kept_out_of_the_per_token_draft_cost():
+    """After steps without the draft model (speculation off, n-gram branch) its next proposal first feeds every
+    committed token it missed. That one-off cost is reported as `catch_up_s` (beyond one ordinary call) and the
+    loop leaves it out of the adaptive policy's per-token draft cost; an ordinary step reports none."""
+    import time
+    from types import SimpleNamespace
+
+    from specrt.runtime.backends.base import Runner
+    from specrt.runtime.kv_cache import KVCache
+    from specrt.runtime.proposers.draft_model import DraftModelProposer
+    from specrt.runtime.sampling import SamplingParams
+
+    class SlowRunner(Runner):  # the real Runner template; each position costs 2 ms
+        name = "slow"
+
+        def __init__(self):
+            self.config = SimpleNamespace(vocab_size=16)
+            self.cache = KVCache(1, 256, 1, 1, lambda shape: np.zeros(shape, np.float32))
+
+        def _forward(self, token_ids, past):
+            time.sleep(0.002 * token_ids.size)
+            logits = np.zeros((token_ids.size, 16), np.float32)
+            logits[:, 3] = 1.0
+            return logits
+
+    proposer = DraftModelProposer(SlowRunner(), SamplingParams(temperature=0.0), np.random.default_rng(0), 16)
+    tokens = np.arange(200, dtype=np.int64) % 16
+    proposer.start(tokens, 10)
+    ordinary = proposer.propose(tokens, 10, 4)  # one unseen token, then three single-token calls
+    assert ordinary.catch_up_s == 0.0 and ordinary.token_ids.tolist() == [3, 3, 3, 3]
+    proposer.observe(11, 0)
+    late = proposer.propose(tokens, 31, 4)  # 21 committed tokens the draft has not seen (~42 ms in one call)
+    assert late.catch_up_s > 0.03
+    assert late.catch_up_s < 0.042 + 0.5  # at most the whole catch-up call

@@ -116,6 +116,8 @@ class OrtFusedRunner(Runner):
         return buf[0, :rows]
 
     def _forward_last(self, token_ids: np.ndarray, past: int) -> np.ndarray:
+        if token_ids.size <= self.max_short:  # a short call (a draft's catch-up): the decode bindings, no rebinding
+            return self._forward(token_ids, past)[-1]
         self._run(token_ids, past, token_ids.size - 1, 1, self._last_logits)
         return self._last_logits[0, 0]
 
