@@ -1,8 +1,17 @@
-"""Write a GGUF file (llama.cpp layout) from a tiny transformers Llama checkpoint, with the `gguf` package.
+"""Write GGUF files (llama.cpp layout) from tiny transformers checkpoints, with the `gguf` package: Llama,
+Mistral, Qwen2, Qwen3 and Gemma 3.
 
-Test-only: real GGUF files come from llama.cpp's converter; this writes the same keys and tensor names
-for the Llama architecture (q/k rows permuted the way llama.cpp stores them; transformers undoes it)
-and a byte-level BPE tokenizer (`tokenizer.ggml.model = gpt2`) with merges and an optional chat template.
+Test-only: real GGUF files come from llama.cpp's converter; this writes the same keys and tensor names.
+Tensor names come from the `gguf` package's own name map (`get_tensor_name_map`, the table llama.cpp's
+converter uses); the conventions llama.cpp's converter applies per architecture are repeated here:
+  * Llama / Mistral: q/k rows permuted to interleaved rope pairs (transformers undoes it);
+  * Qwen2 / Qwen3 / Gemma 3: NEOX rope, no permutation;
+  * Gemma 3: every norm weight is stored as 1 + w (llama.cpp multiplies by w; transformers subtracts 1);
+  * Mistral: llama.cpp writes it as architecture "llama" (so transformers reads it as Llama), except that
+    transformers routes a file whose general.name is exactly "mistral" to a Mistral tensor map.
+Metadata keys are the ones llama.cpp writes (context/embedding/feed-forward lengths, head counts, rope base,
+rms epsilon; key_length for Qwen3 and Gemma 3, the sliding window for Gemma 3). The tokenizer is byte-level
+BPE (`tokenizer.ggml.model = gpt2`) with merges and an optional chat template.
 """
 
 from __future__ import annotations
@@ -12,71 +21,98 @@ from pathlib import Path
 
 import numpy as np
 
-LAYER_NAMES = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-}
-
 
 def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """[n_head * D, in] rows reordered from rotate-half pairs to llama.cpp's interleaved pairs."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def gguf_name(hf: str) -> str:
-    if hf == "model.embed_tokens.weight":
-        return "token_embd.weight"
-    if hf == "model.norm.weight":
-        return "output_norm.weight"
-    if hf == "lm_head.weight":
-        return "output.weight"
-    _, _, i, rest = hf.split(".", 3)  # model.layers.{i}.{rest}
-    return f"blk.{i}.{LAYER_NAMES[rest]}"
+GGUF_ARCH = {"qwen2": "qwen2", "qwen3": "qwen3", "gemma3_text": "gemma3", "mistral": "llama", "llama": "llama"}
 
 
-def write_llama_gguf(checkpoint: Path, out: Path, qtype: str = "F32", chat_template: str | None = None) -> Path:
-    """checkpoint: a transformers LlamaForCausalLM directory with tokenizer.json. qtype: F32, Q8_0 or Q4_0."""
+def _name_map(arch: str, layers: int):
     import gguf
-    from safetensors.numpy import load_file
 
-    cfg = json.loads((checkpoint / "config.json").read_text())
-    tok = json.loads((checkpoint / "tokenizer.json").read_text())
+    key = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
+    return gguf.get_tensor_name_map(key, layers)
+
+
+def _gguf_tensor_name(name_map, hf: str) -> str:
+    base, suffix = hf.rsplit(".", 1)
+    mapped = name_map.get_name(base)
+    if mapped is None:
+        raise KeyError(f"no GGUF name for {hf}")
+    return f"{mapped}.{suffix}"
+
+
+def _metadata(w, cfg: dict, model_type: str) -> None:
     heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    rope = cfg.get("rope_parameters") or {"rope_theta": cfg.get("rope_theta", 10000.0)}
-    w = gguf.GGUFWriter(str(out), "llama")
+    rope = cfg.get("rope_parameters") or {}
+    if model_type == "gemma3_text":
+        rope = rope.get("full_attention", rope)
+    theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
     w.add_block_count(cfg["num_hidden_layers"])
     w.add_feed_forward_length(cfg["intermediate_size"])
     w.add_head_count(heads)
     w.add_head_count_kv(kv_heads)
-    w.add_rope_dimension_count(head_dim)
-    w.add_rope_freq_base(float(rope["rope_theta"]))
+    w.add_rope_freq_base(float(theta))
     w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
     w.add_vocab_size(cfg["vocab_size"])
+    if model_type in ("llama", "mistral"):
+        w.add_rope_dimension_count(head_dim)
+    if model_type in ("qwen3", "gemma3_text"):
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    if model_type == "gemma3_text":
+        w.add_sliding_window(cfg["sliding_window"])
+
+
+def _convert(name: str, t: np.ndarray, model_type: str, cfg: dict) -> np.ndarray:
+    if model_type in ("llama", "mistral"):
+        if name.endswith("q_proj.weight"):
+            return llama_cpp_permute(t, cfg["num_attention_heads"])
+        if name.endswith("k_proj.weight"):
+            return llama_cpp_permute(t, cfg["num_key_value_heads"])
+    if model_type == "gemma3_text" and name.endswith("norm.weight"):
+        return t + 1.0
+    return t
+
+
+def write_gguf(checkpoint: Path, out: Path, qtype: str = "F32", chat_template: str | None = None,
+               name: str | None = None) -> Path:
+    """checkpoint: a transformers directory (config.json, model.safetensors, tokenizer.json) of a model_type in
+    GGUF_ARCH. qtype: F32, Q8_0 or Q4_0 (matrices only; norms and biases stay F32, as llama.cpp writes them).
+    name: general.name (llama.cpp writes the model's name there)."""
+    import gguf
+    from safetensors.numpy import load_file
+
+    cfg = json.loads((checkpoint / "config.json").read_text())
+    tok = json.loads((checkpoint / "tokenizer.json").read_text())
+    model_type = cfg["model_type"]
+    arch = GGUF_ARCH[model_type]
+    w = gguf.GGUFWriter(str(out), arch)
+    if name is not None:
+        w.add_name(name)
+    _metadata(w, cfg, model_type)
     w.add_file_type({"F32": 0, "Q8_0": 7, "Q4_0": 2}[qtype])
     _add_tokenizer(w, tok, cfg, chat_template)
-    tensors = load_file(str(checkpoint / "model.safetensors"))
-    for name, t in tensors.items():
-        t = t.astype(np.float32)
-        if name.endswith("q_proj.weight"):
-            t = llama_cpp_permute(t, heads)
-        elif name.endswith("k_proj.weight"):
-            t = llama_cpp_permute(t, kv_heads)
-        _add_tensor(w, gguf_name(name), t, qtype)
+    names = _name_map(arch, cfg["num_hidden_layers"])
+    for name, t in load_file(str(checkpoint / "model.safetensors")).items():
+        t = _convert(name, t.astype(np.float32), model_type, cfg)
+        _add_tensor(w, _gguf_tensor_name(names, name), t, qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     return out
+
+
+def write_llama_gguf(checkpoint: Path, out: Path, qtype: str = "F32", chat_template: str | None = None) -> Path:
+    """A transformers Llama checkpoint as GGUF (qtype: F32, Q8_0 or Q4_0)."""
+    return write_gguf(checkpoint, out, qtype, chat_template)
 
 
 def _add_tensor(w, name: str, t: np.ndarray, qtype: str) -> None:

@@ -1,5 +1,5 @@
 """GGUF input beyond Llama: Qwen2, Qwen3, Gemma 3 and Mistral files written with the `gguf` package (llama.cpp's
-names and conventions, see gguf_arch_writer.py) compile, and greedy output equals transformers loading the same
+names and conventions, see gguf_writer.py) compile, and greedy output equals transformers loading the same
 file, plainly and speculatively (n-gram). Each written file is first checked against the checkpoint it came from
 (transformers on the GGUF == transformers on the checkpoint), so a wrong convention in the writer cannot hide."""
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from gguf_arch_writer import write_gguf
+from gguf_writer import write_gguf
 from helpers import hf_config
 
 from specrt.bundle.manifest import read_manifest
