@@ -80,7 +80,7 @@ def print_tables(result: dict[str, Any], console, compact: bool = False, wide: b
             console.print(f"note: {note}", markup=False, soft_wrap=True)
     if result.get("ttft"):
         console.print(ttft_line(result["ttft"]), markup=False, soft_wrap=True)
-    from ..cli.console import pack
+    from ..core.text import pack
 
     m = result["machine"]
     phrases = [f"{m['cpu']}, {m['cores_available']} cores, backend {m['backend']} ({m['provider']}, {m['threads']} threads);",

@@ -13,6 +13,7 @@ import statistics
 from typing import Iterable, Sequence
 
 from ..core.errors import InvalidArgument, SpecrtError
+from ..core.text import pack  # noqa: F401  (re-exported: the CLI modules import it from here)
 
 COMPACT_WIDTH = 100  # below this many columns the CLI prints compact tables
 
@@ -51,17 +52,6 @@ def busy_warning() -> str | None:
         return None
     return (f"warning: the machine is busy (load average {load:.1f} on {cores} cores): "
             "speedups vary from run to run; compare runs on an idle machine")
-
-
-def pack(phrases: Iterable[str], width: int, sep: str = "   ") -> list[str]:
-    """Join phrases into lines no wider than `width`, never breaking inside a phrase."""
-    lines: list[str] = []
-    for p in phrases:
-        if lines and len(lines[-1]) + len(sep) + len(p) <= width:
-            lines[-1] += sep + p
-        else:
-            lines.append(p)
-    return lines
 
 
 # API parameter names -> the CLI flags that set them (for errors raised by the library).
