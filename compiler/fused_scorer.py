@@ -14,7 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..bundle.graph_io import pad_rows
 from .fused_validate import run_fused
+from .quality import scorer_session
 
 
 class FusedScorer:
@@ -22,19 +24,12 @@ class FusedScorer:
 
     def __init__(self, onnx_path: Path, dims: dict[str, int], capacity: int, threads: int | None = None,
                  min_rows: int = 1) -> None:
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        if threads:
-            opts.intra_op_num_threads = threads
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+        self.session = scorer_session(onnx_path, threads)
         shape = (1, dims["num_kv_heads"], capacity, dims["head_dim"])
         self.keys = [np.zeros(shape, np.float32) for _ in range(dims["num_layers"])]
         self.values = [np.zeros(shape, np.float32) for _ in range(dims["num_layers"])]
         self.capacity = capacity
-        self.min_rows = min_rows  # pad shorter calls like the runner does (runtime/backends/ort/fused_runner.py)
+        self.min_rows = min_rows  # pad shorter calls like the runners do (Runner.forward)
 
     def empty_past(self) -> int:
         return 0
@@ -45,8 +40,8 @@ class FusedScorer:
         if past + ids.size > self.capacity:
             raise ValueError(f"{past} + {ids.size} rows exceed the scorer's capacity {self.capacity}")
         s = ids.size
-        if not last_only and s < self.min_rows and past + self.min_rows <= self.capacity:
-            ids = np.concatenate([ids, np.repeat(ids[-1:], self.min_rows - s)])
+        if not last_only and past + self.min_rows <= self.capacity:
+            ids = pad_rows(ids, self.min_rows)
         rows = np.arange(s - 1 if last_only else 0, ids.size, dtype=np.int64)
         logits, _ = run_fused(self.session, ids[None].astype(np.int64), rows, self.keys, self.values, past)
         return logits[0, :1 if last_only else s], past + s

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..bundle import graph_io
+from ..bundle.graph_io import pad_rows
 from ..core.errors import InvalidArgument
 
 MAX_QUALITY_TOKENS = 4096
@@ -42,17 +43,23 @@ def text_token_ids(tokenizer_path: Path, text: str, what: str) -> np.ndarray:
     return np.asarray(ids[:MAX_QUALITY_TOKENS], dtype=np.int64)
 
 
+def scorer_session(onnx_path: Path, threads: int | None):
+    """An ONNX Runtime CPU session for compile-time measurements (no spinning: compile may share the cores)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if threads:
+        opts.intra_op_num_threads = threads
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+
+
 class GraphScorer:
     """One ONNX Runtime CPU session over a graph with the portable I/O; calls with explicit past arrays."""
 
     def __init__(self, onnx_path: Path, dims: dict[str, int], threads: int | None = None, min_rows: int = 1) -> None:
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        if threads:
-            opts.intra_op_num_threads = threads
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+        self.session = scorer_session(onnx_path, threads)
         self.layers, self.kv = dims["num_layers"], (dims["num_kv_heads"], dims["head_dim"])
         self.min_rows = min_rows  # pad shorter calls with their last token, as the ONNX Runtime runners do
 
@@ -62,8 +69,7 @@ class GraphScorer:
     def run(self, ids: np.ndarray, past: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
         """Logits [S, V] for `ids` [S] after `past`, and the past extended by the S new rows."""
         p, s = past[0].shape[1], ids.size
-        if s < self.min_rows:
-            ids = np.concatenate([ids, np.repeat(ids[-1:], self.min_rows - s)])
+        ids = pad_rows(ids, self.min_rows)
         feeds = {graph_io.INPUT_IDS: ids[None].astype(np.int64),
                  graph_io.POSITION_IDS: np.arange(p, p + ids.size, dtype=np.int64)[None]}
         names = [graph_io.LOGITS]

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ...bundle.graph_io import pad_rows
 from ...core.errors import InvalidArgument
 from ...models.config import DecoderConfig
 from ..kv_cache import KVCache
@@ -67,8 +68,7 @@ class Runner(abc.ABC):
         s = token_ids.size
         if s < self.min_rows and past + self.min_rows <= self.capacity:
             # a shorter call runs as min_rows rows (the last token repeated): see `min_rows` above
-            padded = np.concatenate([token_ids, np.repeat(token_ids[-1:], self.min_rows - s)])
-            logits = self._forward(padded, past)[:s]
+            logits = self._forward(pad_rows(token_ids, self.min_rows), past)[:s]
             if self.hidden_states is not None:
                 self.hidden_states = self.hidden_states[:s]
         else:

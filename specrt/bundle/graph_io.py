@@ -53,6 +53,15 @@ TOTAL_SEQUENCE_LENGTH = "total_sequence_length"  # [] int32: total length after 
 LOGIT_POSITIONS = "logit_positions"  # [R] int64: rows of the S new tokens whose logits are computed
 
 
+def pad_rows(token_ids, rows: int):
+    """`token_ids` [S] with the last token repeated up to `rows` entries (unchanged when S >= rows): how a
+    one-token call runs as a several-row call on a level-4 quantized graph (`quantization.min_rows`)."""
+    import numpy as np
+
+    s = token_ids.size
+    return token_ids if s >= rows else np.concatenate([token_ids, np.repeat(token_ids[-1:], rows - s)])
+
+
 def present_key(i: int) -> str:
     return f"present_key.{i}"
 

@@ -8,7 +8,7 @@ import pytest
 from specrt.runtime.proposers.hybrid import HybridProposer
 from specrt.runtime.sampling import SamplingParams
 
-from test_loop import PROMPTS, _exact_joint, eos
+from test_loop import PROMPTS, _sample_joint, eos
 
 # Repeats itself (n-gram matches) and continues into text the prompt does not have (the draft's turn).
 REPEATING = "import os\nimport sys\nimport os\nimport sys\ndef main(argv):\n    "
@@ -101,22 +101,6 @@ def test_sampling_stays_lossless(pair_generator):
     # token the n-gram branch has a match, otherwise (another of the top 3) the draft model drafts
     base = pair_generator.tokenizer.encode(PROMPTS[0])
     cont = pair_generator.generate(base, 8, method="none").token_ids
-    prompt_ids = base + cont + base
-    params = SamplingParams(temperature=1.5, top_k=3)
-    exact = _exact_joint(pair_generator, prompt_ids, params, 3)
-    n = 3000
-    counts: dict = {}
-    used = {"ngram": 0, "draft": 0}
-    rng = np.random.default_rng(0)
-    for _ in range(n):
-        res = pair_generator.generate(prompt_ids, 3, temperature=1.5, top_k=3, seed=int(rng.integers(1 << 30)),
-                                      method="hybrid", num_speculative_tokens=2)
-        key = tuple(res.token_ids)
-        counts[key] = counts.get(key, 0) + 1
-        for name, b in res.stats.branches.items():
-            used[name] += b["steps"]
-    assert used["ngram"] > 100 and used["draft"] > 100, used
-    keys = set(exact) | set(counts)
-    tv = 0.5 * sum(abs(exact.get(key, 0.0) - counts.get(key, 0) / n) for key in keys)
+    tv, used = _sample_joint(pair_generator, base + cont + base, "hybrid")
+    assert used.get("ngram", 0) > 100 and used.get("draft", 0) > 100, used
     assert tv < 0.08, f"total variation {tv:.3f} between hybrid samples and the exact target distribution"
-    assert set(counts) <= set(exact)

@@ -130,23 +130,30 @@ def _exact_joint(generator, prompt_ids, params, steps):
     return dist
 
 
-def test_sampling_end_to_end_follows_target_distribution(pair_generator):
-    """Speculative sampling with an unrelated draft emits the target's joint distribution (top-k 3)."""
+def _sample_joint(generator, prompt_ids, method, n=3000):
+    """n seeded 3-token samples (temperature 1.5, top-k 3, k = 2) through `method`: (total
+    variation distance from the exact target-only joint, steps per drafting branch)."""
     from specrt.runtime.sampling import SamplingParams
 
-    prompt_ids = pair_generator.tokenizer.encode(PROMPTS[0])
-    params = SamplingParams(temperature=1.5, top_k=3)
-    exact = _exact_joint(pair_generator, prompt_ids, params, 3)
-    n = 3000
+    exact = _exact_joint(generator, prompt_ids, SamplingParams(temperature=1.5, top_k=3), 3)
     counts: dict = {}
+    branch_steps: dict = {}
     rng = np.random.default_rng(0)
-    for i in range(n):
-        res = pair_generator.generate(prompt_ids, 3, temperature=1.5, top_k=3, seed=int(rng.integers(1 << 30)),
-                                      method="draft", num_speculative_tokens=2)
+    for _ in range(n):
+        res = generator.generate(prompt_ids, 3, temperature=1.5, top_k=3, seed=int(rng.integers(1 << 30)),
+                                 method=method, num_speculative_tokens=2)
         key = tuple(res.token_ids)
         counts[key] = counts.get(key, 0) + 1
+        for name, b in res.stats.branches.items():
+            branch_steps[name] = branch_steps.get(name, 0) + b["steps"]
+    assert set(counts) <= set(exact)
     keys = set(exact) | set(counts)
     tv = 0.5 * sum(abs(exact.get(key, 0.0) - counts.get(key, 0) / n) for key in keys)
+    return tv, branch_steps
+
+
+def test_sampling_end_to_end_follows_target_distribution(pair_generator):
+    """Speculative sampling with an unrelated draft emits the target's joint distribution (top-k 3)."""
+    tv, _ = _sample_joint(pair_generator, pair_generator.tokenizer.encode(PROMPTS[0]), "draft")
     # 27 outcomes, 3000 draws: sampling noise of the TV estimate is about 0.04
     assert tv < 0.08, f"total variation {tv:.3f} between speculative samples and the exact target distribution"
-    assert set(counts) <= set(exact)

@@ -91,9 +91,8 @@ class OrtFusedRunner(Runner):
         self._seqlens_k[0] = p + s - 1
         self._total[()] = p + s
         hidden_buf = self._hidden if s <= self.max_short else np.empty((1, s, self.config.hidden_size), np.float32)
-        persistent = (ids is self._ids and hidden_buf is self._hidden
-                      and (logits_buf is self._logits or logits_buf is self._last_logits))
-        key = (s, row_start, rows, id(logits_buf)) if persistent else None
+        # calls up to max_short tokens use only the runner's own buffers (ids, hidden, _logits / _last_logits)
+        key = (s, row_start, rows, id(logits_buf)) if s <= self.max_short else None
         if key is None or key != self._bound:
             b = self._binding
             b.bind_cpu_input(graph_io.INPUT_IDS, ids[:, :s])
