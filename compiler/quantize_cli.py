@@ -77,9 +77,10 @@ def read_calibration(path: Path | None) -> str | None:
         raise InvalidArgument(f"--calibration-data {path}: not UTF-8 text") from None
 
 
-def prepare_quantization(options: dict[str, Any], draft: Path | str | None,
-                         trt_backend: bool = False) -> tuple[QuantizePlan | None, Any]:
-    """The plan for `compile_bundle` and the draft checkpoint to export (None for a self draft)."""
+def prepare_quantization(options: dict[str, Any], draft: Path | str | None, trt_backend: bool = False,
+                         trt_ptq: bool = False) -> tuple[QuantizePlan | None, Any]:
+    """The plan for `compile_bundle` and the draft checkpoint to export (None for a self draft). `trt_ptq`:
+    TensorRT int8 / fp8 / int4 engines, which use --calibration-data and --max-ppl-increase themselves."""
     def config(kind: str | None) -> QuantizeConfig | None:
         if kind is None:
             return None
@@ -88,6 +89,9 @@ def prepare_quantization(options: dict[str, Any], draft: Path | str | None,
                               batch_invariant=options["quant_batch_invariant"])
 
     self_kind = parse_self_draft(draft)
+    if trt_ptq and not (options["quantize"] or options["draft_quantize"] or self_kind):
+        read_calibration(options["calibration_data"])  # checked before any export
+        return None, draft
     if self_kind is not None and trt_backend:
         raise InvalidArgument(f"--draft {draft} runs on ONNX Runtime only; drop --engines trt or use a draft checkpoint")
     plan = QuantizePlan(target=config(options["quantize"]), draft=config(options["draft_quantize"]),

@@ -97,7 +97,8 @@ def self_draft_entry(target: ModelEntry) -> ModelEntry:
     return dataclasses.replace(target, role="draft", quantization=None, self_draft=True)
 
 
-def check_quality(role: str, quality: dict[str, dict], limit: float | None) -> None:
+def check_quality(role: str, quality: dict[str, dict], limit: float | None,
+                  hint: str = "try int8, a smaller --quant-block-size, or a higher limit") -> None:
     if limit is None:
         return
     for text, q in quality.items():
@@ -106,7 +107,7 @@ def check_quality(role: str, quality: dict[str, dict], limit: float | None) -> N
             raise QualityRefused(
                 f"quantized {role} raises perplexity on the {text} text by {increase:.1%} "
                 f"({q['ppl_reference']:.3g} -> {q['ppl_quantized']:.3g}), above --max-ppl-increase {limit:g}: "
-                "no bundle written (try int8, a smaller --quant-block-size, or a higher limit)"
+                f"no bundle written ({hint})"
             )
 
 

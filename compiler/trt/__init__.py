@@ -1,6 +1,7 @@
 """specrt.compiler.trt: ONNX bundle -> TensorRT engines, and everything about them that needs no GPU.
 
     precision.py  fp32 ONNX graph -> fp16 / bf16 ONNX graph (TensorRT 11 is strongly typed)   CPU
+    ptq.py        fp32 ONNX graph -> int8 / fp8 / int4 Q/DQ graph (NVIDIA Model Optimizer) + quality   CPU
     support.py    is an ONNX graph within what TensorRT's ONNX parser supports?              CPU
     memory.py     memory plan per model and device, --gpu-memory-budget check, parse_size    CPU
     compat.py     engine facts in the manifest vs the installed TensorRT / GPU              CPU

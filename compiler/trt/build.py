@@ -22,6 +22,7 @@ from ...core.errors import BackendError, InvalidArgument
 from ...core.trt import make_logger
 from .memory import DEFAULT_WORKSPACE
 from .precision import PRECISIONS, half_onnx_from_fp32
+from .ptq import PTQ_PRECISIONS
 
 HW_COMPAT = {"none": "NONE", "ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}
 PHASE_ORDER = ("prefill", "decode", "verify")  # optimization profile index = position here
@@ -37,8 +38,9 @@ class BuildOptions:
     timing_cache: Path | None = None
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise InvalidArgument(f"--precision {self.precision!r}: choose one of {', '.join(PRECISIONS)}")
+        if self.precision not in PRECISIONS + PTQ_PRECISIONS:
+            raise InvalidArgument(f"--precision {self.precision!r}: choose one of "
+                                  f"{', '.join(PRECISIONS + PTQ_PRECISIONS)}")
         if self.hardware_compat not in HW_COMPAT:
             raise InvalidArgument(f"--hardware-compat {self.hardware_compat!r}: choose none, ampere-plus or "
                                   "same-compute-capability")
@@ -135,8 +137,10 @@ def save_timing_cache(config, path: Path | None) -> None:
         tmp.replace(path)
 
 
-def engine_entry(role: str, rel_path: str, options: BuildOptions, facts: dict[str, Any]) -> EngineEntry:
-    """The manifest record `engines.<role>` (file checksums live in the manifest's `files`)."""
+def engine_entry(role: str, rel_path: str, options: BuildOptions, facts: dict[str, Any],
+                 quantization: dict[str, Any] | None = None) -> EngineEntry:
+    """The manifest record `engines.<role>` (file checksums live in the manifest's `files`); `quantization`:
+    what compiler/trt/ptq.py recorded for an int8 / fp8 / int4 engine."""
     return EngineEntry(
         role=role,
         path=rel_path,
@@ -151,17 +155,26 @@ def engine_entry(role: str, rel_path: str, options: BuildOptions, facts: dict[st
         workspace_bytes=options.workspace,
         builder_optimization_level=options.builder_optimization_level,
         profiles=PHASE_ORDER,
+        quantization=quantization,
     )
 
 
+def half_precision(precision: str) -> str | None:
+    """The float type of the graph TensorRT builds: None (fp32 as exported), fp16 / bf16, and fp16 around the
+    Q/DQ nodes of int8 / fp8 / int4 graphs."""
+    return None if precision == "fp32" else "fp16" if precision in PTQ_PRECISIONS else precision
+
+
 def build_engine(trt, onnx_path: Path, engine_path: Path, profiles: dict[str, Any], options: BuildOptions) -> None:
-    """fp32 ONNX graph -> (half ONNX graph) -> engine file at `engine_path`; updates the timing cache."""
+    """fp32 ONNX graph (a Q/DQ graph for int8 / fp8 / int4) -> (half ONNX graph) -> engine file at
+    `engine_path`; updates the timing cache."""
     lines: list[str] = []
     logger = make_logger(trt, lines)
     with tempfile.TemporaryDirectory(prefix="specrt-half-") as tmp:
         src = onnx_path
-        if options.precision != "fp32":
-            src = half_onnx_from_fp32(onnx_path, Path(tmp) / f"model.{options.precision}.onnx", options.precision)
+        half = half_precision(options.precision)
+        if half is not None:
+            src = half_onnx_from_fp32(onnx_path, Path(tmp) / f"model.{options.precision}.onnx", half)
         builder, network, _parser = network_from_onnx(trt, src, logger)
         config = config_for_profiles(trt, builder, network, profiles, options)
         plan = engine_from_network(builder, network, config, lines)

@@ -25,10 +25,12 @@ import click
 
 from ...bundle.writer import ManifestDraft
 from ...core.errors import BackendUnavailable, InvalidArgument
-from .memory import DEFAULT_WORKSPACE, check_budget, model_row, parse_size, plan_from_rows, safetensors_parameters
+from .memory import (DEFAULT_WORKSPACE, check_budget, model_row, parse_size, plan_from_rows, safetensors_parameters,
+                     weight_bytes)
+from .ptq import METHODS, PTQ_PRECISIONS, PTQConfig
 
 Step = Callable[[Path, ManifestDraft], None]  # (temporary bundle directory, the manifest being written)
-OPTION_NAMES = ("engines", "precision", "hardware_compat", "version_compatible", "workspace",
+OPTION_NAMES = ("engines", "precision", "ptq_method", "hardware_compat", "version_compatible", "workspace",
                 "builder_optimization_level", "timing_cache", "gpu_memory_budget")
 
 
@@ -47,8 +49,15 @@ class SizeType(click.ParamType):
 _OPTIONS = [
     click.option("--engines", "engines", type=click.Choice(["none", "trt"]), default="none", show_default=True,
                  help="none: ONNX graphs only. trt: also build TensorRT engines (NVIDIA GPU + TensorRT)."),
-    click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), default="fp32", show_default=True,
-                 help="Engine precision (the ONNX graph is converted; logits stay fp32)."),
+    click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", *PTQ_PRECISIONS]), default="fp32",
+                 show_default=True,
+                 help="Engine precision (the ONNX graph is converted; logits stay fp32). int8 / fp8: Q/DQ on MatMul "
+                      "weights and activations, int4: weight-only AWQ, fp16 elsewhere; calibrated with NVIDIA Model "
+                      "Optimizer (pip install 'specrt[trt-quant]') on held-out text or --calibration-data, quality "
+                      "recorded in the manifest (--max-ppl-increase applies)."),
+    click.option("--ptq-method", type=click.Choice(sorted({m for ms in METHODS.values() for m in ms})), default=None,
+                 help="Calibration for --precision int8 / fp8 (entropy, max; default entropy / max) or int4 "
+                      "(awq_clip, awq_lite, rtn_dq; default awq_clip)."),
     click.option("--hardware-compat", type=click.Choice(["none", "ampere-plus", "same-compute-capability"]),
                  default="none", show_default=True, help="Engines that also run on other GPUs."),
     click.option("--version-compatible", is_flag=True,
@@ -122,20 +131,64 @@ def check_budget_before_build(options: dict[str, Any], target: Path, draft: Path
             continue
         ck = open_checkpoint(path)
         params = safetensors_parameters(ck.weight_files)
-        b = 4 if precision == "fp32" else 2
-        rows.append(model_row(role, dataclasses.asdict(ck.config), params * b, precision, max_seq_len,
-                              max_draft_tokens, workspace))
+        rows.append(model_row(role, dataclasses.asdict(ck.config), int(params * weight_bytes(precision)), precision,
+                              max_seq_len, max_draft_tokens, workspace))
     plan = plan_from_rows(rows)
     check_budget(plan, budget)
     return plan
 
 
+def ptq_config(options: dict[str, Any]) -> PTQConfig | None:
+    """The Model Optimizer settings for --precision int8 / fp8 / int4, else None (--ptq-method alone is an error)."""
+    precision = options.get("precision") or "fp32"
+    if precision not in PTQ_PRECISIONS:
+        if options.get("ptq_method"):
+            raise InvalidArgument(f"--ptq-method applies to --precision int8, fp8 or int4, not {precision}")
+        return None
+    limit = options.get("max_ppl_increase")
+    if limit is not None and not limit >= 0:
+        raise InvalidArgument(f"--max-ppl-increase must be >= 0 (0.05 = 5%), got {limit}")
+    return PTQConfig(precision, options.get("ptq_method"))
+
+
+def ptq_step(cfg: PTQConfig, options: dict[str, Any], results: dict[str, dict]) -> Step:
+    """The compile step that writes each model's Q/DQ graph (`<role>/model.<precision>.qdq.onnx`) and measures
+    its quality; `results[role]` gets `engines.<role>.quantization`. Runs on a CPU (no TensorRT)."""
+    from ..quality import HELDOUT, heldout_text, text_token_ids
+    from ..quantize_cli import read_calibration
+    from .ptq import ptq_model
+
+    calibration = options.get("calibration_data")
+    text = read_calibration(Path(calibration)) if calibration is not None else None
+
+    def quantize_graphs(tmp: Path, manifest: ManifestDraft) -> None:
+        tokenizer = tmp / manifest.tokenizer.path
+        texts = {HELDOUT: text_token_ids(tokenizer, heldout_text(), "the built-in held-out text")}
+        if text is not None:
+            texts["calibration"] = text_token_ids(tokenizer, text, f"--calibration-data {calibration}")
+        for role, entry in manifest.models.items():
+            results[role] = ptq_model(tmp, role, entry, cfg, texts, options.get("max_ppl_increase"))
+            if text is not None:
+                results[role]["calibration_data"] = Path(calibration).name
+
+    return quantize_graphs
+
+
 def trt_extra_steps(options: dict[str, Any], max_seq_len: int, max_draft_tokens: int,
                     bundle: Path | None = None) -> list[Step]:
-    """The compile steps for --engines trt: one engine per model, recorded in the manifest's `engines`."""
+    """The compile steps for --engines trt: one engine per model, recorded in the manifest's `engines`
+    (int8 / fp8 / int4: after the step that writes and measures the Q/DQ graphs)."""
     if (options.get("engines") or "none") != "trt":
+        if options.get("ptq_method"):
+            raise InvalidArgument("--ptq-method applies to --engines trt with --precision int8, fp8 or int4")
+        if options.get("precision") in PTQ_PRECISIONS:
+            raise InvalidArgument(f"--precision {options['precision']} is for TensorRT engines (add --engines trt); "
+                                  "ONNX Runtime bundles quantize with --quantize int8|int4")
         return []
     opts = build_options(options, bundle)
+    ptq = ptq_config(options)
+    quantized: dict[str, dict] = {}
+    steps = [ptq_step(ptq, options, quantized)] if ptq is not None else []
 
     def build_engines(tmp: Path, manifest: ManifestDraft) -> None:
         from ...core.trt import import_trt, installed_facts
@@ -149,10 +202,11 @@ def trt_extra_steps(options: dict[str, Any], max_seq_len: int, max_draft_tokens:
         facts = installed_facts("cuda:0")
         for role, entry in manifest.models.items():
             rel = f"{role}/model.{o.precision}.engine"
-            build_engine(trt, tmp / entry.onnx, tmp / rel, entry.profiles, o)
-            manifest.engines[role] = engine_entry(role, rel, o, facts)
+            src = tmp / (quantized[role]["qdq_onnx"] if role in quantized else entry.onnx)
+            build_engine(trt, src, tmp / rel, entry.profiles, o)
+            manifest.engines[role] = engine_entry(role, rel, o, facts, quantized.get(role))
 
-    return [build_engines]
+    return steps + [build_engines]
 
 
 def prepare_trt_compile(options: dict[str, Any], *, target: Path, draft: Path | None, output: Path,
@@ -161,5 +215,9 @@ def prepare_trt_compile(options: dict[str, Any], *, target: Path, draft: Path | 
     steps = trt_extra_steps(options, max_seq_len, max_draft_tokens, bundle=output)  # validates the options
     if steps:
         check_trt_available()
+    if ptq_config(options) is not None:
+        from .ptq import import_modelopt
+
+        import_modelopt()
     check_budget_before_build(options, target, draft, max_seq_len, max_draft_tokens)
     return steps

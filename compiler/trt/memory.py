@@ -1,8 +1,10 @@
 """Memory planning per model and device, and the `--gpu-memory-budget` check. Pure Python (no GPU).
 
-Per model (all in bytes, b = bytes per element of the engine precision: 4 fp32, 2 fp16/bf16):
+Per model (all in bytes, b = bytes per element of the engine precision: 4 fp32, 2 fp16/bf16 and for the
+activations and KV cache of int8 / fp8 / int4 engines, which compute in fp16 between their Q/DQ nodes):
 
-    weights      ONNX external-data size * b / 4 (the bundle graph is fp32), or parameters * b
+    weights      ONNX external-data size * w / 4 (the bundle graph is fp32), or parameters * w, where w is b,
+                 or 1 (int8, fp8) or 0.5 (int4) bytes per weight
     kv_cache     2 * layers * (max_seq_len + max_draft_tokens + 1) * kv_heads * head_dim * b
                  (keys + values, full context plus k + 1 rows of verify headroom)
     workspace    the engine's --workspace (manifest), else DEFAULT_WORKSPACE
@@ -30,7 +32,9 @@ from ...core.errors import CheckpointError, InvalidArgument
 from ...bundle.profiles import PREFILL_CHUNK_MAX
 
 DEFAULT_WORKSPACE = 1 << 30
-DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2}
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2,
+               "int8": 2, "fp8": 2, "int4": 2}  # Q/DQ engines: fp16 activations and KV cache
+WEIGHT_BYTES = {"int8": 1, "fp8": 1, "int4": 0.5}
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -52,8 +56,13 @@ def format_size(n: float) -> str:
 
 def dtype_bytes(precision: str) -> int:
     if precision not in DTYPE_BYTES:
-        raise InvalidArgument(f"precision {precision!r}: choose one of fp32, fp16, bf16")
+        raise InvalidArgument(f"precision {precision!r}: choose one of fp32, fp16, bf16, int8, fp8, int4")
     return DTYPE_BYTES[precision]
+
+
+def weight_bytes(precision: str) -> float:
+    """Bytes per weight in an engine of `precision` (int4: block scales not counted)."""
+    return WEIGHT_BYTES.get(precision) or dtype_bytes(precision)
 
 
 def kv_cache_bytes(c: Mapping[str, Any], max_seq_len: int, max_draft_tokens: int, b: int) -> int:
@@ -96,7 +105,7 @@ def memory_plan(manifest, max_seq_len: int | None = None, devices: Mapping[str, 
         prec = precision or (eng.precision if eng else None) or e.dtype or "float32"
         data = manifest.path(e.onnx_data) if e.onnx_data else None
         fp32_bytes = data.stat().st_size if data is not None and data.exists() else 4 * e.num_parameters
-        weights = fp32_bytes * dtype_bytes(prec) // 4
+        weights = int(fp32_bytes * weight_bytes(prec) / 4)
         ws = workspace if workspace is not None else (eng.workspace_bytes if eng else None)
         rows.append(model_row(role, dataclasses.asdict(e.decoder_config), weights, prec, n, k, ws,
                               (devices or {}).get(role, "cuda:0")))

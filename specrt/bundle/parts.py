@@ -140,16 +140,19 @@ class EngineEntry:
     lean_runtime_embedded: bool | None = None
     workspace_bytes: int | None = None
     builder_optimization_level: int | None = None
+    quantization: Mapping[str, Any] | None = None  # int8 / fp8 / int4: compiler/trt/ptq.py's record
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     REQUIRED = ("path", "tensorrt_version", "cuda_version", "gpu_name", "compute_capability",
                 "hardware_compatibility_level", "version_compatible", "precision", "profiles")
     ORDER = ("path", "tensorrt_version", "cuda_version", "gpu_name", "compute_capability",
              "hardware_compatibility_level", "version_compatible", "lean_runtime_embedded", "precision",
-             "workspace_bytes", "builder_optimization_level", "profiles")
+             "workspace_bytes", "builder_optimization_level", "profiles", "quantization")
 
     def __post_init__(self) -> None:
         check_str(self.path, f"engines.{self.role}.path")
+        if self.quantization is not None:
+            check_dict(self.quantization, f"engines.{self.role}.quantization")
 
     @classmethod
     def from_dict(cls, role: str, raw: Any) -> "EngineEntry":

@@ -127,6 +127,8 @@ def print_summary(summary: dict[str, Any]) -> None:
     for name, eng in (summary.get("engines") or {}).items():
         console.print(f"engine {name}: TensorRT {eng.get('tensorrt_version')} on {eng.get('gpu_name')} "
                       f"(sm {eng.get('compute_capability')}), {eng.get('precision')}")
+        if eng.get("quantization"):
+            console.print(engine_quantization_line(name, eng["quantization"]), markup=False, soft_wrap=True)
     if "tensorrt_support" in summary:
         for role, rep in summary["tensorrt_support"].items():
             console.print(f"TensorRT ONNX-parser check ({role}): {'supported' if rep['supported'] else 'NOT supported'}"
@@ -161,10 +163,21 @@ def quantization_summary(q: QuantizationEntry) -> dict[str, Any]:
     return {k: getattr(q, k) for k in keys} | {"onnx": {v: g.onnx for v, g in q.graphs.items()}}
 
 
+def quality_text(quality: dict[str, dict]) -> str:
+    return "; ".join(f"{text}: greedy agreement {r['greedy_agreement']:.3f}, ppl x{r['ppl_ratio']:.4f} "
+                     f"({r['ppl_reference']:.3g} -> {r['ppl_quantized']:.3g}, {r['tokens']} tokens)"
+                     for text, r in quality.items())
+
+
+def engine_quantization_line(role: str, q: dict[str, Any]) -> str:
+    """`engines.<role>.quantization` (compiler/trt/ptq.py) in one line."""
+    block = f", block {q['block_size']}" if "block_size" in q else ""
+    return (f"engine {role}: {q['precision']} Q/DQ ({q.get('tool')}, {q['calibration_method']}{block}, "
+            f"{q['quantized_matmuls']} MatMuls quantized, graph {q['qdq_onnx']}); {quality_text(q['quality'])}")
+
+
 def quantization_line(role: str, q: dict[str, Any], self_draft: bool) -> str:
-    quality = "; ".join(f"{text}: greedy agreement {r['greedy_agreement']:.3f}, ppl x{r['ppl_ratio']:.4f} "
-                        f"({r['ppl_reference']:.3g} -> {r['ppl_quantized']:.3g}, {r['tokens']} tokens)"
-                        for text, r in q["quality"].items())
+    quality = quality_text(q["quality"])
     vc = q["verify_consistency"]
     return (f"{role}{' (self draft: the quantized target)' if self_draft else ''}: {q['type']} MatMulNBits, "
             f"block {q['block_size']}, {'symmetric' if q['symmetric'] else 'asymmetric'}, accuracy level "

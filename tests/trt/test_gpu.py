@@ -37,7 +37,7 @@ def compile_trt(llama_target, llama_draft, out, precision: str):
     from specrt.compiler import compile_bundle
     from specrt.compiler.trt.cli import trt_extra_steps
 
-    steps = trt_extra_steps({"backend": "trt", "precision": precision, "workspace": 1 << 28}, 128, 8, bundle=out)
+    steps = trt_extra_steps({"engines": "trt", "precision": precision, "workspace": 1 << 28}, 128, 8, bundle=out)
     return compile_bundle(llama_target, out, llama_draft, max_seq_len=128, max_draft_tokens=8, force=True,
                           extra_steps=steps)
 
@@ -154,3 +154,31 @@ def test_ort_cuda_provider_matches_cpu(trt_bundles):
     assert gpu.describe()["provider"] == "CUDAExecutionProvider"
     for got, ref in _calls(gpu, cpu):
         assert np.abs(got - ref).max() <= 1e-3  # CUDA fp32 matmuls may use TF32
+
+
+@pytest.mark.parametrize("precision", ["int8", "fp8", "int4"])
+def test_quantized_engines_follow_their_qdq_graph(llama_target, llama_draft, workdir, precision):
+    """--precision int8 / fp8 / int4: Model Optimizer's Q/DQ graph built by TensorRT; its logits follow the same
+    Q/DQ graph run by ONNX Runtime as written (fake quantization, fp32 elsewhere) on the argmax."""
+    pytest.importorskip("modelopt.onnx.quantization", reason="needs pip install 'specrt[trt-quant]'")
+    import torch
+
+    if precision == "fp8" and torch.cuda.get_device_capability(0) < (8, 9):
+        pytest.skip("fp8 engines need compute capability 8.9 or later (Ada, Hopper)")
+    from specrt.bundle.manifest import read_manifest
+    from specrt.compiler.quality import GraphScorer
+    from specrt.compiler.quantize_step import model_dims
+    from specrt.runtime import load
+
+    out = compile_trt(llama_target, llama_draft, workdir / "bundles" / f"trt-{precision}", precision)
+    m = read_manifest(out)
+    q = m.engines["target"].quantization
+    assert m.engines["target"].precision == precision and q["precision"] == precision and q["quality"]["heldout"]
+    trt_runner, _ = _runners(out)
+    ref = GraphScorer(out / q["qdq_onnx"], model_dims(m.models["target"]), optimize=False)
+    ids = np.random.default_rng(0).integers(0, trt_runner.vocab_size, 24).astype(np.int64)
+    got = trt_runner.forward(ids).copy()
+    want, _ = ref.run(ids, ref.empty_past())
+    assert np.isfinite(got).all() and np.mean(got.argmax(-1) == want.argmax(-1)) >= 0.9
+    gen = load(out, backend="trt")
+    assert gen.generate(PROMPT, 16, method="none").token_ids

@@ -11,6 +11,7 @@ from ..main import KType, echo_json, handle_errors, main
 from ..options import backend_option, method_option
 from ...compiler.quantize_cli import prepare_quantization, quantize_compile_options
 from ...compiler.trt.cli import prepare_trt_compile, trt_compile_options
+from ...compiler.trt.ptq import PTQ_PRECISIONS
 from ..progress import step_progress
 
 
@@ -42,7 +43,9 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     from ...compiler.input_check import check_checkpoint_dir
     from ...compiler.validate import Tolerance
 
-    plan, draft = prepare_quantization(quant_options, draft, trt_backend=trt_options.get("engines") == "trt")
+    trt_options = trt_options | {k: quant_options[k] for k in ("calibration_data", "max_ppl_increase")}
+    plan, draft = prepare_quantization(quant_options, draft, trt_backend=trt_options.get("engines") == "trt",
+                                       trt_ptq=trt_options.get("precision") in PTQ_PRECISIONS)
     for flag, path in (("--target", target), ("--draft", draft), ("--medusa", medusa)):
         if path is not None:
             check_checkpoint_dir(path, flag)
