@@ -194,7 +194,8 @@ class Generator:
     def make_policy(self, k: int | str, method: str, seeded: bool = False):
         """The speculation-length policy for `k` (an int or "auto") and `method` (used by the loop and bench).
 
-        `seeded`: the call has a seed, so "auto" must not depend on timings (see CountOnlyAdaptiveK in policy.py)."""
+        `seeded`: the call samples with a seed, so "auto" must not depend on timings (see CountOnlyAdaptiveK in
+        policy.py); greedy calls are never `seeded` (their output does not depend on k)."""
         max_k = self.max_draft_tokens
         if method == "medusa":  # one draft per head
             max_k = min(max_k, self.manifest.medusa.num_heads)
@@ -277,7 +278,7 @@ class Generator:
             if proposer is None:
                 proposer = self.make_proposer(method, params, rng, options)
             if proposer is not None and policy is None:
-                policy = self.make_policy(k, method, params.seed is not None)
+                policy = self.make_policy(k, method, params.seed is not None and not params.greedy)
             stats = GenerationStats(method=method, backend=self.backend, prompt_tokens=int(prompt_ids.size),
                                     provider=self.target.describe().get("provider", self.backend),
                                     context_limited=context_limited)

@@ -182,9 +182,13 @@ class AdaptiveK:
 # the same controller as `AdaptiveK`, fed a fixed cost model instead of the clock, and started fresh for
 # every call. Its k schedule is then a function of acceptance counts only (which the seed fixes).
 # 
+# Greedy decoding draws no random numbers: its output never depends on k, so greedy calls keep the timed
+# `AdaptiveK` even when a seed is passed (Generator._run).
+#
 # Cost model (in units of one plain target step): one verify pass over k + 1 tokens costs
-# `1 + verify_slope * k`; one draft token costs `draft_cost` (the draft/target parameter ratio for a draft
-# model, small constants for Medusa heads and n-gram look-ups).
+# `1 + verify_slope * k`; one draft token costs `draft_cost` (the draft/target ratio of the weight bytes the
+# ONNX Runtime graphs stream per token: a quantized draft, e.g. the target's own int4 copy, costs its bytes, not
+# its parameter count; small constants for Medusa heads and n-gram look-ups).
 
 
 
@@ -205,12 +209,21 @@ class CountOnlyAdaptiveK(AdaptiveK):
         super().update(k, drafted, accepted, self.model_draft_cost * drafted, 1.0 + self.verify_slope * drafted)
 
 
+def weight_bytes(manifest, role: str) -> float:
+    """Bytes of weights ONNX Runtime streams per token for `role`: the external data of the graph its runners
+    load (quantized when the model is), from the manifest's file list; else 4 bytes per parameter."""
+    entry = manifest.models[role]
+    files = getattr(manifest, "files", None) or {}
+    data = files.get(entry.ort_onnx + ".data")
+    if data is not None and data.size > 0:
+        return float(data.size)
+    return 4.0 * float(entry.num_parameters or 0)
+
+
 def model_draft_cost(method: str, manifest) -> float:
     """The fixed per-token draft cost for `method`, relative to one target step."""
     if method in ("draft", "hybrid"):  # hybrid: the draft model's cost bounds it
-        models = manifest.models
-        target = float(models["target"].num_parameters or 0)
-        draft = float(models["draft"].num_parameters or 0)
+        target, draft = weight_bytes(manifest, "target"), weight_bytes(manifest, "draft")
         return draft / target if target > 0 and draft > 0 else 0.1
     if method == "medusa":
         return MEDUSA_DRAFT_COST

@@ -99,7 +99,10 @@ def config_row(config: Config, suite: str, samples: list[Sample], verify: dict[s
     drafted_per_step = _ratio(drafted, verify_steps)
     c_measured = predict.cost_ratio(draft_s, drafted, plain_spt)
     c = 0.0 if config.method == "replay" else c_measured  # replay: zero draft cost by construction
-    v_ratio = predict.interpolate(verify["k"], verify["ratio"], drafted_per_step)
+    if steps and len(steps) == verify_steps:  # every step recorded: the mean cost of the passes made
+        v_ratio = predict.mean_verify_ratio(verify["k"], verify["ratio"], [d for _, d, _ in steps])
+    else:
+        v_ratio = predict.interpolate(verify["k"], verify["ratio"], drafted_per_step)
     uniform = config.k != "auto" and all(d == k for k, d, _ in steps)
     from_tokens = predict.speedup_from_tokens(tokens_per_step, drafted_per_step, c, v_ratio) if verify_steps else 0.0
     if uniform and spec_steps:

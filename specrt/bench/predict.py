@@ -8,7 +8,9 @@ target decode step) and V(k) = seconds of a verify pass over k + 1 tokens (V(0) 
     efficiency                = measured speedup / predicted speedup
 
 Where the draft length varies per step (n-gram misses, adaptive k), E is the measured mean accepted
-tokens per step and k the measured mean drafted tokens per step (V interpolated at that k).
+tokens per step, k the measured mean drafted tokens per step, and V(k)/V(0) the mean over steps of V(d)/V(0)
+for the pass each step made (d drafted, d + 1 tokens verified; V interpolated between measured k): the cost
+of the passes actually made (V at the mean k misjudges a mix of plain steps and long drafts).
 
 Two acceptance numbers are reported: `acceptance_rate` = accepted / drafted (vLLM's convention) and the
 per-token acceptance `alpha` = accepted / (accepted + rejections), a rejection being a step that stopped
@@ -80,6 +82,16 @@ def interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
         if x <= x1:
             return float(y0 + (y1 - y0) * (x - x0) / (x1 - x0)) if x1 != x0 else float(y1)
     return float(ys[-1])
+
+
+def mean_verify_ratio(xs: Sequence[float], ratios: Sequence[float], drafted: Sequence[int]) -> float:
+    """Mean of V(d)/V(0) over steps that drafted d tokens each (V interpolated through (xs, ratios))."""
+    if not drafted:
+        raise ValueError("no steps")
+    by_d: dict[int, int] = {}
+    for d in drafted:
+        by_d[int(d)] = by_d.get(int(d), 0) + 1
+    return sum(n * interpolate(xs, ratios, d) for d, n in by_d.items()) / len(drafted)
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:

@@ -58,3 +58,25 @@ def test_spread_and_geomean():
     assert predict.geomean([1.0, 4.0]) == pytest.approx(2.0)
     assert predict.geomean([]) == 0.0 and predict.geomean([1.0, 0.0]) == 0.0
     assert math.isclose(predict.geomean([2.0, 2.0, 2.0]), 2.0)
+
+
+def test_varying_draft_lengths_are_costed_per_pass():
+    """Adaptive k mixes plain steps and long drafts: the verify cost is the mean over the passes made, not V at
+    the mean k (here V(2) = 1.17 while half plain steps, half k = 4 passes cost (1 + 1.26) / 2 = 1.13)."""
+    from types import SimpleNamespace
+
+    from specrt.bench.aggregate import Config, Sample, config_row
+    from specrt.runtime.stats import GenerationStats
+
+    xs, ratios = [0, 1, 2, 4, 8], [1.0, 1.11, 1.17, 1.26, 1.75]
+    assert predict.mean_verify_ratio(xs, ratios, [0, 4, 0, 4]) == pytest.approx(1.13)
+    assert predict.mean_verify_ratio(xs, ratios, [3]) == pytest.approx(predict.interpolate(xs, ratios, 3))
+    steps = [(0, 0, 0), (4, 4, 4), (0, 0, 0), (4, 4, 2)]
+    stats = GenerationStats(new_tokens=10, elapsed_s=0.02, draft_seconds=0.004, drafted_tokens=8,
+                            accepted_tokens=6, verify_steps=4, draft_calls=8)
+    run = SimpleNamespace(stats=stats, steps=steps)
+    row = config_row(Config("draft", "auto"), "code", [Sample("code", 0, 0, run, 300.0, 300.0, True)],
+                     {"k": xs, "ratio": ratios}, plain_spt=0.002)
+    c = (0.004 / 8) / 0.002
+    assert row["verify_cost_ratio"] == pytest.approx(1.13) and row["prediction"] == "measured_tokens"
+    assert row["predicted_speedup"] == pytest.approx((1 + 6 / 4) / (2 * c + 1.13))

@@ -99,6 +99,18 @@ def test_self_draft_and_ngram_outputs_equal_plain_decoding(request, bundle_name)
     assert compared > 300  # long outputs (some prompts stop early at EOS)
 
 
+def test_count_only_policy_costs_a_quantized_self_draft_by_its_bytes(fp32_self4):
+    """Seeded sampling's fixed cost model: the int4 copy has the target's parameter count but streams a fraction
+    of its bytes per token."""
+    from specrt.runtime.policy import model_draft_cost
+
+    m = read_manifest(fp32_self4)
+    target, draft = m.models["target"], m.models["draft"]
+    assert draft.num_parameters == target.num_parameters
+    ratio = m.files[draft.ort_onnx + ".data"].size / m.files[target.ort_onnx + ".data"].size
+    assert model_draft_cost("draft", m) == pytest.approx(ratio) and ratio < 0.75
+
+
 def test_verify_pass_argmax_equals_one_token_passes(int4_self8):
     """At the default settings (level 4, one-token calls padded to two rows as the runners do), a (k+1)-token
     pass of the quantized graph differs from k+1 one-token passes by accumulation noise only, so argmaxes agree

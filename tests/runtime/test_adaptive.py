@@ -122,3 +122,15 @@ def test_a_long_catch_up_is_kept_out_of_the_per_token_draft_cost():
     late = proposer.propose(tokens, 31, 4)  # 21 committed tokens the draft has not seen (~42 ms in one call)
     assert late.catch_up_s > 0.03
     assert late.catch_up_s < 0.042 + 0.5  # at most the whole catch-up call
+
+
+def test_greedy_calls_with_a_seed_use_the_timed_policy(pair_generator):
+    """A seed only pins the k schedule of sampling calls (CountOnlyAdaptiveK): greedy output never depends on k,
+    so a greedy call with a seed (as `specrt bench` makes) runs the timed controller users get."""
+    policy = pair_generator.make_policy("auto", "draft")
+    before = policy.steps
+    greedy = pair_generator.generate("import os\n", 24, method="draft", num_speculative_tokens="auto", seed=5)
+    assert greedy.stats.verify_steps > 0 and policy.steps - before == greedy.stats.verify_steps
+    sampled = pair_generator.generate("import os\n", 24, method="draft", num_speculative_tokens="auto", seed=5,
+                                      temperature=1.0)
+    assert sampled.stats.verify_steps > 0 and policy.steps - before == greedy.stats.verify_steps
