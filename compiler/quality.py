@@ -43,6 +43,17 @@ def text_token_ids(tokenizer_path: Path, text: str, what: str) -> np.ndarray:
     return np.asarray(ids[:MAX_QUALITY_TOKENS], dtype=np.int64)
 
 
+def quality_texts(tokenizer_path: Path, calibration_text: str | None = None,
+                  calibration_name: str | None = None) -> dict[str, np.ndarray]:
+    """The texts quality is measured on, as token ids: the built-in held-out text, and the user's
+    --calibration-data when given (key "calibration")."""
+    texts = {HELDOUT: text_token_ids(tokenizer_path, heldout_text(), "the built-in held-out text")}
+    if calibration_text is not None:
+        texts["calibration"] = text_token_ids(tokenizer_path, calibration_text,
+                                              f"--calibration-data {calibration_name}")
+    return texts
+
+
 def scorer_session(onnx_path: Path, threads: int | None, optimize: bool = True):
     """An ONNX Runtime CPU session for compile-time measurements (no spinning: compile may share the cores).
     `optimize=False` runs every node as written: Q/DQ graphs then compute the fake-quantized function they

@@ -30,7 +30,7 @@ from typing import Any, Callable
 from ..bundle.entries import GraphVariant, ModelEntry, QuantizationEntry
 from ..bundle.writer import ManifestDraft
 from ..core.errors import InvalidArgument
-from .quality import HELDOUT, GraphScorer, compare_quality, heldout_text, text_token_ids, verify_consistency
+from .quality import HELDOUT, GraphScorer, compare_quality, quality_texts, verify_consistency
 from .fused_scorer import FusedScorer
 from .quantize import QUANT_TYPES, QuantizeConfig, quantize_onnx
 from .quantize_fused import quantize_fused_onnx, validate_quantized_fused, with_accuracy_level
@@ -55,6 +55,12 @@ def parse_self_draft(draft: str | Path | None) -> str | None:
     return kind
 
 
+def check_ppl_limit(limit: float | None) -> None:
+    """--max-ppl-increase: None (no limit) or >= 0."""
+    if limit is not None and not limit >= 0:
+        raise InvalidArgument(f"--max-ppl-increase must be >= 0 (0.05 = 5%), got {limit}")
+
+
 @dataclasses.dataclass(frozen=True)
 class QuantizePlan:
     """What `compile` quantizes. `self_draft`: the target quantized again as the draft model."""
@@ -74,8 +80,7 @@ class QuantizePlan:
             if self.calibration_text is not None or self.max_ppl_increase is not None:
                 raise InvalidArgument("--calibration-data and --max-ppl-increase need --quantize, "
                                       "--draft-quantize or --draft self:<type>")
-        if self.max_ppl_increase is not None and not self.max_ppl_increase >= 0:
-            raise InvalidArgument(f"--max-ppl-increase must be >= 0 (0.05 = 5%), got {self.max_ppl_increase}")
+        check_ppl_limit(self.max_ppl_increase)
 
     def roles(self) -> dict[str, QuantizeConfig]:
         out = {"target": self.target, "draft": self.draft or self.self_draft}
@@ -163,11 +168,7 @@ def validate_fused_variant(tmp: Path, graphs: dict[str, GraphVariant], entry: Mo
 def apply_quantization(plan: QuantizePlan, tmp: Path, manifest: ManifestDraft,
                        progress: Callable[[str], Callable[[], None]]) -> None:
     """Quantize the planned models of the bundle being written in `tmp`, updating `manifest` in place."""
-    tokenizer = tmp / manifest.tokenizer.path
-    texts = {HELDOUT: text_token_ids(tokenizer, heldout_text(), "the built-in held-out text")}
-    if plan.calibration_text is not None:
-        texts["calibration"] = text_token_ids(tokenizer, plan.calibration_text,
-                                              f"--calibration-data {plan.calibration_name}")
+    texts = quality_texts(tmp / manifest.tokenizer.path, plan.calibration_text, plan.calibration_name)
     models = manifest.models
     if plan.self_draft is not None:
         models["draft"] = self_draft_entry(models["target"])

@@ -145,16 +145,16 @@ def ptq_config(options: dict[str, Any]) -> PTQConfig | None:
         if options.get("ptq_method"):
             raise InvalidArgument(f"--ptq-method applies to --precision int8, fp8 or int4, not {precision}")
         return None
-    limit = options.get("max_ppl_increase")
-    if limit is not None and not limit >= 0:
-        raise InvalidArgument(f"--max-ppl-increase must be >= 0 (0.05 = 5%), got {limit}")
+    from ..quantize_step import check_ppl_limit
+
+    check_ppl_limit(options.get("max_ppl_increase"))
     return PTQConfig(precision, options.get("ptq_method"))
 
 
 def ptq_step(cfg: PTQConfig, options: dict[str, Any], results: dict[str, dict]) -> Step:
     """The compile step that writes each model's Q/DQ graph (`<role>/model.<precision>.qdq.onnx`) and measures
     its quality; `results[role]` gets `engines.<role>.quantization`. Runs on a CPU (no TensorRT)."""
-    from ..quality import HELDOUT, heldout_text, text_token_ids
+    from ..quality import quality_texts
     from ..quantize_cli import read_calibration
     from .ptq import ptq_model
 
@@ -162,10 +162,7 @@ def ptq_step(cfg: PTQConfig, options: dict[str, Any], results: dict[str, dict]) 
     text = read_calibration(Path(calibration)) if calibration is not None else None
 
     def quantize_graphs(tmp: Path, manifest: ManifestDraft) -> None:
-        tokenizer = tmp / manifest.tokenizer.path
-        texts = {HELDOUT: text_token_ids(tokenizer, heldout_text(), "the built-in held-out text")}
-        if text is not None:
-            texts["calibration"] = text_token_ids(tokenizer, text, f"--calibration-data {calibration}")
+        texts = quality_texts(tmp / manifest.tokenizer.path, text, calibration)
         for role, entry in manifest.models.items():
             results[role] = ptq_model(tmp, role, entry, cfg, texts, options.get("max_ppl_increase"))
             if text is not None:

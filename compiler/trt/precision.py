@@ -53,20 +53,6 @@ def _half_tensor(t, precision: str):
     return out
 
 
-def rotary_nodes(graph) -> set[int]:
-    """Indices of the nodes the rotary angles are computed from (everything upstream of a Cos / Sin)."""
-    producer = {o: i for i, n in enumerate(graph.node) for o in n.output}
-    found: set[int] = set()
-    stack = [i for i, n in enumerate(graph.node) if n.op_type in ("Cos", "Sin")]
-    while stack:
-        i = stack.pop()
-        if i in found:
-            continue
-        found.add(i)
-        stack += [producer[x] for x in graph.node[i].input if x in producer]
-    return found
-
-
 def _fp32_islands(graph, precision: str) -> set[int]:
     """Indices of nodes that stay fp32: rotary angles (upstream of Cos/Sin) and, for fp16, RMSNorm variance."""
     producer = {o: i for i, n in enumerate(graph.node) for o in n.output}
@@ -74,7 +60,14 @@ def _fp32_islands(graph, precision: str) -> set[int]:
     for i, n in enumerate(graph.node):
         for x in n.input:
             consumers[x].append(i)
-    island = rotary_nodes(graph)
+    island: set[int] = set()
+    stack = [i for i, n in enumerate(graph.node) if n.op_type in ("Cos", "Sin")]
+    while stack:  # everything the rotary angles are computed from
+        i = stack.pop()
+        if i in island:
+            continue
+        island.add(i)
+        stack += [producer[x] for x in graph.node[i].input if x in producer]
     if precision == "fp16":
         for i, n in enumerate(graph.node):
             if n.op_type != "ReduceMean" or n.input[0] not in producer:

@@ -197,17 +197,10 @@ def quantize_for_trt(src: Path, dst: Path, cfg: PTQConfig, ids: np.ndarray, dims
     Returns the manifest facts (settings and qdq_summary)."""
     import onnx
 
-    import re
-
-    from .precision import rotary_nodes
-
     mq = import_modelopt()
     reader = CalibrationReader(ids, dims)
     source = onnx.load(str(src), load_external_data=False)
-    # the rotary angles (position * inv_freq) stay exact: 8 bits cannot tell positions apart at long contexts
-    rotary = [source.graph.node[i].name for i in sorted(rotary_nodes(source.graph))
-              if source.graph.node[i].op_type in ("MatMul", "Gemm")]
-    kwargs: dict[str, Any] = {"nodes_to_exclude": [f"^{re.escape(name)}$" for name in rotary]} if rotary else {}
+    kwargs: dict[str, Any] = {}
     if cfg.precision == "int4":
         kwargs["block_size"] = cfg.block_size
     raw = dst.with_name(f".{dst.stem}.modelopt.onnx")
