@@ -18,6 +18,7 @@ from torch import nn
 from ..core.errors import SpecrtError
 from ..models import Decoder
 from ..bundle import graph_io
+from .onnx_io import save_onnx
 
 ONNX_OPSET = 18
 ONNX_IR_VERSION = 10
@@ -81,9 +82,7 @@ def export_module(module: nn.Module, args: tuple, path: Path, input_names: list[
     model.ir_version = ONNX_IR_VERSION
     for f in (tmp, Path(str(tmp) + ".data")):
         f.unlink(missing_ok=True)
-    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=path.name + ".data", size_threshold=1024)
-    return path
+    return save_onnx(model, path)
 
 
 def onnx_from_decoder(decoder: Decoder, path: Path) -> Path:

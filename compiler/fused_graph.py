@@ -26,6 +26,7 @@ from ..models.layers import rope_inv_freq
 from ..bundle import graph_io
 from ..bundle.graph_io import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
 from .export import ONNX_IR_VERSION, ONNX_OPSET
+from .onnx_io import save_onnx
 
 MS = "com.microsoft"
 FUSED_FAMILIES = ("llama", "qwen")
@@ -228,10 +229,4 @@ def build_fused_model(decoder: Decoder, max_seq_len: int):
 
 def fused_onnx_from_decoder(decoder: Decoder, path: Path, max_seq_len: int) -> Path:
     """Write the fused graph to `path` (+ `path.data`, external weights). Returns `path`."""
-    import onnx
-
-    path = Path(path)
-    model = build_fused_model(decoder, max_seq_len)
-    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=path.name + ".data", size_threshold=1024)
-    return path
+    return save_onnx(build_fused_model(decoder, max_seq_len), path)

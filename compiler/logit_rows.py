@@ -16,6 +16,7 @@ import numpy as np
 
 from ..bundle import graph_io
 from ..bundle.graph_io import LOGIT_START
+from .onnx_io import save_onnx
 from .validate import Tolerance, ValidationError, _Worst, check_logits
 
 PASS_THROUGH = ("Cast", "Identity")
@@ -51,10 +52,7 @@ def add_logit_start(onnx_path: Path) -> bool:
     g.node.insert(index, helper.make_node("Slice", [graph_io.HIDDEN_STATES, LOGIT_START, "logit_rows.end",
                                                     "logit_rows.axes"], ["logit_rows"], name="logit_rows"))
     head.input[0] = "logit_rows"
-    for f in (onnx_path, Path(str(onnx_path) + ".data")):
-        f.unlink(missing_ok=True)
-    onnx.save_model(model, str(onnx_path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=Path(onnx_path).name + ".data", size_threshold=1024)
+    save_onnx(model, onnx_path)
     return True
 
 

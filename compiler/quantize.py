@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import InvalidArgument, SpecrtError
+from .onnx_io import save_onnx
 
 QUANT_TYPES = {"int8": 8, "int4": 4}
 # MatMulNBits `accuracy_level`: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8 compute. Measured on the CPU provider
@@ -148,8 +149,5 @@ def quantize_onnx(src: Path, dst: Path, config: QuantizeConfig) -> dict[str, Any
         qmodel = quantizer.model.model
         qmodel.ir_version = ir_version
         left, nbits = count_weight_matmuls(qmodel)
-    for f in (dst, Path(str(dst) + ".data")):
-        f.unlink(missing_ok=True)
-    onnx.save_model(qmodel, str(dst), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=dst.name + ".data", size_threshold=1024)
+    save_onnx(qmodel, dst)
     return {"quantized_matmuls": nbits, "unquantized_weight_matmuls": left}

@@ -23,6 +23,7 @@ import numpy as np
 
 from .fused_scorer import FusedScorer
 from .quality import GraphScorer
+from .onnx_io import save_onnx
 from .quantize import QuantizationError, QuantizeConfig, quantize_onnx
 from .validate import Tolerance, _Worst, check_logits
 
@@ -74,8 +75,7 @@ def quantize_fused_onnx(src: Path, dst: Path, config: QuantizeConfig) -> dict[st
     untie_lm_head(model)
     with tempfile.TemporaryDirectory(prefix=".quantize-fused-", dir=dst.parent) as tmp:
         untied = Path(tmp) / "untied.onnx"
-        onnx.save_model(model, str(untied), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=untied.name + ".data", size_threshold=1024)
+        save_onnx(model, untied)
         del model
         return quantize_onnx(untied, dst, config)
 

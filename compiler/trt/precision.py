@@ -22,6 +22,7 @@ import numpy as np
 
 from ...core.errors import InvalidArgument
 from ...bundle import graph_io
+from ..onnx_io import save_onnx
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 FP16_MAX = 65504.0
@@ -198,6 +199,4 @@ def half_onnx_from_fp32(src: Path, dst: Path, precision: str, keep_fp32_logits: 
     converted = convert_model(model, precision, keep_fp32_logits)
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save_model(converted, str(dst), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=dst.name + ".data", size_threshold=1024)
-    return dst
+    return save_onnx(converted, dst)

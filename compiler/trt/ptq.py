@@ -28,6 +28,7 @@ import numpy as np
 
 from ...bundle import graph_io
 from ...core.errors import BackendUnavailable, InvalidArgument
+from ..onnx_io import save_onnx
 
 PTQ_PRECISIONS = ("int8", "fp8", "int4")
 METHODS = {"int8": ("entropy", "max"), "fp8": ("max", "entropy"), "int4": ("awq_clip", "awq_lite", "rtn_dq")}
@@ -215,10 +216,7 @@ def quantize_for_trt(src: Path, dst: Path, cfg: PTQConfig, ids: np.ndarray, dims
         for leftover in raw.parent.glob(raw.name + "*"):
             leftover.unlink()
     restore_inputs(model, source)
-    for f in (dst, Path(str(dst) + ".data")):
-        f.unlink(missing_ok=True)
-    onnx.save_model(model, str(dst), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=dst.name + ".data", size_threshold=1024)
+    save_onnx(model, dst)
     return cfg.to_dict() | {"calibration_samples": len(reader.items), "calibration_window": reader.items[0][
         graph_io.INPUT_IDS].shape[1]} | qdq_summary(model)
 
