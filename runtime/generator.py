@@ -287,6 +287,7 @@ class Generator:
                                 max_draft_tokens=self.max_draft_tokens, params=params, rng=rng,
                                 eos_ids=self.eos_ids, stats=stats, on_step=on_step):
                 stats.elapsed_s = time.perf_counter() - started
-                if policy is not None and hasattr(policy, "off_reason"):
-                    stats.speculation_note = policy.off_reason() if stats.num_speculative_tokens == 0 else ""
                 yield chunk, prompt_ids.tolist(), stats
+            # why speculation ended off, once at the end (not per step: the hot loop stays free of it)
+            if policy is not None and hasattr(policy, "off_reason") and stats.num_speculative_tokens == 0:
+                stats.speculation_note = policy.off_reason()

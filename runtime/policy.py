@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-import numpy as np
 
 
 @runtime_checkable
@@ -77,6 +76,7 @@ class AdaptiveK:
         self.last_probe_full = False
         self.explore_every = explore_every
         self.explorations = 0
+        self._best: int | None = None  # best_k() for the current estimates
 
     # -------------------------------------------------------------------------------- estimates
     def _ema(self, old: float | None, new: float) -> float:
@@ -86,29 +86,28 @@ class AdaptiveK:
     def acceptance(self) -> float:
         return min(max(self.acc_num / self.acc_den, 0.0), 0.999) if self.acc_den > 0 else 0.0
 
-    def verify_estimate(self) -> np.ndarray:
+    def verify_estimate(self) -> list[float]:
         """V(k) for k = 0..max_k: measured where available, else a least-squares line."""
         ks = [k for k, v in enumerate(self.verify_cost) if v is not None]
         vs = [self.verify_cost[k] for k in ks]
+        slope, intercept = 0.0, (vs[0] if vs else 1.0)
         if len(ks) >= 2:
-            x, y = np.asarray(ks, dtype=float), np.asarray(vs)
-            slope = max(float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()), 0.0)
-            intercept = float(y.mean() - slope * x.mean())
-        else:
-            slope, intercept = 0.0, vs[0] if vs else 1.0
-        line = intercept + slope * np.arange(self.max_k + 1)
-        out = np.array([v if v is not None else line[k] for k, v in enumerate(self.verify_cost)], dtype=float)
+            mx, my = sum(ks) / len(ks), sum(vs) / len(vs)
+            sxx = sum((x - mx) ** 2 for x in ks)
+            slope = max(sum((x - mx) * (y - my) for x, y in zip(ks, vs)) / sxx, 0.0)
+            intercept = my - slope * mx
         # Verifying more tokens never costs less: keep V non-decreasing, so timing noise on one k
         # cannot make speculation look cheaper than plain decoding.
-        return np.maximum.accumulate(np.maximum(out, 1e-9))
+        out, running = [], 1e-9
+        for k, v in enumerate(self.verify_cost):
+            running = max(running, v if v is not None else intercept + slope * k)
+            out.append(running)
+        return out
 
-    def predicted_rates(self) -> np.ndarray:
+    def predicted_rates(self) -> list[float]:
         """R(k) for k = 0..max_k, tokens per second."""
-        a = self.acceptance
-        k = np.arange(self.max_k + 1)
-        expected = (1 - a ** (k + 1)) / (1 - a)
-        cost = k * (self.draft_cost or 0.0) + self.verify_estimate()
-        return expected / cost
+        a, c = self.acceptance, self.draft_cost or 0.0
+        return [(1 - a ** (k + 1)) / (1 - a) / (k * c + v) for k, v in enumerate(self.verify_estimate())]
 
     @property
     def current_k(self) -> int:
@@ -116,11 +115,13 @@ class AdaptiveK:
         return self.best_k() if self.steps >= 2 else self.initial_k
 
     def best_k(self) -> int:
-        rates = self.predicted_rates()
-        k = int(rates.argmax())
-        if k > 0 and rates[k] < self.margin * rates[0]:
-            return 0
-        return k
+        """argmax_k R(k), or 0 when no k beats plain decoding by `margin`. Computed once per change of the
+        estimates (the loop asks several times per step; each step changes them once)."""
+        if self._best is None:
+            rates = self.predicted_rates()
+            k = max(range(len(rates)), key=rates.__getitem__)
+            self._best = 0 if k > 0 and rates[k] < self.margin * rates[0] else k
+        return self._best
 
     def prime(self, verify_costs, draft_cost: float | None) -> None:
         """Start from costs measured at load (V(k) per k, seconds per draft token) instead of a plain step
@@ -131,6 +132,7 @@ class AdaptiveK:
                 self.verify_cost[k] = float(v)
         if draft_cost is not None and self.draft_cost is None:
             self.draft_cost = float(draft_cost)
+        self._best = None
         self.steps = max(self.steps, 2)
 
     def off_reason(self) -> str:
@@ -165,6 +167,7 @@ class AdaptiveK:
 
     def update(self, k: int, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
         self.steps += 1
+        self._best = None
         self.verify_cost[drafted] = self._ema(self.verify_cost[drafted], verify_s)
         if drafted > 0:
             self.draft_cost = self._ema(self.draft_cost, draft_s / drafted)
