@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU / TensorRT check for anyone with an NVIDIA GPU and `pip install 'specrt[gpu]'`:
+#   0. the PyTorch backend on CUDA (any NVIDIA GPU, no TensorRT needed),
 #   1. the GPU tests (engine build, TensorRT vs ONNX Runtime logits, greedy speculative == plain,
 #      corrupted engine, shapes outside the profiles),
 #   2. a short benchmark: compile a small bundle with --engines trt and generate with --backend trt.
@@ -7,6 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
+
+echo "== PyTorch backend on CUDA (needs only a GPU visible to PyTorch)"
+# -P: the repository's specrt/ folder must not shadow the installed package (specrt.compiler lives in compiler/)
+"$PY" -P -m pytest -m gpu tests/runtime/test_torch_cuda.py -q -rs
 
 "$PY" - <<'PYEOF'
 from specrt.compiler.trt import cuda_device_error, trt_import_error
