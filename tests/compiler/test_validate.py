@@ -14,15 +14,15 @@ from specrt.compiler.validate import Tolerance, ValidationError, _check_argmax, 
 from specrt.core.errors import InvalidArgument
 from specrt.models.layers import rope_inv_freq
 
-DEEP_LAYERS, DEEP_VOCAB = 24, 32768
+DEEP_LAYERS, DEEP_VOCAB = 12, 32768
 
 
 @pytest.fixture(scope="module")
 def deep_checkpoint(tmp_path_factory, tokenizer_path):
-    """24 layers, vocab 32k, hidden 64, lm_head scaled so the logits' std is >= 5 (like trained models).
+    """12 layers, vocab 32k, hidden 64, lm_head scaled so the logits' std is >= 5 (like trained models).
 
-    Measured: max |diff| 3.7e-4 on logits up to 64, which the former flat check (1e-4 + 1e-4 * |ref| per
-    element) rejected; hidden 16 stays below it."""
+    Measured with 24 layers: max |diff| 3.7e-4 on logits up to 64, which the former flat check (1e-4 + 1e-4 * |ref|
+    per element) rejected; hidden 16 stays below it. 12 layers keep the scale (the export of 24 took 45 s here)."""
     import shutil
 
     import torch
@@ -63,10 +63,10 @@ def _broken_rope_export(real_export):
     return export
 
 
-def test_wrong_rope_theta_in_the_graph_fails(tmp_path, monkeypatch, deep_checkpoint):
+def test_wrong_rope_theta_in_the_graph_fails(tmp_path, monkeypatch, llama_target):
     monkeypatch.setattr(pipeline, "onnx_from_decoder", _broken_rope_export(pipeline.onnx_from_decoder))
     with pytest.raises(ValidationError, match=r"differs from PyTorch.*of the scale.*export bug"):
-        compile_bundle(deep_checkpoint, tmp_path / "b", max_seq_len=96, max_draft_tokens=4)
+        compile_bundle(llama_target, tmp_path / "b", max_seq_len=96, max_draft_tokens=4)
     assert list(tmp_path.iterdir()) == [], "nothing half-written"
 
 
