@@ -28,7 +28,6 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 
-
 @runtime_checkable
 class KPolicy(Protocol):
     """What the loop asks of a speculation-length policy."""
