@@ -30,6 +30,19 @@ class Run:
     steps: list[tuple[int, int, int]]  # per step: (k, drafted, accepted); empty for plain runs
 
 
+# Runtimes with their own thread pools (ONNX Runtime sessions, onnxruntime-genai's, llama.cpp's, torch's OpenMP)
+# keep their worker threads spin-waiting for 10-50 ms after a run. Measured here (2 cores, demo pair, plain
+# decoding): our run started right after an onnxruntime-genai run went 596 -> 431 tok/s and theirs after ours
+# 638 -> 505, with 10 ms between them 467 / 516, with 50 ms or more 595 / 661. Every switch between engines
+# (ours -> a peer, a peer -> ours, a peer's plain model -> its speculative one) waits this long, untimed.
+SETTLE_S = 0.1
+
+
+def settle() -> None:
+    """Let the engine that ran last stop spinning before another one is timed (SETTLE_S)."""
+    time.sleep(SETTLE_S)
+
+
 def run_once(gen, prompt_ids: np.ndarray, max_new_tokens: int, method: str, k: int | str,
              params: SamplingParams, proposer=None) -> Run:
     """One generation through `Generator.stream_tokens` (the users' code path, with the generator's lock).

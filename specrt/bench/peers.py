@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .measure import settle
 from .peer_common import Peer, PeerConfig, agreement, ratios, result_rows
 
 # name -> (module that must be importable, the extra that installs it)
@@ -69,12 +70,14 @@ class Session:
         suite = self.prompts[i].suite
         for c in order:
             tick(f"peer {self.peer.name} repeat {repeat + 1} {suite} #{i} {c.label}")
+            settle()  # after ours, or after the peer's other model (plain / speculative)
             run = self.peer.generate(prompt_ids.tolist(), c)
             self.timings[c].append((suite, repeat, len(run.token_ids) / run.seconds if run.seconds > 0 else 0.0))
             self.counters[c][0] += run.drafted
             self.counters[c][1] += run.accepted
             if repeat == 0:
                 self.agree[c].append(agreement(reference, run.token_ids))
+        settle()  # before ours (or the next peer) runs again
 
     def result(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         results = result_rows(self.configs, self.timings, self.agree, self.prompts, rows, self.counters)

@@ -230,6 +230,7 @@ def run_bench(settings: BenchSettings, progress: Callable[[str, int], None] | No
         from .peer_common import ratios
 
         tick("peer: Hugging Face transformers")
+        measure.settle()
         peers["hf"] = peer_hf.run_peer(gen, settings, prompts, prompt_ids, references, rows, progress=tick)
         peers["hf"]["ratios"] = ratios(peers["hf"]["results"], rows)
     if peers:

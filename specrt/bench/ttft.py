@@ -14,6 +14,7 @@ import numpy as np
 
 from ..core.errors import InvalidArgument
 from . import predict, suites
+from .measure import settle
 
 
 def long_prompt(gen, n: int) -> np.ndarray:
@@ -47,7 +48,10 @@ def measure(gen, sessions, n: int, repeats: int, tick: Callable[[str], None]) ->
         tick(f"time to first token, {n} tokens, repeat {r + 1}")
         ours.append(ours_seconds(gen, ids))
         for s in sessions:
+            settle()
             theirs[s.peer.name].append(s.peer.first_token_seconds(ids.tolist()))
+        if sessions:
+            settle()
     out: dict[str, Any] = {"prompt_tokens": n, "repeats": repeats, "ours_seconds": predict.spread(ours), "peers": {}}
     for name, values in theirs.items():
         spread = predict.spread(values)

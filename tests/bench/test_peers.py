@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -139,3 +140,28 @@ def test_llama_cpp_refuses_another_gguf(gguf_bundle, tmp_path, llama_target):
     other = write_llama_gguf(llama_target, tmp_path / "other.gguf", "Q8_0")
     res = bench(bundle, *SMALL, "--k", "2", "--peer", "llama.cpp", "--target-checkpoint", other)
     assert res.exit_code == 2 and "compiled from tiny.gguf" in res.output and "Traceback" not in res.output
+
+
+def test_every_switch_between_engines_waits_untimed_for_spinning_threads(monkeypatch):
+    """Another engine's pool threads spin for 10-50 ms after its run (measure.SETTLE_S): the peer session
+    waits before each of the peer's runs (after ours, or after its other model) and before handing back."""
+    from specrt.bench import peers
+    from specrt.bench.peer_common import PeerConfig, PeerRun
+    from specrt.bench.suites import Prompt
+
+    events: list[str] = []
+    monkeypatch.setattr(peers, "settle", lambda: events.append("settle"))
+
+    class Recording:
+        name = "recording"
+
+        def configs(self):
+            return [PeerConfig("plain", 0, "none"), PeerConfig("draft", 2, "draft")]
+
+        def generate(self, prompt_ids, config, max_new_tokens=None):
+            events.append(f"run {config.label}")
+            return PeerRun([1, 2], 0.01, 0, 0)
+
+    session = peers.Session(Recording(), [Prompt("code", "x")])
+    session.measure(0, np.array([5, 6]), 0, [1, 2], lambda desc: None)
+    assert events == ["settle", "run plain", "settle", "run draft k=2", "settle"]
