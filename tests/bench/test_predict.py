@@ -80,3 +80,19 @@ def test_varying_draft_lengths_are_costed_per_pass():
     c = (0.004 / 8) / 0.002
     assert row["verify_cost_ratio"] == pytest.approx(1.13) and row["prediction"] == "measured_tokens"
     assert row["predicted_speedup"] == pytest.approx((1 + 6 / 4) / (2 * c + 1.13))
+
+
+def test_each_timed_verify_pass_follows_one_of_the_same_shape(pair_generator, monkeypatch):
+    """V(k) is a steady-state cost: a runner rebinds its buffers when the call shape changes, which a fixed
+    k does not pay every step; the curve runs an untimed pass of the same shape before each timed one."""
+    from specrt.bench.measure import verify_curve
+
+    target = pair_generator.target
+    sizes: list[int] = []
+    real = target.forward
+    monkeypatch.setattr(target, "forward", lambda ids: sizes.append(int(ids.size)) or real(ids))
+    curve = verify_curve(target, past_len=20, ks=[1, 2, 4], reps=2)
+    passes = sizes[1:]  # after the one prefill call of 20 positions
+    assert sizes[0] == 20 and len(passes) == 3 * 4 * 2  # 3 rounds (1 warm-up) x k in 0,1,2,4 x 2 passes
+    assert passes[0::2] == passes[1::2] == [1, 2, 3, 5] * 3
+    assert curve["k"] == [0, 1, 2, 4] and curve["ratio"][0] == 1.0 and all(s > 0 for s in curve["seconds"])
