@@ -17,7 +17,7 @@ import numpy as np
 from ..bundle import graph_io
 from ..bundle.graph_io import LOGIT_START
 from .onnx_io import save_onnx
-from .validate import Tolerance, ValidationError, _Worst, check_logits
+from .validate import Tolerance, _Worst, check_logits
 
 PASS_THROUGH = ("Cast", "Identity")
 

@@ -20,7 +20,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from ..bundle.entries import ModelEntry, QuantizationEntry
 from ..bundle.schema import Manifest
