@@ -283,11 +283,17 @@ class Generator:
                                     provider=self.target.describe().get("provider", self.backend),
                                     context_limited=context_limited)
             started = time.perf_counter()
+            explains = policy is not None and hasattr(policy, "off_reason")
+            noted_off = False  # whether speculation_note describes speculation as off
             for chunk in decode(self.target, proposer, policy, prompt_ids, max_new_tokens=max_new_tokens,
                                 max_draft_tokens=self.max_draft_tokens, params=params, rng=rng,
                                 eos_ids=self.eos_ids, stats=stats, on_step=on_step):
                 stats.elapsed_s = time.perf_counter() - started
+                # why speculation is off, built when it turns off (not every step), cleared when it turns back
+                # on: a caller that reads the stats mid-stream or stops early sees the current state
+                if explains and (stats.num_speculative_tokens == 0) != noted_off:
+                    noted_off = not noted_off
+                    stats.speculation_note = policy.off_reason() if noted_off else ""
                 yield chunk, prompt_ids.tolist(), stats
-            # why speculation ended off, once at the end (not per step: the hot loop stays free of it)
-            if policy is not None and hasattr(policy, "off_reason") and stats.num_speculative_tokens == 0:
+            if noted_off:  # the reason with the final estimates
                 stats.speculation_note = policy.off_reason()

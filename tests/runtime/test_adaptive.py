@@ -1,5 +1,7 @@
 """The adaptive speculation-length controller, on synthetic acceptance and costs, and end to end."""
 
+import contextlib
+
 import numpy as np
 
 from specrt.runtime.policy import AdaptiveK
@@ -158,3 +160,21 @@ def test_the_controller_evaluates_its_rates_once_per_step_and_follows_every_upda
         best = max(range(9), key=rates.__getitem__)
         assert policy.best_k() == (0 if rates[best] < policy.margin * rates[0] else best)
     assert before > 0 and policy.best_k() == 0 and policy.next_k() in (0, policy.probe_k)
+
+
+def test_a_stream_stopped_early_still_says_why_speculation_is_off(pair_generator):
+    """The note is set when speculation turns off, not only after the last chunk."""
+    pair_generator.eos_ids, saved = frozenset(), pair_generator.eos_ids
+    seen = []
+    try:
+        with contextlib.closing(pair_generator.stream_tokens("import os\n", 80, method="draft",
+                                                             num_speculative_tokens="auto")) as steps:
+            for _chunk, stats in steps:
+                seen.append((stats.num_speculative_tokens, stats.speculation_note))
+                if len(stats.k_history) >= 6 and stats.k_history[-3:] == [0, 0, 0]:
+                    break
+    finally:
+        pair_generator.eos_ids = saved
+    k, note = seen[-1]
+    assert k == 0 and note.startswith("speculation off: drafting is slower than plain decoding here")
+    assert all(n == "" for k, n in seen if k > 0)  # only while off
