@@ -88,7 +88,7 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
                 q = np.pad(q, ((0, 0), (0, draft_probs.shape[1] - q.shape[1])))
             j, nxt = rejection_sample(drafts, draft_probs, q, rng)
         t2 = time.perf_counter()
-        emitted = [int(t) for t in drafts[:j]] + [nxt]
+        emitted = drafts[:j].tolist() + [nxt]
         for i, t in enumerate(emitted):
             if t in eos_ids:
                 emitted = emitted[: i + 1]
