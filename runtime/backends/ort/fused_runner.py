@@ -23,7 +23,7 @@ from ....core.errors import BackendError, BackendUnavailable
 from ....models.config import DecoderConfig
 from ...kv_cache import KVCache
 from ..base import Runner
-from .runner import cpu_session, import_ort, one_line
+from .runner import binding_runner, cpu_session, import_ort, one_line
 
 PREFILL_ROWS = 256  # input_ids buffer kept for calls up to this many tokens (the loop's prefill chunk)
 
@@ -68,7 +68,7 @@ class OrtFusedRunner(Runner):
         self._binding.bind_cpu_input(SEQLENS_K, self._seqlens_k)  # bound once, updated in place
         self._binding.bind_cpu_input(TOTAL_SEQUENCE_LENGTH, self._total)
         self._bound: tuple | None = None  # the call shape the token / row / output bindings are set for
-        self._run_bound = self._binding_runner()
+        self._run_bound = binding_runner(self.session, self._binding)
 
     def _bind_cache(self) -> None:
         """Bind every layer's buffers as past and present once: they never move and never change shape."""
@@ -78,16 +78,6 @@ class OrtFusedRunner(Runner):
                                            (graph_io.past_value(i), present_value(i), v)):
                 b.bind_input(name_in, "cpu", 0, np.float32, list(buf.shape), buf.ctypes.data)
                 b.bind_output(name_out, "cpu", 0, np.float32, list(buf.shape), buf.ctypes.data)
-
-    def _binding_runner(self):
-        """A no-argument call that runs the session on its binding. The public `run_with_iobinding` adds a
-        Python wrapper and a WebGPU graph-capture query per call (~10 us of a ~40 us Python step on the demo
-        pair), so the C-level session is called directly; the public API if a future onnxruntime moves it."""
-        try:
-            native_run, native_binding = self.session._sess.run_with_iobinding, self._binding._iobinding
-        except AttributeError:
-            return lambda: self.session.run_with_iobinding(self._binding)
-        return lambda: native_run(native_binding, None)
 
     def _run(self, token_ids: np.ndarray, p: int, row_start: int, rows: int, logits_buf: np.ndarray) -> None:
         """Run S tokens at past length p; logits of rows [row_start, row_start + rows) into logits_buf.
