@@ -4,6 +4,6 @@ Small steps named by input and output: `onnx_from_decoder` (export.py), `validat
 `profiles_for_model` (profiles.py), `compile_bundle` (pipeline.py) which chains them.
 """
 
-from .pipeline import compile_bundle
+from specrt.compiler.pipeline import compile_bundle
 
 __all__ = ["compile_bundle"]

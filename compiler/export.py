@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..core.errors import SpecrtError
-from ..models import Decoder
-from ..bundle import graph_io
-from .onnx_io import save_onnx
+from specrt.core.errors import SpecrtError
+from specrt.models import Decoder
+from specrt.bundle import graph_io
+from specrt.compiler.onnx_io import save_onnx
 
 ONNX_OPSET = 18
 ONNX_IR_VERSION = 10

@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..models import Decoder
-from ..models.config import DecoderConfig
-from ..models.layers import rope_inv_freq
-from ..bundle import graph_io
-from ..bundle.graph_io import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
-from .export import ONNX_IR_VERSION, ONNX_OPSET
-from .onnx_io import save_onnx
+from specrt.models import Decoder
+from specrt.models.config import DecoderConfig
+from specrt.models.layers import rope_inv_freq
+from specrt.bundle import graph_io
+from specrt.bundle.graph_io import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
+from specrt.compiler.export import ONNX_IR_VERSION, ONNX_OPSET
+from specrt.compiler.onnx_io import save_onnx
 
 MS = "com.microsoft"
 FUSED_FAMILIES = ("llama", "qwen")

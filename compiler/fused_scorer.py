@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..bundle.graph_io import pad_rows
-from .fused_validate import run_fused
-from .quality import scorer_session
+from specrt.bundle.graph_io import pad_rows
+from specrt.compiler.fused_validate import run_fused
+from specrt.compiler.quality import scorer_session
 
 
 class FusedScorer:

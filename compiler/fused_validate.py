@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..models import Decoder
-from ..bundle import graph_io
-from .export import sample_inputs
-from ..bundle.graph_io import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
-from .validate import Tolerance, _check_tensor, _Worst, check_logits, validation_session
+from specrt.models import Decoder
+from specrt.bundle import graph_io
+from specrt.compiler.export import sample_inputs
+from specrt.bundle.graph_io import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
+from specrt.compiler.validate import Tolerance, _check_tensor, _Worst, check_logits, validation_session
 
 
 def run_fused(session, ids: np.ndarray, positions: np.ndarray, keys: list[np.ndarray], values: list[np.ndarray],

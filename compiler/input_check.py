@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.errors import CheckpointError
+from specrt.core.errors import CheckpointError
 
 CHECKPOINT_NEEDS = ("a Hugging Face checkpoint directory needs config.json, model.safetensors (or "
                     "model.safetensors.index.json) and tokenizer.json, as written by save_pretrained")

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..bundle import graph_io
-from ..bundle.graph_io import LOGIT_START
-from .onnx_io import save_onnx
-from .validate import Tolerance, _Worst, check_logits
+from specrt.bundle import graph_io
+from specrt.bundle.graph_io import LOGIT_START
+from specrt.compiler.onnx_io import save_onnx
+from specrt.compiler.validate import Tolerance, _Worst, check_logits
 
 PASS_THROUGH = ("Cast", "Identity")
 
@@ -62,7 +62,7 @@ def validate_logit_start(decoder, onnx_path: Path, s: int = 7, p: int = 5, toler
     import onnxruntime as ort
     import torch
 
-    from .export import sample_inputs
+    from specrt.compiler.export import sample_inputs
 
     ids, pos, past = sample_inputs(decoder, s, p, seed=11)
     feeds = {graph_io.INPUT_IDS: ids.numpy(), graph_io.POSITION_IDS: pos.numpy(),

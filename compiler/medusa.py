@@ -13,15 +13,15 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..bundle.entries import TensorSpec
-from ..bundle.parts import MedusaEntry
-from ..bundle.writer import ManifestDraft
-from ..models.checkpoint import check_finite, open_checkpoint
-from ..core.errors import CheckpointError
-from ..models.config import read_json
-from ..models.medusa import MedusaHeadsWithLMHead
-from .export import export_module
-from .validate import ValidationError
+from specrt.bundle.entries import TensorSpec
+from specrt.bundle.parts import MedusaEntry
+from specrt.bundle.writer import ManifestDraft
+from specrt.models.checkpoint import check_finite, open_checkpoint
+from specrt.core.errors import CheckpointError
+from specrt.models.config import read_json
+from specrt.models.medusa import MedusaHeadsWithLMHead
+from specrt.compiler.export import export_module
+from specrt.compiler.validate import ValidationError
 
 CONFIG = "medusa_config.json"
 WEIGHTS = "medusa.safetensors"

@@ -28,8 +28,8 @@ import threading
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..bundle.manifest import MANIFEST, listed_files
-from ..core.errors import InvalidArgument
+from specrt.bundle.manifest import MANIFEST, listed_files
+from specrt.core.errors import InvalidArgument
 
 OWNER_FILE = ".specrt-owner.json"
 SIGTERM_EXIT = 128 + signal.SIGTERM

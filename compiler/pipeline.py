@@ -16,23 +16,23 @@ from typing import Any, Callable
 
 import torch
 
-from ..bundle.entries import GraphVariant, ModelEntry, TensorSpec
-from ..bundle.parts import TokenizerEntry
-from ..bundle.writer import ManifestDraft, write_manifest
-from ..models.checkpoint import Checkpoint, open_checkpoint
-from ..models.gguf_source import is_gguf_source, prepare_gguf
-from ..core.errors import CheckpointError, InvalidArgument
-from ..bundle import graph_io
-from .output_dir import (check_output, commit, identity, make_temp, release_temp, remove_stale_temps,
+from specrt.bundle.entries import GraphVariant, ModelEntry, TensorSpec
+from specrt.bundle.parts import TokenizerEntry
+from specrt.bundle.writer import ManifestDraft, write_manifest
+from specrt.models.checkpoint import Checkpoint, open_checkpoint
+from specrt.models.gguf_source import is_gguf_source, prepare_gguf
+from specrt.core.errors import CheckpointError, InvalidArgument
+from specrt.bundle import graph_io
+from specrt.compiler.output_dir import (check_output, commit, identity, make_temp, release_temp, remove_stale_temps,
                          sigterm_as_exit, sigterm_deferred)
-from .export import ONNX_IR_VERSION, ONNX_OPSET, onnx_from_decoder
-from ..bundle.profiles import profiles_for_model
-from .tokenizer_check import check_same_vocab, load_vocab
-from .validate import Tolerance, validate_onnx, validation_shapes, window_shapes
-from .logit_rows import add_logit_start, validate_logit_start
-from .portable_graph import clean_portable_graph
-from .variants import check_ort_graph, fused_variant
-from .quantize_step import QuantizePlan, apply_quantization, resolve_plan
+from specrt.compiler.export import ONNX_IR_VERSION, ONNX_OPSET, onnx_from_decoder
+from specrt.bundle.profiles import profiles_for_model
+from specrt.compiler.tokenizer_check import check_same_vocab, load_vocab
+from specrt.compiler.validate import Tolerance, validate_onnx, validation_shapes, window_shapes
+from specrt.compiler.logit_rows import add_logit_start, validate_logit_start
+from specrt.compiler.portable_graph import clean_portable_graph
+from specrt.compiler.variants import check_ort_graph, fused_variant
+from specrt.compiler.quantize_step import QuantizePlan, apply_quantization, resolve_plan
 
 MAX_DRAFT_TOKENS_LIMIT = 64
 # OS errors that mean "the output location is unusable" (exit 2 with one line, not a traceback)

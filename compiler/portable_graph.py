@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..bundle.graph_io import PARAMETER_PREFIX, TRANSPOSED
+from specrt.bundle.graph_io import PARAMETER_PREFIX, TRANSPOSED
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..bundle import graph_io
-from ..bundle.graph_io import pad_rows
-from ..core.errors import InvalidArgument
+from specrt.bundle import graph_io
+from specrt.bundle.graph_io import pad_rows
+from specrt.core.errors import InvalidArgument
 
 MAX_QUALITY_TOKENS = 4096
 MAX_WINDOW = 256

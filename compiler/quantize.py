@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import InvalidArgument, SpecrtError
-from .onnx_io import save_onnx
+from specrt.core.errors import InvalidArgument, SpecrtError
+from specrt.compiler.onnx_io import save_onnx
 
 QUANT_TYPES = {"int8": 8, "int4": 4}
 # MatMulNBits `accuracy_level`: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8 compute. Measured on the CPU provider

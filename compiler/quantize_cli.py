@@ -19,9 +19,9 @@ from typing import Any
 
 import click
 
-from ..core.errors import InvalidArgument
-from .quantize import DEFAULT_ACCURACY_LEVEL, DEFAULT_BLOCK_SIZE, QUANT_TYPES, QuantizeConfig
-from .quantize_step import QuantizePlan, parse_self_draft, resolve_plan
+from specrt.core.errors import InvalidArgument
+from specrt.compiler.quantize import DEFAULT_ACCURACY_LEVEL, DEFAULT_BLOCK_SIZE, QUANT_TYPES, QuantizeConfig
+from specrt.compiler.quantize_step import QuantizePlan, parse_self_draft, resolve_plan
 
 OPTION_NAMES = ("quantize", "draft_quantize", "quant_block_size", "quant_symmetric", "quant_accuracy_level",
                 "quant_batch_invariant", "calibration_data", "max_ppl_increase")

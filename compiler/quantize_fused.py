@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from .fused_scorer import FusedScorer
-from .quality import GraphScorer
-from .onnx_io import save_onnx
-from .quantize import QuantizationError, QuantizeConfig, quantize_onnx
-from .validate import Tolerance, _Worst, check_logits
+from specrt.compiler.fused_scorer import FusedScorer
+from specrt.compiler.quality import GraphScorer
+from specrt.compiler.onnx_io import save_onnx
+from specrt.compiler.quantize import QuantizationError, QuantizeConfig, quantize_onnx
+from specrt.compiler.validate import Tolerance, _Worst, check_logits
 
 LM_HEAD = "lm_head"
 
@@ -85,7 +85,7 @@ def validate_quantized_fused(portable: Path, fused: Path, dims: dict[str, int], 
     """The quantized fused graph against the quantized portable graph: for each (S new, P past) shape, random
     token ids, P rows of past from the same ids through each graph, then the S rows' logits compared (every row,
     then the last row alone: the prefill form). Raises QuantizationError naming the shape."""
-    from .validate import ValidationError
+    from specrt.compiler.validate import ValidationError
 
     tol = tolerance or Tolerance()
     reference, candidate = GraphScorer(portable, dims), FusedScorer(fused, dims, capacity)

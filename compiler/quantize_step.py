@@ -27,14 +27,14 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
-from ..bundle.entries import GraphVariant, ModelEntry, QuantizationEntry
-from ..bundle.writer import ManifestDraft
-from ..core.errors import InvalidArgument
-from .quality import HELDOUT, GraphScorer, compare_quality, quality_texts, verify_consistency
-from .fused_scorer import FusedScorer
-from .quantize import QUANT_TYPES, QuantizeConfig, quantize_onnx
-from .quantize_fused import quantize_fused_onnx, validate_quantized_fused, with_accuracy_level
-from .validate import validation_shapes
+from specrt.bundle.entries import GraphVariant, ModelEntry, QuantizationEntry
+from specrt.bundle.writer import ManifestDraft
+from specrt.core.errors import InvalidArgument
+from specrt.compiler.quality import HELDOUT, GraphScorer, compare_quality, quality_texts, verify_consistency
+from specrt.compiler.fused_scorer import FusedScorer
+from specrt.compiler.quantize import QUANT_TYPES, QuantizeConfig, quantize_onnx
+from specrt.compiler.quantize_fused import quantize_fused_onnx, validate_quantized_fused, with_accuracy_level
+from specrt.compiler.validate import validation_shapes
 
 SELF_DRAFT_PREFIX = "self:"
 CONSISTENCY_TRIALS = 16  # positions of the held-out text, each a (k+1)-token pass against k+1 one-token passes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.errors import CheckpointError
+from specrt.core.errors import CheckpointError
 
 
 def load_vocab(path: Path) -> dict[str, int]:

@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..core.errors import InvalidArgument, SpecrtError
-from ..models import Decoder
-from ..bundle import graph_io
-from .export import sample_inputs
+from specrt.core.errors import InvalidArgument, SpecrtError
+from specrt.models import Decoder
+from specrt.bundle import graph_io
+from specrt.compiler.export import sample_inputs
 
 
 class ValidationError(SpecrtError):

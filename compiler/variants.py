@@ -12,11 +12,11 @@ before variants existed have no "graphs" key: their `onnx` entry is the portable
 from __future__ import annotations
 
 from pathlib import Path
-from ..bundle.entries import GraphVariant, TensorSpec
-from ..core.errors import InvalidArgument
-from ..models import Decoder
-from .fused_graph import fused_io, fused_onnx_from_decoder, fused_unsupported_reason
-from .fused_validate import validate_fused_onnx
+from specrt.bundle.entries import GraphVariant, TensorSpec
+from specrt.core.errors import InvalidArgument
+from specrt.models import Decoder
+from specrt.compiler.fused_graph import fused_io, fused_onnx_from_decoder, fused_unsupported_reason
+from specrt.compiler.fused_validate import validate_fused_onnx
 
 
 ORT_GRAPHS = ("fused", "portable")

@@ -86,7 +86,7 @@ def load_checkpoint(path: Path, module: torch.nn.Module, opt: torch.optim.Optimi
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
-        from ..core.errors import CheckpointError
+        from specrt.core.errors import CheckpointError
 
         raise CheckpointError(f"resume file {path} holds more than tensors and plain values (written by an older "
                          "version, or planted): refusing to unpickle it; delete it to start over") from None

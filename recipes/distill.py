@@ -17,11 +17,11 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from .common import autocast, pick_device, sample_batch, set_seed, train_loop
-from .corpus import read_text_files
-from .evaluate import greedy_acceptance, perplexity
-from .tokenizer import encode_documents, hf_encoder
-from .train_target import save_hf
+from specrt.recipes.common import autocast, pick_device, sample_batch, set_seed, train_loop
+from specrt.recipes.corpus import read_text_files
+from specrt.recipes.evaluate import greedy_acceptance, perplexity
+from specrt.recipes.tokenizer import encode_documents, hf_encoder
+from specrt.recipes.train_target import save_hf
 
 
 def per_token_params(model) -> int:
@@ -62,7 +62,7 @@ def draft_config(target, eos_id: int, *, layers: int, hidden: int, intermediate:
 
 def _checkpoint_dir(target: str | os.PathLike, run: Path) -> Path:
     """An HF checkpoint directory for the target: itself, or a GGUF source converted once into run/target."""
-    from ..models.gguf_source import is_gguf_source, prepare_gguf
+    from specrt.models.gguf_source import is_gguf_source, prepare_gguf
 
     if not is_gguf_source(target):
         return Path(target)
@@ -127,7 +127,7 @@ def distill_draft(target_dir: str | os.PathLike, data_paths: Iterable[str | os.P
         raise ValueError(f"only {len(train)} training tokens for seq_len {seq_len}")
 
     if init_layers is not None:
-        from .init_draft import draft_from_target
+        from specrt.recipes.init_draft import draft_from_target
 
         draft = draft_from_target(target, list(init_layers)).to(dev)
         frozen = {id(draft.get_input_embeddings().weight), id(draft.get_output_embeddings().weight)}

@@ -98,7 +98,7 @@ def greedy_acceptance(target, draft, tokens: np.ndarray, n_prompts: int = 32,
 def medusa_agreement(target, heads, seqs: torch.Tensor, prompt_len: int = 128) -> list[float]:
     """Top-1 agreement of each Medusa head with the target's greedy tokens: head i at
     position t is compared with the greedy token at t + i + 2 (continuation only)."""
-    from .medusa import final_hidden, head_logits
+    from specrt.recipes.medusa import final_hidden, head_logits
 
     h, _ = final_hidden(target, seqs.to(_device(target)))
     out = []
@@ -114,7 +114,7 @@ def medusa_accuracy(target, heads, tokens: np.ndarray, seq_len: int = 512,
                     max_windows: int = 32, batch_size: int = 8) -> dict:
     """Held-out top-1 accuracy against the true tokens: the base LM head on t + 1
     and Medusa head i on t + i + 2."""
-    from .medusa import final_hidden, head_logits
+    from specrt.recipes.medusa import final_hidden, head_logits
 
     n = len(heads.heads)
     starts = _windows(len(tokens), seq_len + n + 1, max_windows)

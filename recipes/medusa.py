@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from .common import autocast, sample_batch, set_seed, train_loop
+from specrt.recipes.common import autocast, sample_batch, set_seed, train_loop
 
 
 class MedusaHeads(torch.nn.Module):

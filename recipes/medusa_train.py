@@ -8,11 +8,11 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .common import pick_device
-from .corpus import read_text_files
-from .evaluate import medusa_accuracy
-from .medusa import save_medusa, train_medusa
-from .tokenizer import encode_documents, hf_encoder
+from specrt.recipes.common import pick_device
+from specrt.recipes.corpus import read_text_files
+from specrt.recipes.evaluate import medusa_accuracy
+from specrt.recipes.medusa import save_medusa, train_medusa
+from specrt.recipes.tokenizer import encode_documents, hf_encoder
 
 
 def train_heads_from_paths(target_dir, data_paths, out_dir, *, num_heads: int = 3, steps: int | None = None,

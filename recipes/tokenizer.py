@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from .corpus import EOS_TOKEN
+from specrt.recipes.corpus import EOS_TOKEN
 
 
 def train_tokenizer(docs: Iterable[str], out_dir: str | os.PathLike, vocab_size: int = 4096,
@@ -88,7 +88,7 @@ def hf_encoder(hf_tokenizer):
 def prepare_stdlib_tokens(run_dir: str | os.PathLike, vocab_size: int = 4096) -> dict:
     """Train (or reuse) the demo tokenizer on the stdlib train split and cache the
     train/held-out token streams as ``.npy`` files in ``run_dir``."""
-    from .corpus import read_text_files, stdlib_corpus
+    from specrt.recipes.corpus import read_text_files, stdlib_corpus
 
     run = Path(run_dir)
     tok_dir = run / "tokenizer"

@@ -19,14 +19,14 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from .common import pick_device
-from .corpus import stdlib_corpus
-from .distill import distill_draft, per_token_params
-from .evaluate import draft_acceptance, eval_sequences, medusa_accuracy, medusa_agreement, perplexity
-from .medusa import load_medusa, save_medusa, train_medusa
-from .model_card import write_model_card
-from .tokenizer import prepare_stdlib_tokens
-from .train_target import save_hf, train_target
+from specrt.recipes.common import pick_device
+from specrt.recipes.corpus import stdlib_corpus
+from specrt.recipes.distill import distill_draft, per_token_params
+from specrt.recipes.evaluate import draft_acceptance, eval_sequences, medusa_accuracy, medusa_agreement, perplexity
+from specrt.recipes.medusa import load_medusa, save_medusa, train_medusa
+from specrt.recipes.model_card import write_model_card
+from specrt.recipes.tokenizer import prepare_stdlib_tokens
+from specrt.recipes.train_target import save_hf, train_target
 
 DRAFT_SHAPE = dict(layers=2, hidden=192, intermediate=512, heads=3, kv_heads=1)
 MEDUSA_HEADS = 3

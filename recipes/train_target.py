@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from .common import autocast, pick_device, sample_batch, set_seed, train_loop
+from specrt.recipes.common import autocast, pick_device, sample_batch, set_seed, train_loop
 
 
 def target_config(vocab_size: int = 4096, hidden: int = 384, layers: int = 9, heads: int = 6,
@@ -88,7 +88,7 @@ def train_target(tokens: np.ndarray, run_dir: str | Path, tokenizer_dir: Path | 
 
 
 def main(argv=None) -> None:
-    from .tokenizer import prepare_stdlib_tokens
+    from specrt.recipes.tokenizer import prepare_stdlib_tokens
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", required=True)

@@ -6,8 +6,8 @@ rejection sampler), sampling.py (warping), proposers/ (draft model, n-gram, Medu
 Layer: above specrt.bundle and specrt.core; never imports specrt.compiler or specrt.recipes.
 """
 
-from .generator import GenerationResult, Generator, load
-from .sampling import SamplingParams
-from .stats import GenerationStats
+from specrt.runtime.generator import GenerationResult, Generator, load
+from specrt.runtime.sampling import SamplingParams
+from specrt.runtime.stats import GenerationStats
 
 __all__ = ["GenerationResult", "GenerationStats", "Generator", "SamplingParams", "load"]

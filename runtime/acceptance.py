@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sampling import sample
+from specrt.runtime.sampling import sample
 
 
 def greedy_accept(draft_token_ids: np.ndarray, target_logits: np.ndarray) -> tuple[int, int]:

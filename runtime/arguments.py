@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import InvalidArgument
+from specrt.core.errors import InvalidArgument
 
 _OPTIONS = ("temperature", "top_k", "top_p", "seed", "method", "num_speculative_tokens", "ngram_min", "ngram_max",
             "proposer", "policy", "on_step", "strict")

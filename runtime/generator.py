@@ -20,19 +20,19 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..bundle.manifest import Manifest, read_manifest
-from ..core.errors import InvalidArgument
-from ..core.tokenizer import IncrementalDecoder, Tokenizer
-from . import backends
-from .arguments import check_k, check_options, prompt_ids
-from .loop import decode
-from .policy import AdaptiveK, CountOnlyAdaptiveK, FixedK, KPolicy, model_draft_cost
-from .proposers.base import Proposer
-from .proposers.draft_model import DraftModelProposer
-from .proposers.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, NgramProposer, check_sizes
-from .sampling import SamplingParams
-from .stats import GenerationStats
-from .warmup import warm_up
+from specrt.bundle.manifest import Manifest, read_manifest
+from specrt.core.errors import InvalidArgument
+from specrt.core.tokenizer import IncrementalDecoder, Tokenizer
+from specrt.runtime import backends
+from specrt.runtime.arguments import check_k, check_options, prompt_ids
+from specrt.runtime.loop import decode
+from specrt.runtime.policy import AdaptiveK, CountOnlyAdaptiveK, FixedK, KPolicy, model_draft_cost
+from specrt.runtime.proposers.base import Proposer
+from specrt.runtime.proposers.draft_model import DraftModelProposer
+from specrt.runtime.proposers.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, NgramProposer, check_sizes
+from specrt.runtime.sampling import SamplingParams
+from specrt.runtime.stats import GenerationStats
+from specrt.runtime.warmup import warm_up
 
 METHODS = ("draft", "ngram", "hybrid", "medusa", "none")
 DEFAULT_K = 5
@@ -221,7 +221,7 @@ class Generator:
             draft = DraftModelProposer(self.draft, params, rng, self.vocab_size)
             if method == "draft":
                 return draft
-            from .proposers import hybrid
+            from specrt.runtime.proposers import hybrid
 
             sizes = {"min_n": hybrid.DEFAULT_MIN_N, "max_n": hybrid.DEFAULT_MAX_N, **options}
             return hybrid.HybridProposer(NgramProposer(self.eos_ids, **sizes), draft)
@@ -230,7 +230,7 @@ class Generator:
         if method == "medusa":
             if self.manifest.medusa is None:
                 raise InvalidArgument("method 'medusa' needs a bundle compiled with --medusa")
-            from .proposers.medusa import MedusaProposer
+            from specrt.runtime.proposers.medusa import MedusaProposer
 
             return MedusaProposer.from_manifest(self.manifest, self._medusa_cache)
         raise InvalidArgument(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")

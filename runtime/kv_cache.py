@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..core.errors import InvalidArgument
+from specrt.core.errors import InvalidArgument
 
 
 class KVCache:

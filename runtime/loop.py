@@ -16,12 +16,12 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .acceptance import greedy_accept, rejection_sample
-from .backends.base import Runner
-from .policy import KPolicy
-from .proposers.base import Proposer
-from .sampling import SamplingParams, sample, warp
-from .stats import GenerationStats
+from specrt.runtime.acceptance import greedy_accept, rejection_sample
+from specrt.runtime.backends.base import Runner
+from specrt.runtime.policy import KPolicy
+from specrt.runtime.proposers.base import Proposer
+from specrt.runtime.sampling import SamplingParams, sample, warp
+from specrt.runtime.stats import GenerationStats
 
 PREFILL_CHUNK = 256
 

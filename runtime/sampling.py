@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from ..core.errors import BackendError, InvalidArgument
+from specrt.core.errors import BackendError, InvalidArgument
 
 
 # Below MIN_TEMPERATURE, logits / T overflow (5e-324 gives inf - inf = NaN); use 0 for greedy instead.

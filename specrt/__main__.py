@@ -1,3 +1,3 @@
-from .cli.main import main
+from specrt.cli.main import main
 
 main(prog_name="specrt")

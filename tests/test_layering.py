@@ -107,3 +107,15 @@ def test_runtime_never_loads_the_compiler(self_bundle):
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["tokens"] >= 1
     assert report["loaded"] == []
+
+
+def test_imports_are_absolute():
+    """Every import in the four folders names its target in full (`from specrt.bundle import ...`), so a reader
+    (and a static tool) sees from the file where an import lands; a relative import that climbs out of its
+    folder hides that."""
+    relative = []
+    for name, _is_pkg, path in modules():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                relative.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not relative, "relative imports: " + ", ".join(relative)

@@ -23,11 +23,11 @@ from typing import Any, Callable
 
 import click
 
-from ...bundle.writer import ManifestDraft
-from ...core.errors import BackendUnavailable, InvalidArgument
-from .memory import (DEFAULT_WORKSPACE, check_budget, model_row, parse_size, plan_from_rows, safetensors_parameters,
+from specrt.bundle.writer import ManifestDraft
+from specrt.core.errors import BackendUnavailable, InvalidArgument
+from specrt.compiler.trt.memory import (DEFAULT_WORKSPACE, check_budget, model_row, parse_size, plan_from_rows, safetensors_parameters,
                      weight_bytes)
-from .ptq import METHODS, PTQ_PRECISIONS, PTQConfig
+from specrt.compiler.trt.ptq import METHODS, PTQ_PRECISIONS, PTQConfig
 
 Step = Callable[[Path, ManifestDraft], None]  # (temporary bundle directory, the manifest being written)
 OPTION_NAMES = ("engines", "precision", "ptq_method", "hardware_compat", "version_compatible", "workspace",
@@ -88,7 +88,7 @@ def trt_compile_options(fn: Callable) -> Callable:
 
 def build_options(options: dict[str, Any], bundle: Path | None = None):
     """CLI option dict -> BuildOptions (validated). The timing cache defaults to <bundle>.timing-cache."""
-    from .build import BuildOptions
+    from specrt.compiler.trt.build import BuildOptions
 
     cache = options.get("timing_cache")
     if cache is None and bundle is not None:
@@ -106,7 +106,7 @@ def build_options(options: dict[str, Any], bundle: Path | None = None):
 
 def check_trt_available(device: str = "cuda:0") -> None:
     """BackendUnavailable (one line) unless TensorRT imports and a CUDA GPU is visible."""
-    from ...core.trt import INSTALL_HINT, cuda_device_error, import_trt
+    from specrt.core.trt import INSTALL_HINT, cuda_device_error, import_trt
 
     import_trt()
     reason = cuda_device_error(device)
@@ -120,7 +120,7 @@ def check_budget_before_build(options: dict[str, Any], target: Path, draft: Path
     budget = options.get("gpu_memory_budget")
     if budget is None:
         return None
-    from ...models.checkpoint import open_checkpoint
+    from specrt.models.checkpoint import open_checkpoint
 
     trt = options.get("engines") == "trt"
     precision = (options.get("precision") or "fp32") if trt else "fp32"
@@ -145,7 +145,7 @@ def ptq_config(options: dict[str, Any]) -> PTQConfig | None:
         if options.get("ptq_method"):
             raise InvalidArgument(f"--ptq-method applies to --precision int8, fp8 or int4, not {precision}")
         return None
-    from ..quantize_step import check_ppl_limit
+    from specrt.compiler.quantize_step import check_ppl_limit
 
     check_ppl_limit(options.get("max_ppl_increase"))
     return PTQConfig(precision, options.get("ptq_method"))
@@ -154,9 +154,9 @@ def ptq_config(options: dict[str, Any]) -> PTQConfig | None:
 def ptq_step(cfg: PTQConfig, options: dict[str, Any], results: dict[str, dict]) -> Step:
     """The compile step that writes each model's Q/DQ graph (`<role>/model.<precision>.qdq.onnx`) and measures
     its quality; `results[role]` gets `engines.<role>.quantization`. Runs on a CPU (no TensorRT)."""
-    from ..quality import quality_texts
-    from ..quantize_cli import read_calibration
-    from .ptq import ptq_model
+    from specrt.compiler.quality import quality_texts
+    from specrt.compiler.quantize_cli import read_calibration
+    from specrt.compiler.trt.ptq import ptq_model
 
     calibration = options.get("calibration_data")
     text = read_calibration(Path(calibration)) if calibration is not None else None
@@ -188,8 +188,8 @@ def trt_extra_steps(options: dict[str, Any], max_seq_len: int, max_draft_tokens:
     steps = [ptq_step(ptq, options, quantized)] if ptq is not None else []
 
     def build_engines(tmp: Path, manifest: ManifestDraft) -> None:
-        from ...core.trt import import_trt, installed_facts
-        from .build import build_engine, engine_entry
+        from specrt.core.trt import import_trt, installed_facts
+        from specrt.compiler.trt.build import build_engine, engine_entry
 
         trt = import_trt()
         o = opts
@@ -213,7 +213,7 @@ def prepare_trt_compile(options: dict[str, Any], *, target: Path, draft: Path | 
     if steps:
         check_trt_available()
     if ptq_config(options) is not None:
-        from .ptq import import_modelopt
+        from specrt.compiler.trt.ptq import import_modelopt
 
         import_modelopt()
     check_budget_before_build(options, target, draft, max_seq_len, max_draft_tokens)

@@ -28,8 +28,8 @@ import struct
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ...core.errors import CheckpointError, InvalidArgument
-from ...bundle.profiles import PREFILL_CHUNK_MAX
+from specrt.core.errors import CheckpointError, InvalidArgument
+from specrt.bundle.profiles import PREFILL_CHUNK_MAX
 
 DEFAULT_WORKSPACE = 1 << 30
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2,

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ...core.errors import InvalidArgument
-from ...bundle import graph_io
-from ..onnx_io import save_onnx
+from specrt.core.errors import InvalidArgument
+from specrt.bundle import graph_io
+from specrt.compiler.onnx_io import save_onnx
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 FP16_MAX = 65504.0

@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from ...bundle import graph_io
-from ...core.errors import BackendUnavailable, InvalidArgument
-from ..onnx_io import save_onnx
+from specrt.bundle import graph_io
+from specrt.core.errors import BackendUnavailable, InvalidArgument
+from specrt.compiler.onnx_io import save_onnx
 
 PTQ_PRECISIONS = ("int8", "fp8", "int4")
 METHODS = {"int8": ("entropy", "max"), "fp8": ("max", "entropy"), "int4": ("awq_clip", "awq_lite", "rtn_dq")}
@@ -227,8 +227,8 @@ def ptq_model(tmp: Path, role: str, entry, cfg: PTQConfig, texts: dict[str, np.n
     measure what it costs against the fp32 graph (held-out text, and the user's --calibration-data when given;
     the calibration itself uses that text when given, else the held-out text). Raises QualityRefused over the
     limit. Returns `engines.<role>.quantization`."""
-    from ..quality import HELDOUT, GraphScorer, compare_quality
-    from ..quantize_step import check_quality, model_dims
+    from specrt.compiler.quality import HELDOUT, GraphScorer, compare_quality
+    from specrt.compiler.quantize_step import check_quality, model_dims
 
     dims = model_dims(entry)
     rel = f"{role}/model.{cfg.precision}.qdq.onnx"

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import warnings
 
-from ...core.errors import BackendUnavailable, InvalidArgument
-from .base import Runner
-from .ort.runner import default_threads  # noqa: F401  (the Generator sizes its pools with it)
+from specrt.core.errors import BackendUnavailable, InvalidArgument
+from specrt.runtime.backends.base import Runner
+from specrt.runtime.backends.ort.runner import default_threads  # noqa: F401  (the Generator sizes its pools with it)
 
 BACKENDS = ("auto", "ort", "ort-portable", "torch", "trt", "ort-cuda", "ort-trt")
 
@@ -46,7 +46,7 @@ def resolve_backend(backend: str, manifest) -> str:
     if backend != "auto":
         return backend
     if manifest.engines:
-        from .trt.runner import trt_unavailable_reason
+        from specrt.runtime.backends.trt.runner import trt_unavailable_reason
 
         reason = trt_unavailable_reason(manifest)
         if reason is None:
@@ -68,29 +68,29 @@ def create_runner(manifest, role: str, backend: str, *, capacity: int, max_short
         onnx_path = manifest.path(entry.ort_onnx)
     fused = entry.ort_fused_onnx
     if backend == "ort" and fused is not None:
-        from .ort.fused_runner import OrtFusedRunner
+        from specrt.runtime.backends.ort.fused_runner import OrtFusedRunner
 
         return OrtFusedRunner(manifest.path(fused), config, capacity, max_short_tokens,
                               device=device or "cpu", threads=threads, want_hidden=want_hidden,
                               min_rows=entry.ort_min_rows if role == "target" else 1, alternating=alternating)
     if backend in ("ort", "ort-portable"):
-        from .ort.runner import OrtRunner
+        from specrt.runtime.backends.ort.runner import OrtRunner
 
         return OrtRunner(onnx_path, config, capacity, max_short_tokens, device=device or "cpu",
                          threads=threads, want_hidden=want_hidden,
                          min_rows=entry.ort_min_rows if role == "target" else 1, alternating=alternating)
     if backend in ("ort-cuda", "ort-trt"):
-        from .ort.gpu_runner import OrtGpuRunner
+        from specrt.runtime.backends.ort.gpu_runner import OrtGpuRunner
 
         return OrtGpuRunner(onnx_path, config, capacity, max_short_tokens, provider=backend.split("-")[1],
                             device=device or "cuda:0", want_hidden=want_hidden)
     if backend == "torch":
-        from .pytorch.runner import TorchRunner
+        from specrt.runtime.backends.pytorch.runner import TorchRunner
 
         return TorchRunner(onnx_path, config, capacity, device=device or "cpu", threads=threads,
                            want_hidden=want_hidden)
     if backend == "trt":
-        from .trt.runner import TrtRunner
+        from specrt.runtime.backends.trt.runner import TrtRunner
 
         return TrtRunner(manifest, role, config, capacity, device=device or "cuda:0", want_hidden=want_hidden)
     raise BackendUnavailable(f"backend {backend!r} is not available")

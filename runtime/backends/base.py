@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from ...bundle.graph_io import pad_rows
-from ...core.errors import InvalidArgument
-from ...models.config import DecoderConfig
-from ..kv_cache import KVCache
+from specrt.bundle.graph_io import pad_rows
+from specrt.core.errors import InvalidArgument
+from specrt.models.config import DecoderConfig
+from specrt.runtime.kv_cache import KVCache
 
 
 class Runner(abc.ABC):

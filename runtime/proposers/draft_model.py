@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 
-from ..backends.base import Runner
-from ..sampling import SamplingParams, sample, warp
-from .base import Proposal
+from specrt.runtime.backends.base import Runner
+from specrt.runtime.sampling import SamplingParams, sample, warp
+from specrt.runtime.proposers.base import Proposal
 
 
 class DraftModelProposer:

@@ -20,9 +20,9 @@ import dataclasses
 
 import numpy as np
 
-from .base import Proposal
-from .draft_model import DraftModelProposer
-from .ngram import NgramProposer
+from specrt.runtime.proposers.base import Proposal
+from specrt.runtime.proposers.draft_model import DraftModelProposer
+from specrt.runtime.proposers.ngram import NgramProposer
 
 DEFAULT_MIN_N = 2  # a one-token match is a weak predictor: leave those positions to the draft model
 DEFAULT_MAX_N = 3

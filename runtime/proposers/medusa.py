@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...core.errors import BackendUnavailable
-from .base import Proposal
+from specrt.core.errors import BackendUnavailable
+from specrt.runtime.proposers.base import Proposal
 
 
 class MedusaHeadsRunner:
     """ONNX Runtime session for `medusa/heads.onnx`: hidden [N, D] -> logits [N, H, V]."""
 
     def __init__(self, onnx_path, threads: int | None = None) -> None:
-        from ..backends.ort.runner import import_ort
+        from specrt.runtime.backends.ort.runner import import_ort
 
         try:
             ort = import_ort()

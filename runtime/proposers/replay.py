@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...core.errors import InvalidArgument
-from .base import Proposal
+from specrt.core.errors import InvalidArgument
+from specrt.runtime.proposers.base import Proposal
 
 
 class ReplayProposer:

@@ -8,6 +8,6 @@ formulas, pure functions), aggregate (rows per configuration and suite), peer_hf
 checkpoints), random_target (a random Llama of a given size), report (table, Markdown), plot (PNG).
 """
 
-from .runner import BenchSettings, run_bench
+from specrt.bench.runner import BenchSettings, run_bench
 
 __all__ = ["BenchSettings", "run_bench"]

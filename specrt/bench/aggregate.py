@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import predict
+from specrt.bench import predict
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,8 +19,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..runtime.sampling import SamplingParams
-from ..runtime.stats import GenerationStats
+from specrt.runtime.sampling import SamplingParams
+from specrt.runtime.stats import GenerationStats
 
 
 @dataclasses.dataclass

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..core.errors import InvalidArgument
-from . import predict
-from .peer_common import agreement, mean_over, per_repeat
+from specrt.core.errors import InvalidArgument
+from specrt.bench import predict
+from specrt.bench.peer_common import agreement, mean_over, per_repeat
 
 
 def checkpoints(gen, settings) -> tuple[Path, Path | None]:

@@ -20,9 +20,9 @@ import os
 import time
 from typing import Any
 
-from ..core.errors import InvalidArgument
-from .peer_common import Peer, PeerConfig, PeerRun
-from .peer_sources import resolve
+from specrt.core.errors import InvalidArgument
+from specrt.bench.peer_common import Peer, PeerConfig, PeerRun
+from specrt.bench.peer_sources import resolve
 
 MAX_NGRAM = 3  # our n-gram proposer's longest match (runtime/proposers/ngram.py DEFAULT_MAX_N)
 

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import SpecrtError
-from .peer_common import Peer, PeerConfig, PeerRun
-from .peer_sources import Source, cached, hf_checkpoint, peer_cache_dir, resolve
+from specrt.core.errors import SpecrtError
+from specrt.bench.peer_common import Peer, PeerConfig, PeerRun
+from specrt.bench.peer_sources import Source, cached, hf_checkpoint, peer_cache_dir, resolve
 
 NGRAM_SIZE = 4
 ADAPTIVE_START = 2

@@ -22,10 +22,10 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from ..bundle.entries import ModelEntry, QuantizationEntry
-from ..bundle.schema import Manifest
-from ..core.errors import InvalidArgument
-from ..models.gguf_source import ARCHIVE_SUFFIXES, GGUF_SUFFIXES, gguf_from_archive, sha256_file
+from specrt.bundle.entries import ModelEntry, QuantizationEntry
+from specrt.bundle.schema import Manifest
+from specrt.core.errors import InvalidArgument
+from specrt.models.gguf_source import ARCHIVE_SUFFIXES, GGUF_SUFFIXES, gguf_from_archive, sha256_file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Source:
 
 def peer_cache_dir() -> Path:
     """$SPECRT_CACHE/bench-peers (default ~/.cache/specrt/bench-peers)."""
-    from ..cli.demo_model import cache_dir
+    from specrt.cli.demo_model import cache_dir
 
     return cache_dir() / "bench-peers"
 
@@ -158,7 +158,7 @@ def hf_checkpoint(source: Source) -> Path:
     config.json (`quant_method: gguf`) is dropped: other tools (onnxruntime-genai's builder) refuse it."""
     if source.kind == "hf":
         return source.path
-    from ..models.gguf_source import checkpoint_dir_from_gguf
+    from specrt.models.gguf_source import checkpoint_dir_from_gguf
 
     def convert(tmp: Path) -> None:
         checkpoint_dir_from_gguf(source.path, tmp)

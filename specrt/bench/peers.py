@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .measure import settle
-from .peer_common import Peer, PeerConfig, agreement, ratios, result_rows
+from specrt.bench.measure import settle
+from specrt.bench.peer_common import Peer, PeerConfig, agreement, ratios, result_rows
 
 # name -> (module that must be importable, the extra that installs it)
 PEERS: dict[str, tuple[str, str]] = {
@@ -27,11 +27,11 @@ INTERLEAVED = ("ort-genai", "llama.cpp")
 
 def create(name: str, gen, settings, progress: Callable[[str], None] | None = None) -> Peer:
     if name == "ort-genai":
-        from .peer_ortgenai import OrtGenaiPeer
+        from specrt.bench.peer_ortgenai import OrtGenaiPeer
 
         return OrtGenaiPeer(gen, settings, progress)
     if name == "llama.cpp":
-        from .peer_llamacpp import LlamaCppPeer
+        from specrt.bench.peer_llamacpp import LlamaCppPeer
 
         return LlamaCppPeer(gen, settings, progress)
     raise ValueError(f"not an interleaved peer: {name!r}")

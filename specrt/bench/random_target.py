@@ -16,7 +16,7 @@ import json
 import re
 from pathlib import Path
 
-from ..core.errors import InvalidArgument
+from specrt.core.errors import InvalidArgument
 
 VOCAB = 4096
 TEXT_MODULES = ("os", "json", "textwrap", "argparse", "collections", "typing", "pathlib", "inspect", "dataclasses")

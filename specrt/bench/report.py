@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .peer_common import ratio_line
-from .ttft import line as ttft_line
+from specrt.bench.peer_common import ratio_line
+from specrt.bench.ttft import line as ttft_line
 
 COLUMNS = ("config", "tok/s", "decode tok/s", "speedup [min-max]", "e2e speedup", "accept", "a/token",
            "tokens/step", "c", "V(k)/V(0)", "predicted", "efficiency", "draft/verify %", "identical")
@@ -80,7 +80,7 @@ def print_tables(result: dict[str, Any], console, compact: bool = False, wide: b
             console.print(f"note: {note}", markup=False, soft_wrap=True)
     if result.get("ttft"):
         console.print(ttft_line(result["ttft"]), markup=False, soft_wrap=True)
-    from ..core.text import pack
+    from specrt.core.text import pack
 
     m = result["machine"]
     phrases = [f"{m['cpu']}, {m['cores_available']} cores, backend {m['backend']} ({m['provider']}, {m['threads']} threads);",

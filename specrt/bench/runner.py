@@ -19,9 +19,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..core.errors import InvalidArgument
-from . import aggregate, measure, suites, ttft
-from .aggregate import Config, Sample
+from specrt.core.errors import InvalidArgument
+from specrt.bench import aggregate, measure, suites, ttft
+from specrt.bench.aggregate import Config, Sample
 
 SCHEMA = "specrt.bench/1"
 TOP_KEYS = ("schema", "command", "machine", "settings", "prompts", "verify_cost", "results", "memory", "peer",
@@ -61,7 +61,7 @@ class BenchSettings:
                 raise InvalidArgument(f"--simulate-acceptance values must be in [0, 1], got {a}")
         if self.simulate and self.temperature != 0:
             raise InvalidArgument("--simulate-acceptance replays greedy outputs: use --temperature 0")
-        from .peers import PEERS
+        from specrt.bench.peers import PEERS
 
         names = (self.peer,) if isinstance(self.peer, str) else tuple(dict.fromkeys(self.peer or ()))
         for name in names:
@@ -115,7 +115,7 @@ def fit_prompts(gen, prompts: list[suites.Prompt], max_new_tokens: int) -> tuple
 
 def _peer_sessions(gen, settings: BenchSettings, prompts, progress) -> list:
     """The interleaved peers, built and loaded before anything is measured."""
-    from . import peers
+    from specrt.bench import peers
 
     names = [n for n in settings.peer if n in peers.INTERLEAVED]
     if not names:
@@ -135,9 +135,9 @@ def run_bench(settings: BenchSettings, progress: Callable[[str, int], None] | No
     """Run everything; `progress(description, total)` is called before each run (total = all runs)."""
     import time
 
-    from ..runtime import load
-    from ..runtime.proposers.replay import ReplayProposer
-    from ..runtime.sampling import SamplingParams
+    from specrt.runtime import load
+    from specrt.runtime.proposers.replay import ReplayProposer
+    from specrt.runtime.sampling import SamplingParams
 
     started = time.perf_counter()
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
@@ -159,7 +159,7 @@ def run_bench(settings: BenchSettings, progress: Callable[[str, int], None] | No
     total += sum(len(prompts) * s.runs_per_prompt(settings.repeats) for s in sessions)
     total += settings.repeats if settings.ttft_prompt_tokens is not None else 0
     if "hf" in settings.peer:
-        from . import peer_hf
+        from specrt.bench import peer_hf
 
         total += 1 + peer_hf.count_runs(settings, len(prompts), gen.draft is not None)
     tick = (lambda desc: progress(desc, total)) if progress else (lambda desc: None)
@@ -226,8 +226,8 @@ def run_bench(settings: BenchSettings, progress: Callable[[str, int], None] | No
         peers[session.peer.name] = session.result(rows)
         session.peer.close()
     if "hf" in settings.peer:
-        from . import peer_hf
-        from .peer_common import ratios
+        from specrt.bench import peer_hf
+        from specrt.bench.peer_common import ratios
 
         tick("peer: Hugging Face transformers")
         measure.settle()

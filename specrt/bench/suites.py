@@ -14,7 +14,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..core.errors import InvalidArgument
+from specrt.core.errors import InvalidArgument
 
 SUITES = ("code", "grounded", "open")
 

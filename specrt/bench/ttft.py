@@ -12,9 +12,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..core.errors import InvalidArgument
-from . import predict, suites
-from .measure import settle
+from specrt.core.errors import InvalidArgument
+from specrt.bench import predict, suites
+from specrt.bench.measure import settle
 
 
 def long_prompt(gen, n: int) -> np.ndarray:

@@ -15,10 +15,10 @@ specrt.compiler writes bundles, specrt.runtime reads them; neither imports the o
 manifest's JSON itself.
 """
 
-from .entries import GraphVariant, ModelEntry, QuantizationEntry, TensorSpec
-from .manifest import FORMAT_NAME, MANIFEST, read_manifest
-from .parts import DemoEntry, EngineEntry, FileEntry, MedusaEntry, TokenizerEntry
-from .schema import Manifest
+from specrt.bundle.entries import GraphVariant, ModelEntry, QuantizationEntry, TensorSpec
+from specrt.bundle.manifest import FORMAT_NAME, MANIFEST, read_manifest
+from specrt.bundle.parts import DemoEntry, EngineEntry, FileEntry, MedusaEntry, TokenizerEntry
+from specrt.bundle.schema import Manifest
 
 __all__ = ["FORMAT_NAME", "MANIFEST", "DemoEntry", "EngineEntry", "FileEntry", "GraphVariant", "Manifest",
            "MedusaEntry", "ModelEntry", "QuantizationEntry", "TensorSpec", "TokenizerEntry", "read_manifest"]

@@ -15,11 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..core.errors import BundleError, ManifestError
-from .paths import resolve_inside
+from specrt.core.errors import BundleError, ManifestError
+from specrt.bundle.paths import resolve_inside
 
 if TYPE_CHECKING:
-    from .schema import Manifest
+    from specrt.bundle.schema import Manifest
 
 
 # ---------------------------------------------------------------------------------------- values

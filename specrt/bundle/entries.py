@@ -14,9 +14,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from ..core.errors import BundleError, ManifestError
-from ..models.config import DecoderConfig, decoder_config
-from .fields import (check_dict, check_ids, check_int, check_list, check_optional_str, check_str, emit,
+from specrt.core.errors import BundleError, ManifestError
+from specrt.models.config import DecoderConfig, decoder_config
+from specrt.bundle.fields import (check_dict, check_ids, check_int, check_list, check_optional_str, check_str, emit,
                      field_names, unknown_keys)
 
 PORTABLE, FUSED = "portable", "fused"

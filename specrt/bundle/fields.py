@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable, Mapping
 
-from ..core.errors import ManifestError
+from specrt.core.errors import ManifestError
 
 RECOMPILE = "recompile the bundle"
 

@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import BundleError, ChecksumMismatch
-from .checks import check_graphs, check_memory
-from .paths import check_relative, resolve_inside
-from .schema import FORMAT_NAME, Manifest
+from specrt.core.errors import BundleError, ChecksumMismatch
+from specrt.bundle.checks import check_graphs, check_memory
+from specrt.bundle.paths import check_relative, resolve_inside
+from specrt.bundle.schema import FORMAT_NAME, Manifest
 
 __all__ = ["FORMAT_NAME", "MANIFEST", "Manifest", "file_entries", "has_demo_mark", "listed_files", "manifest_json",
            "read_manifest", "sha256_file"]

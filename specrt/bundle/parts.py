@@ -15,9 +15,9 @@ import dataclasses
 import re
 from typing import Any, Mapping
 
-from ..core.errors import ManifestError
-from .entries import TensorSpec, tensor_specs
-from .fields import (check_dict, check_ids, check_int, check_optional_str, check_str, emit, field_names,
+from specrt.core.errors import ManifestError
+from specrt.bundle.entries import TensorSpec, tensor_specs
+from specrt.bundle.fields import (check_dict, check_ids, check_int, check_optional_str, check_str, emit, field_names,
                      unknown_keys)
 
 MAX_DRAFT_TOKENS_LIMIT = 64

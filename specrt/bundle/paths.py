@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
-from ..core.errors import BundleError
+from specrt.core.errors import BundleError
 
 
 def check_relative(rel: str) -> str:

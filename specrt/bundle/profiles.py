@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import graph_io
+from specrt.bundle import graph_io
 
 PREFILL_CHUNK_MAX = 256  # largest S of one prefill / catch-up call (bounds TensorRT activation memory)
 PHASE_PREFERENCE = ("decode", "verify", "prefill")  # most specific profile first

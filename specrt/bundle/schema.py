@@ -15,13 +15,13 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import BUNDLE_FORMAT_VERSION, __version__
-from ..core.errors import BundleError, ManifestError, VersionMismatch
-from .checks import check_file_list, check_profiles, resolve_inside
-from .entries import ModelEntry
-from .fields import check_dict, check_int, emit, unknown_keys
-from .parts import MAX_DRAFT_TOKENS_LIMIT, DemoEntry, EngineEntry, FileEntry, MedusaEntry, TokenizerEntry
-from .paths import check_relative
+from specrt import BUNDLE_FORMAT_VERSION, __version__
+from specrt.core.errors import BundleError, ManifestError, VersionMismatch
+from specrt.bundle.checks import check_file_list, check_profiles, resolve_inside
+from specrt.bundle.entries import ModelEntry
+from specrt.bundle.fields import check_dict, check_int, emit, unknown_keys
+from specrt.bundle.parts import MAX_DRAFT_TOKENS_LIMIT, DemoEntry, EngineEntry, FileEntry, MedusaEntry, TokenizerEntry
+from specrt.bundle.paths import check_relative
 
 FORMAT_NAME = "specrt-bundle"
 READABLE_VERSIONS = (1,)  # format versions this specrt reads (BUNDLE_FORMAT_VERSION is the one it writes)

@@ -14,10 +14,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .entries import ModelEntry
-from .manifest import MANIFEST, file_entries
-from .parts import DemoEntry, EngineEntry, FileEntry, MedusaEntry, TokenizerEntry
-from .schema import Manifest
+from specrt.bundle.entries import ModelEntry
+from specrt.bundle.manifest import MANIFEST, file_entries
+from specrt.bundle.parts import DemoEntry, EngineEntry, FileEntry, MedusaEntry, TokenizerEntry
+from specrt.bundle.schema import Manifest
 
 
 @dataclasses.dataclass

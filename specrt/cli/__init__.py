@@ -5,6 +5,6 @@
     demo.py       `specrt demo`;  describe.py  `specrt inspect`;  progress.py  rich progress displays
 """
 
-from .main import main
+from specrt.cli.main import main
 
 __all__ = ["main"]

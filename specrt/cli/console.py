@@ -12,8 +12,8 @@ import re
 import statistics
 from typing import Iterable, Sequence
 
-from ..core.errors import InvalidArgument, SpecrtError
-from ..core.text import pack  # noqa: F401  (re-exported: the CLI modules import it from here)
+from specrt.core.errors import InvalidArgument, SpecrtError
+from specrt.core.text import pack  # noqa: F401  (re-exported: the CLI modules import it from here)
 
 COMPACT_WIDTH = 100  # below this many columns the CLI prints compact tables
 

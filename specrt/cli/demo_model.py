@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..core.errors import BundleError, SpecrtError
+from specrt.core.errors import BundleError, SpecrtError
 
 DOWNLOAD_TIMEOUT_S = 900
 
@@ -60,7 +60,7 @@ def cache_dir() -> Path:
 
 
 def _sha256(path: Path) -> str:
-    from ..models.gguf_source import sha256_file
+    from specrt.models.gguf_source import sha256_file
 
     return sha256_file(path)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .console import busy_warning, pack
+from specrt.cli.console import busy_warning, pack
 
 
 class DemoScreen:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..bundle.entries import ModelEntry, QuantizationEntry
-from .inspect_checks import memory_notes, read_for_inspect
+from specrt.bundle.entries import ModelEntry, QuantizationEntry
+from specrt.cli.inspect_checks import memory_notes, read_for_inspect
 
 
 def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | None = None) -> dict[str, Any]:
@@ -33,14 +33,14 @@ def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | 
         "failed_checks": failed,
     }
     try:
-        from ..compiler.trt.support import onnx_support_report
+        from specrt.compiler.trt.support import onnx_support_report
 
         if not failed:
             out["tensorrt_support"] = {role: onnx_support_report(m.path(e.onnx)) for role, e in m.models.items()}
     except ImportError:
         pass
     if memory:
-        from ..compiler.trt.memory import memory_plan
+        from specrt.compiler.trt.memory import memory_plan
 
         cpu = not m.engines
         out["memory"] = memory_plan(m, max_seq_len=max_seq_len, devices={r: "cpu" for r in m.models} if cpu else None,
@@ -90,7 +90,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     console = Console()
     console.print(f"[bold]{summary['bundle']}[/bold]  format v{summary['format_version']}, written by specrt "
                   f"{summary['specrt_version']} at {summary['created']}")
-    from .console import pack
+    from specrt.cli.console import pack
 
     for line in pack([f"max_seq_len {summary['max_seq_len']}, max_draft_tokens {summary['max_draft_tokens']},",
                       f"ONNX opset {summary['onnx']['opset']} IR {summary['onnx']['ir_version']},",

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..bundle.manifest import Manifest, manifest_json, read_manifest, sha256_file
-from ..bundle.parts import FileEntry
-from ..core.errors import BundleError
+from specrt.bundle.manifest import Manifest, manifest_json, read_manifest, sha256_file
+from specrt.bundle.parts import FileEntry
+from specrt.core.errors import BundleError
 
 
 def read_for_inspect(bundle: str | Path) -> tuple[Manifest, list[str]]:

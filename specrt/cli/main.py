@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import click
 
-from .console import flag_names
-from ..core.errors import InvalidArgument, SpecrtError
+from specrt.cli.console import flag_names
+from specrt.core.errors import InvalidArgument, SpecrtError
 
 
 def fail(message: str, code: int) -> None:
@@ -103,7 +103,7 @@ def _register() -> None:
     import importlib
     import pkgutil
 
-    from . import commands
+    from specrt.cli import commands
 
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda i: i.name):
         importlib.import_module(f"{commands.__name__}.{info.name}")

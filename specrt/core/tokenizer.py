@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import BundleError
+from specrt.core.errors import BundleError
 
 
 class Tokenizer:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import BackendUnavailable
+from specrt.core.errors import BackendUnavailable
 
 INSTALL_HINT = "install specrt[gpu] on a machine with an NVIDIA GPU: pip install 'specrt[gpu]'"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..core.errors import CheckpointError
-from . import gemma3, gpt2, llama, qwen
-from .base import Decoder, DecoderOutput, empty_past
-from .config import DecoderConfig
+from specrt.core.errors import CheckpointError
+from specrt.models import gemma3, gpt2, llama, qwen
+from specrt.models.base import Decoder, DecoderOutput, empty_past
+from specrt.models.config import DecoderConfig
 
 # architecture name in config.json -> (config parser, module class)
 ARCHITECTURES: dict[str, tuple[Callable[[dict[str, Any], str], DecoderConfig], type[Decoder]]] = {

@@ -17,8 +17,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from ..core.errors import CheckpointError
-from .config import DecoderConfig
+from specrt.core.errors import CheckpointError
+from specrt.models.config import DecoderConfig
 
 
 class DecoderOutput(NamedTuple):

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from ..core.errors import CheckpointError
-from . import Decoder, DecoderConfig, build_decoder, parse_config
-from .config import eos_and_bos, read_json
+from specrt.core.errors import CheckpointError
+from specrt.models import Decoder, DecoderConfig, build_decoder, parse_config
+from specrt.models.config import eos_and_bos, read_json
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import CheckpointError
+from specrt.core.errors import CheckpointError
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 LAYER_TYPES = ("sliding_attention", "full_attention")

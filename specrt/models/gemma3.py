@@ -18,11 +18,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core.errors import CheckpointError
-from .base import Decoder, DecoderOutput
-from .config import DecoderConfig, RopeConfig
-from .layers import ACTIVATIONS, Rotary, apply_rotary, attend
-from .llama import MLP
+from specrt.core.errors import CheckpointError
+from specrt.models.base import Decoder, DecoderOutput
+from specrt.models.config import DecoderConfig, RopeConfig
+from specrt.models.layers import ACTIVATIONS, Rotary, apply_rotary, attend
+from specrt.models.llama import MLP
 
 # transformers' Gemma3TextConfig defaults, for keys a config.json leaves out
 DEFAULT_GLOBAL_THETA = 1_000_000.0

@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import CheckpointError
+from specrt.core.errors import CheckpointError
 
 GGUF_SUFFIXES = (".gguf",)
 # llama.cpp architecture names that compile (tested: tests/models/test_gguf_*.py). Mistral files are "llama".

@@ -7,10 +7,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core.errors import CheckpointError
-from .base import Decoder, DecoderOutput
-from .config import DecoderConfig
-from .layers import ACTIVATIONS, attend
+from specrt.core.errors import CheckpointError
+from specrt.models.base import Decoder, DecoderOutput
+from specrt.models.config import DecoderConfig
+from specrt.models.layers import ACTIVATIONS, attend
 
 
 def parse_config(raw: dict[str, Any], architecture: str) -> DecoderConfig:

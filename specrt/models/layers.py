@@ -13,7 +13,7 @@ import math
 import torch
 from torch import nn
 
-from .config import RopeConfig
+from specrt.models.config import RopeConfig
 
 
 class RMSNorm(nn.Module):

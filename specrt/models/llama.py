@@ -11,10 +11,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core.errors import CheckpointError
-from .base import Decoder, DecoderOutput
-from .config import DecoderConfig, RopeConfig
-from .layers import ACTIVATIONS, RMSNorm, Rotary, apply_rotary, attend
+from specrt.core.errors import CheckpointError
+from specrt.models.base import Decoder, DecoderOutput
+from specrt.models.config import DecoderConfig, RopeConfig
+from specrt.models.layers import ACTIVATIONS, RMSNorm, Rotary, apply_rotary, attend
 
 
 def parse_config(raw: dict[str, Any], architecture: str, **overrides: Any) -> DecoderConfig:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.errors import CheckpointError
-from .config import DecoderConfig
-from .llama import LlamaDecoder, parse_config as parse_llama
+from specrt.core.errors import CheckpointError
+from specrt.models.config import DecoderConfig
+from specrt.models.llama import LlamaDecoder, parse_config as parse_llama
 
 
 def parse_config(raw: dict[str, Any], architecture: str) -> DecoderConfig:

@@ -7,7 +7,7 @@ metrics.py (Prometheus), middleware.py (API key, body limit, request counts), ss
 config.py. Needs the `serve` extra (fastapi, uvicorn, prometheus-client, jinja2).
 """
 
-from .app import create_app, load_generators
-from .config import ServeConfig
+from specrt.serve.app import create_app, load_generators
+from specrt.serve.config import ServeConfig
 
 __all__ = ["ServeConfig", "create_app", "load_generators"]

@@ -18,14 +18,14 @@ from typing import Any, Awaitable, Callable, Optional, Sequence, Union
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from .config import ServeConfig
-from .errors import install_handlers
-from .metrics import CONTENT_TYPE
-from .guards import CatchAll
-from .access_log import AccessLog
-from .middleware import ApiKeyAuth, BodyLimit, RequestMetrics
-from .schemas import ChatRequest, CompletionRequest
-from .service import Service
+from specrt.serve.config import ServeConfig
+from specrt.serve.errors import install_handlers
+from specrt.serve.metrics import CONTENT_TYPE
+from specrt.serve.guards import CatchAll
+from specrt.serve.access_log import AccessLog
+from specrt.serve.middleware import ApiKeyAuth, BodyLimit, RequestMetrics
+from specrt.serve.schemas import ChatRequest, CompletionRequest
+from specrt.serve.service import Service
 
 
 def threads_per_slot(max_concurrency: int, threads: Optional[int] = None) -> int:
@@ -37,8 +37,8 @@ def threads_per_slot(max_concurrency: int, threads: Optional[int] = None) -> int
 def load_generators(bundle: Union[str, Path], max_concurrency: int = 1, backend: str = "auto",
                     threads: Optional[int] = None) -> list[Any]:
     """One Generator (own runners) per slot; checksums are verified once."""
-    from ..core.errors import InvalidArgument
-    from ..runtime import load
+    from specrt.core.errors import InvalidArgument
+    from specrt.runtime import load
 
     if max_concurrency < 1:
         raise InvalidArgument(f"max_concurrency must be >= 1, got {max_concurrency}")

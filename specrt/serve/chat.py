@@ -17,7 +17,7 @@ import json
 from datetime import datetime
 from typing import Any, Optional, Sequence
 
-from ..core.errors import BundleError, InvalidArgument
+from specrt.core.errors import BundleError, InvalidArgument
 
 
 def plain_template(messages: Sequence[dict[str, str]]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Union
 
-from ..core.errors import InvalidArgument
+from specrt.core.errors import InvalidArgument
 
 METHODS = ("draft", "ngram", "hybrid", "medusa", "none")
 

@@ -20,7 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..core.errors import InvalidArgument
+from specrt.core.errors import InvalidArgument
 
 log = logging.getLogger("specrt.serve")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import bad_request
+from specrt.serve.errors import bad_request
 
 log = logging.getLogger("specrt.serve")
 
@@ -72,7 +72,7 @@ class CatchAll:
             log.error("internal error on %s: %s: %s", scope.get("path"), type(exc).__name__, exc, exc_info=exc)
             if started:
                 return  # a streamed response already began: nothing more can be said in HTTP
-            from .middleware import send_error
+            from specrt.serve.middleware import send_error
 
             await send_error(send, 500, f"internal server error: {type(exc).__name__}", "server_error",
                              type="server_error")

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import error_body
+from specrt.serve.errors import error_body
 
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics")
 

@@ -10,7 +10,7 @@ import dataclasses
 import math
 from typing import Any, Optional
 
-from ..core.errors import InvalidArgument
+from specrt.core.errors import InvalidArgument
 
 APP_NAME = "specrt"  # the Ray Serve application and deployment name
 LOAD_ATTEMPTS = 3  # replica constructor attempts before the deployment is reported as failed

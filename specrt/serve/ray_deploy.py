@@ -20,9 +20,9 @@ from typing import Any, Callable, Optional
 import ray
 from ray import serve
 
-from ..core.errors import InvalidArgument, SpecrtError
-from .ray_config import RayConfig
-from .ray_replica import LOAD_FAILED, replica_app, replica_states
+from specrt.core.errors import InvalidArgument, SpecrtError
+from specrt.serve.ray_config import RayConfig
+from specrt.serve.ray_replica import LOAD_FAILED, replica_app, replica_states
 
 
 class RayDeployError(SpecrtError):
@@ -150,7 +150,7 @@ def serve_on_ray(bundle: str | Path, config: RayConfig, *, host: str, port: int,
                  log_level: str = "info", log: Callable[[str], None] = print) -> None:
     """`specrt serve --ray`: deploy, serve until SIGINT/SIGTERM, then shut down gracefully."""
     if config.address is None:  # a bundle on this machine: fail fast, before Ray starts (replicas verify checksums)
-        from ..bundle.manifest import read_manifest
+        from specrt.bundle.manifest import read_manifest
 
         read_manifest(bundle, verify_checksums=False)
     server = RayServer.start(bundle, config, host=host, port=port, app_kwargs=app_kwargs, log_level=log_level)

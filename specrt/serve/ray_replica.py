@@ -76,7 +76,7 @@ def replica_app(bundle: str, app_kwargs: dict[str, Any]) -> Any:
     from prometheus_client import Gauge
     from ray import serve
 
-    from .app import create_app
+    from specrt.serve.app import create_app
 
     ctx = serve.get_replica_context()
     replica, node = ctx.replica_tag, socket.gethostname()

@@ -12,13 +12,13 @@ import time
 import uuid
 from typing import Any, Optional
 
-from ..core.errors import InvalidArgument
-from .chat import ChatFormatter
-from .config import ServeConfig
-from ..runtime.sampling import MAX_TEMPERATURE, MIN_TEMPERATURE
-from .errors import APIError, bad_request
-from .guards import check_text, check_unsupported
-from .worker import Job
+from specrt.core.errors import InvalidArgument
+from specrt.serve.chat import ChatFormatter
+from specrt.serve.config import ServeConfig
+from specrt.runtime.sampling import MAX_TEMPERATURE, MIN_TEMPERATURE
+from specrt.serve.errors import APIError, bad_request
+from specrt.serve.guards import check_text, check_unsupported
+from specrt.serve.worker import Job
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16
 MAX_STOP_STRINGS = 16

@@ -16,15 +16,15 @@ from typing import Any, AsyncIterator, Optional
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from ..core.errors import InvalidArgument
-from .chat import ChatFormatter
-from .config import ServeConfig
-from .errors import APIError, error_body
-from .metrics import ServerMetrics
-from .requests import Prepared, prepare_chat, prepare_completion
-from .slots import QueueFull, Run, SlotPool
-from .sse import DONE, EventStream, sse
-from .worker import Delta, Done
+from specrt.core.errors import InvalidArgument
+from specrt.serve.chat import ChatFormatter
+from specrt.serve.config import ServeConfig
+from specrt.serve.errors import APIError, error_body
+from specrt.serve.metrics import ServerMetrics
+from specrt.serve.requests import Prepared, prepare_chat, prepare_completion
+from specrt.serve.slots import QueueFull, Run, SlotPool
+from specrt.serve.sse import DONE, EventStream, sse
+from specrt.serve.worker import Delta, Done
 
 
 def spec_stats(stats: Any) -> dict[str, Any]:

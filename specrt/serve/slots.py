@@ -18,7 +18,7 @@ import threading
 from concurrent.futures import Executor
 from typing import Any, AsyncIterator, Callable, Optional, Sequence
 
-from .worker import Done, Job, run_job
+from specrt.serve.worker import Done, Job, run_job
 
 
 class QueueFull(Exception):

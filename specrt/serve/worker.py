@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from ..core.tokenizer import IncrementalDecoder
+from specrt.core.tokenizer import IncrementalDecoder
 
 
 @dataclasses.dataclass

@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from ....bundle import graph_io
-from ....bundle.graph_io import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
-from ....core.errors import BackendError, BackendUnavailable
-from ....models.config import DecoderConfig
-from ...kv_cache import KVCache
-from ..base import Runner
-from .runner import binding_runner, cpu_session, import_ort, one_line
+from specrt.bundle import graph_io
+from specrt.bundle.graph_io import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
+from specrt.core.errors import BackendError, BackendUnavailable
+from specrt.models.config import DecoderConfig
+from specrt.runtime.kv_cache import KVCache
+from specrt.runtime.backends.base import Runner
+from specrt.runtime.backends.ort.runner import binding_runner, cpu_session, import_ort, one_line
 
 PREFILL_ROWS = 256  # input_ids buffer kept for calls up to this many tokens (the loop's prefill chunk)
 

@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from ....bundle import graph_io
-from ....bundle.profiles import PREFILL_CHUNK_MAX
-from ....core.trt import cuda_device_error
-from ....core.errors import BackendError, BackendUnavailable
-from ....models.config import DecoderConfig
-from ...kv_cache import KVCache
-from ..base import Runner
-from .runner import import_ort
+from specrt.bundle import graph_io
+from specrt.bundle.profiles import PREFILL_CHUNK_MAX
+from specrt.core.trt import cuda_device_error
+from specrt.core.errors import BackendError, BackendUnavailable
+from specrt.models.config import DecoderConfig
+from specrt.runtime.kv_cache import KVCache
+from specrt.runtime.backends.base import Runner
+from specrt.runtime.backends.ort.runner import import_ort
 
 PROVIDER_NAMES = {"cuda": "CUDAExecutionProvider", "trt": "TensorrtExecutionProvider"}
 GPU_HINT = ("install onnxruntime-gpu on a machine with an NVIDIA GPU: pip uninstall -y onnxruntime && "

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from ....bundle import graph_io
-from ....bundle.graph_io import LOGIT_START
-from ....core.errors import BackendError, BackendUnavailable
-from ....models.config import DecoderConfig
-from ...kv_cache import KVCache
-from ..base import Runner
+from specrt.bundle import graph_io
+from specrt.bundle.graph_io import LOGIT_START
+from specrt.core.errors import BackendError, BackendUnavailable
+from specrt.models.config import DecoderConfig
+from specrt.runtime.kv_cache import KVCache
+from specrt.runtime.backends.base import Runner
 
 
 def one_line(exc: Exception, limit: int = 300) -> str:

@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ....core.errors import BackendUnavailable, BundleError
-from ....models import Decoder, build_decoder
-from ....bundle.graph_io import PARAMETER_PREFIX, TRANSPOSED
-from ....models.config import DecoderConfig
-from ...kv_cache import KVCache
-from ..base import Runner
+from specrt.core.errors import BackendUnavailable, BundleError
+from specrt.models import Decoder, build_decoder
+from specrt.bundle.graph_io import PARAMETER_PREFIX, TRANSPOSED
+from specrt.models.config import DecoderConfig
+from specrt.runtime.kv_cache import KVCache
+from specrt.runtime.backends.base import Runner
 
 
 

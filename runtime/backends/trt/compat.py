@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ....bundle.parts import EngineEntry
-from ....core.errors import BackendError, BundleError, VersionMismatch
+from specrt.bundle.parts import EngineEntry
+from specrt.core.errors import BackendError, BundleError, VersionMismatch
 
 HW_LEVELS = ("none", "ampere_plus", "same_compute_capability")
 REBUILD = "rebuild the engines on this machine: specrt compile --target ... -o BUNDLE --engines trt --force"

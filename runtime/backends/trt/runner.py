@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from ....bundle import graph_io
-from ....bundle.profiles import phase_in_profiles
-from ....core.trt import INSTALL_HINT, cuda_device_error, import_trt, installed_facts, make_logger, trt_import_error
-from .compat import check_call, check_engine_entry, engine_from_bytes
-from ....core.errors import BackendError, BackendUnavailable, BundleError, InvalidArgument, SpecrtError
-from ....models.config import DecoderConfig
-from ...kv_cache import KVCache
-from ..base import Runner
+from specrt.bundle import graph_io
+from specrt.bundle.profiles import phase_in_profiles
+from specrt.core.trt import INSTALL_HINT, cuda_device_error, import_trt, installed_facts, make_logger, trt_import_error
+from specrt.runtime.backends.trt.compat import check_call, check_engine_entry, engine_from_bytes
+from specrt.core.errors import BackendError, BackendUnavailable, BundleError, InvalidArgument, SpecrtError
+from specrt.models.config import DecoderConfig
+from specrt.runtime.kv_cache import KVCache
+from specrt.runtime.backends.base import Runner
 
 
 def trt_unavailable_reason(manifest, device: str = "cuda:0") -> str | None:

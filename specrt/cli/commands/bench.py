@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
-from ..main import KType, echo_json, handle_errors, main
-from ..options import backend_option
+from specrt.cli.main import KType, echo_json, handle_errors, main
+from specrt.cli.options import backend_option
 
 
 def _csv(kind, name: str):
@@ -72,7 +72,7 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
     from rich.console import Console
 
     if random_dir is not None:
-        from ...bench.random_target import make
+        from specrt.bench.random_target import make
 
         summary = make(random_dir, params)
         click.echo(f"wrote a random Llama ({summary['parameters']:,} parameters, {summary['num_hidden_layers']} layers, "
@@ -81,8 +81,8 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
         return
     if bundle is None:
         raise click.UsageError("missing BUNDLE (or --make-random-target DIR)")
-    from ...bench import BenchSettings, run_bench
-    from ...bench.report import markdown, print_tables
+    from specrt.bench import BenchSettings, run_bench
+    from specrt.bench.report import markdown, print_tables
 
     settings = BenchSettings(bundle=bundle, backend=backend, threads=threads, suites=suites,
                              prompts_file=prompts_file, prompts_per_suite=prompts_per_suite, methods=methods,
@@ -109,15 +109,15 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
                 rel = str(plot_path)
         md_path.write_text(markdown(result, title or default_title, plot=rel) + "\n", encoding="utf-8")
     if not quiet and str(json_path) != "-":
-        from ..console import COMPACT_WIDTH
+        from specrt.cli.console import COMPACT_WIDTH
 
         print_tables(result, Console(width=max(Console().width, 250)) if wide else Console(),
                      compact=not wide and Console().width < COMPACT_WIDTH, wide=wide)
     if plot_path is not None:
-        from ...bench.plot import save_plot
+        from specrt.bench.plot import save_plot
 
         save_plot(result, str(plot_path))
-    from ..console import busy_warning
+    from specrt.cli.console import busy_warning
 
     if busy_warning() and not quiet:
         click.echo(busy_warning(), err=True)
@@ -126,13 +126,13 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
 def _check_before_measuring(settings, plot_path) -> None:
     """Everything that would fail after the measurements is checked before them: the bundle path and the
     optional dependencies of the requested outputs."""
-    from ...bundle.manifest import read_manifest
-    from ..console import require
+    from specrt.bundle.manifest import read_manifest
+    from specrt.cli.console import require
 
     read_manifest(settings.bundle, verify_checksums=False)
     if plot_path is not None:
         require("matplotlib", "--plot", "bench")
-    from ...bench.peers import PEERS
+    from specrt.bench.peers import PEERS
 
     for name in settings.peer:
         module, extra = PEERS[name]

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 
-from ..main import KType, echo_json, handle_errors, main
-from ..options import backend_option, method_option
-from ...compiler.quantize_cli import prepare_quantization, quantize_compile_options
-from ...compiler.trt.cli import prepare_trt_compile, trt_compile_options
-from ...compiler.trt.ptq import PTQ_PRECISIONS
-from ..progress import step_progress
+from specrt.cli.main import KType, echo_json, handle_errors, main
+from specrt.cli.options import backend_option, method_option
+from specrt.compiler.quantize_cli import prepare_quantization, quantize_compile_options
+from specrt.compiler.trt.cli import prepare_trt_compile, trt_compile_options
+from specrt.compiler.trt.ptq import PTQ_PRECISIONS
+from specrt.cli.progress import step_progress
 
 
 @main.command("compile")
@@ -38,10 +38,10 @@ from ..progress import step_progress
 def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, ort_graph, tolerance, as_json,
                 trt_options, quant_options):
     """Export target (and draft) to ONNX, validate, and write a bundle (with --engines trt: plus engines)."""
-    from ...compiler import compile_bundle
-    from ...compiler.pipeline import check_compile_args
-    from ...compiler.input_check import check_checkpoint_dir
-    from ...compiler.validate import Tolerance
+    from specrt.compiler import compile_bundle
+    from specrt.compiler.pipeline import check_compile_args
+    from specrt.compiler.input_check import check_checkpoint_dir
+    from specrt.compiler.validate import Tolerance
 
     trt_options = trt_options | {k: quant_options[k] for k in ("calibration_data", "max_ppl_increase")}
     plan, draft = prepare_quantization(quant_options, draft, trt_backend=trt_options.get("engines") == "trt",
@@ -54,7 +54,7 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     tol = Tolerance.parse(tolerance) if tolerance is not None else None
     extra = []
     if medusa is not None:
-        from ...compiler.medusa import medusa_step
+        from specrt.compiler.medusa import medusa_step
 
         extra.append(medusa_step(medusa, target))
     extra += prepare_trt_compile(trt_options, target=target, draft=draft, output=output,
@@ -63,7 +63,7 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
         out = compile_bundle(target, output, draft, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
                              force=force, tolerance=tol, progress=progress, extra_steps=extra, inputs=(medusa,),
                              ort_graph=ort_graph, quantization=plan)
-    from ..describe import bundle_summary
+    from specrt.cli.describe import bundle_summary
 
     summary = bundle_summary(out)
     if as_json:
@@ -100,10 +100,10 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
 def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_k, top_p, seed, method, k, ngram_min,
                  ngram_max, backend, target_device, draft_device, threads, stream, strict, as_json):
     """Generate text from BUNDLE with speculative decoding."""
-    from ...core.errors import InvalidArgument
-    from ...core.tokenizer import IncrementalDecoder
-    from ..generate_output import context_warning, stats_line
-    from ...runtime import load
+    from specrt.core.errors import InvalidArgument
+    from specrt.core.tokenizer import IncrementalDecoder
+    from specrt.cli.generate_output import context_warning, stats_line
+    from specrt.runtime import load
 
     if (prompt is None) == (chat is None):
         raise InvalidArgument("give exactly one of --prompt and --chat")
@@ -111,7 +111,7 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
         raise InvalidArgument("--system needs --chat")
     gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
     if chat is not None:
-        from ...serve.chat import ChatFormatter, chat_prompt_ids
+        from specrt.serve.chat import ChatFormatter, chat_prompt_ids
 
         formatter = ChatFormatter.from_manifest(gen.manifest)
         if formatter.kind == "plain":
@@ -149,7 +149,7 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
 @handle_errors
 def inspect_cmd(bundle, memory, max_seq_len, as_json):
     """Describe a bundle: models, graph I/O, profiles, engines, checksums."""
-    from ..describe import bundle_summary, print_summary
+    from specrt.cli.describe import bundle_summary, print_summary
 
     summary = bundle_summary(bundle, memory=memory, max_seq_len=max_seq_len)
     if as_json:
@@ -157,7 +157,7 @@ def inspect_cmd(bundle, memory, max_seq_len, as_json):
     else:
         print_summary(summary)
     if summary["failed_checks"]:  # described above, but still refused by generate/serve/bench
-        from ..main import fail
+        from specrt.cli.main import fail
 
         fail(f"bundle {bundle} failed {len(summary['failed_checks'])} check(s) (marked FAILED): generate, serve "
              "and bench refuse it; recompile it with `specrt compile`", 2)

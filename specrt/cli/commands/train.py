@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from ..main import echo_json, handle_errors, main
-from ...core.errors import InvalidArgument
+from specrt.cli.main import echo_json, handle_errors, main
+from specrt.core.errors import InvalidArgument
 
 
 def _recipes():
@@ -16,14 +16,14 @@ def _recipes():
         import transformers  # noqa: F401
     except ImportError:
         raise InvalidArgument("training needs transformers: pip install 'specrt[train]'") from None
-    from ... import recipes
+    from specrt import recipes
 
     return recipes
 
 
 def _check_inputs(target: Path, data: tuple[Path, ...]) -> None:
-    from ...models.checkpoint import open_checkpoint
-    from ...models.gguf_source import is_gguf_source, missing_extra
+    from specrt.models.checkpoint import open_checkpoint
+    from specrt.models.gguf_source import is_gguf_source, missing_extra
 
     if is_gguf_source(target):
         if not target.is_file():
@@ -70,7 +70,7 @@ def distill_draft_cmd(target, data, output, init_from_target, layers, num_layers
     if n_layers < 1 or hidden < 16:
         raise InvalidArgument(f"--layers must be >= 1 and --hidden >= 16, got {n_layers}, {hidden}")
     _recipes()
-    from ...recipes.distill import distill_draft
+    from specrt.recipes.distill import distill_draft
 
     metrics = distill_draft(target, list(data), output, layers=n_layers, hidden=hidden, intermediate=intermediate,
                             heads=heads or max(1, hidden // 64), steps=steps, seq_len=seq_len,
@@ -100,7 +100,7 @@ def _layer_choice(target: Path, init_from_target: bool, layers: str | None,
                                   "layers needs --init-from-target)") from None
     if layers is not None and num_layers is not None:
         raise InvalidArgument("give --layers 0,10,... or --num-layers N, not both")
-    from ...recipes.init_draft import parse_layers, pick_layers
+    from specrt.recipes.init_draft import parse_layers, pick_layers
 
     try:
         total = _target_layers(target)
@@ -116,19 +116,19 @@ def _layer_choice(target: Path, init_from_target: bool, layers: str | None,
 
 def _target_layers(target: Path) -> int:
     """The target's number of decoder layers, from its config (HF directory) or its GGUF metadata."""
-    from ...models.gguf_source import is_gguf_source
+    from specrt.models.gguf_source import is_gguf_source
 
     if not is_gguf_source(target):
         cfg = json.loads((target / "config.json").read_text())
         return int(cfg.get("num_hidden_layers") or cfg.get("n_layer"))
     import gguf
 
-    from ...models.gguf_source import ARCHIVE_SUFFIXES
+    from specrt.models.gguf_source import ARCHIVE_SUFFIXES
 
     if target.suffix.lower() in ARCHIVE_SUFFIXES:
         import tempfile
 
-        from ...models.gguf_source import gguf_from_archive
+        from specrt.models.gguf_source import gguf_from_archive
 
         with tempfile.TemporaryDirectory() as tmp:
             return _target_layers(gguf_from_archive(target, Path(tmp))[0])
@@ -156,7 +156,7 @@ def train_medusa_cmd(target, data, output, num_heads, steps, max_minutes, seq_le
     if not 1 <= num_heads <= 16:
         raise InvalidArgument(f"--num-heads must be in [1, 16], got {num_heads}")
     _recipes()
-    from ...recipes.medusa_train import train_heads_from_paths
+    from specrt.recipes.medusa_train import train_heads_from_paths
 
     metrics = train_heads_from_paths(target, list(data), output, num_heads=num_heads, steps=steps,
                                      max_minutes=max_minutes, seq_len=seq_len, batch_size=batch_size, lr=lr)
