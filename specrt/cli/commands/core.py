@@ -113,7 +113,7 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
         raise InvalidArgument("--system needs --chat")
     gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
     if chat is not None:
-        from specrt.serve.chat import ChatFormatter, chat_prompt_ids
+        from specrt.runtime.chat_template import ChatFormatter, chat_prompt_ids
 
         formatter = ChatFormatter.from_manifest(gen.manifest)
         if formatter.kind == "plain":
