@@ -120,15 +120,14 @@ def _layer_choice(target: Path, init_from_target: bool, layers: str | None,
 
 
 def _target_layers(target: Path) -> int:
-    """The target's number of decoder layers, from its config (HF directory) or its GGUF metadata."""
-    from specrt.models.gguf_source import is_gguf_source
+    """The target's number of decoder layers, from its config (HF directory) or its checked GGUF metadata."""
+    from specrt.models.gguf_source import ARCHIVE_SUFFIXES, is_gguf_source
 
     if not is_gguf_source(target):
-        cfg = json.loads((target / "config.json").read_text())
-        return int(cfg.get("num_hidden_layers") or cfg.get("n_layer"))
-    import gguf
+        from specrt.models.checkpoint import open_checkpoint
 
-    from specrt.models.gguf_source import ARCHIVE_SUFFIXES
+        return open_checkpoint(target).config.num_layers
+    from specrt.models.gguf_check import check_gguf
 
     if target.suffix.lower() in ARCHIVE_SUFFIXES:
         import tempfile
@@ -137,10 +136,7 @@ def _target_layers(target: Path) -> int:
 
         with tempfile.TemporaryDirectory() as tmp:
             return _target_layers(gguf_from_archive(target, Path(tmp))[0])
-    fields = gguf.GGUFReader(str(target)).fields
-    arch = bytes(fields["general.architecture"].parts[fields["general.architecture"].data[0]]).decode()
-    block = fields[f"{arch}.block_count"]
-    return int(block.parts[block.data[0]][0])
+    return check_gguf(target).block_count
 
 
 @main.command("train-medusa")
