@@ -9,8 +9,10 @@ import click
 
 from specrt.cli.main import KType, echo_json, handle_errors, main
 from specrt.cli.options import backend_option, method_option
-from specrt.compiler.quantize_cli import prepare_quantization, quantize_compile_options
-from specrt.compiler.trt.cli import prepare_trt_compile, trt_compile_options
+from specrt.cli.quantize_options import quantize_compile_options
+from specrt.cli.trt_options import trt_compile_options
+from specrt.compiler.quantize_prepare import prepare_quantization
+from specrt.compiler.trt.compile_steps import prepare_trt_compile
 from specrt.compiler.trt.ptq import PTQ_PRECISIONS
 from specrt.cli.progress import step_progress
 
@@ -111,7 +113,7 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
         raise InvalidArgument("--system needs --chat")
     gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
     if chat is not None:
-        from specrt.serve.chat import ChatFormatter, chat_prompt_ids
+        from specrt.runtime.chat_template import ChatFormatter, chat_prompt_ids
 
         formatter = ChatFormatter.from_manifest(gen.manifest)
         if formatter.kind == "plain":
