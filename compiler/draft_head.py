@@ -31,9 +31,8 @@ SHAPES = ((4, 0), (1, 4), (3, 5), (1, 9))  # (new rows S, past P) validated
 
 def head_dir_of(draft: str | Path | None) -> Path | None:
     """`head:DIR` -> DIR (None for any other --draft value)."""
-    if isinstance(draft, str) and draft.startswith(PREFIX):
-        return Path(draft[len(PREFIX):])
-    return None
+    text = str(draft) if isinstance(draft, (str, Path)) else ""
+    return Path(text[len(PREFIX):]) if text.startswith(PREFIX) else None
 
 
 def sample_inputs(head: DraftHead, s: int, p: int, seed: int = 0) -> tuple[torch.Tensor, ...]:

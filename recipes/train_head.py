@@ -26,7 +26,8 @@ from specrt.recipes.head_train import acceptance_per_position, choose_vocab, tra
 
 HELDOUT_EVERY = 10  # prompt i is held out when i % 10 == 9
 GENERATION_SHARE = 0.6
-SMALL_TARGET = 50_000_000  # parameters: generate on one thread (measured 30x faster for a tiny model, loaded CPU)  # of --max-minutes, at most, for making the data
+# Answers are generated on one thread: one-token steps have little parallel work, and on a shared CPU a second
+# thread made them far slower (measured on 2 loaded cores: tiny model 30x, SmolLM2-135M 1.8 s vs 18 s a token).  # of --max-minutes, at most, for making the data
 
 
 def check_output(out: Path, force: bool) -> None:
@@ -85,8 +86,7 @@ def train_head_for_target(target: str | Path, out: str | Path, *, prompts: str |
 
     gen_budget = max_minutes * 60 * GENERATION_SHARE if max_minutes else None
     threads = torch.get_num_threads()
-    if sum(p.numel() for p in decoder.parameters()) < SMALL_TARGET:
-        torch.set_num_threads(1)  # one-token steps of a small model: a thread pool costs more than it gives
+    torch.set_num_threads(1)  # one-token steps: a thread pool costs more than it gives (measured above)
     try:
         seqs = build_dataset(decoder, chat_encoder(tdir), texts, run, max_new=answer_tokens, samples=samples,
                              eos=eos, seed=seed, progress=tick, max_seconds=gen_budget)

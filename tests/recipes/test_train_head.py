@@ -94,3 +94,25 @@ def test_compile_refuses_a_bad_head_dir(tmp_path, llama_target):
     with pytest.raises(CheckpointError, match="train-head"):
         compile_bundle(llama_target, tmp_path / "b", f"head:{tmp_path / 'head'}", max_seq_len=64, max_draft_tokens=4)
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.slow
+def test_cli_compile_with_head(tmp_path, llama_target):
+    """`specrt compile --draft head:DIR` (a head saved straight from the module) then `generate --method head`."""
+    import torch
+
+    from specrt.cli.main import main
+    from specrt.models.checkpoint import open_checkpoint
+    from specrt.models.draft_head import DraftHead, save_head
+
+    decoder = open_checkpoint(llama_target).load_decoder(torch.float32)
+    save_head(DraftHead(decoder, torch.arange(50)), tmp_path / "head")
+    runner = CliRunner()
+    res = runner.invoke(main, ["compile", "--target", str(llama_target), "--draft", f"head:{tmp_path / 'head'}",
+                               "-o", str(tmp_path / "b"), "--max-seq-len", "64", "--max-draft-tokens", "4"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(main, ["generate", str(tmp_path / "b"), "--prompt", "import os", "--method", "head",
+                               "--max-new-tokens", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output[res.output.index("{"):])
+    assert out["stats"]["method"] == "head"
