@@ -25,9 +25,9 @@ from specrt.recipes.head_data import build_dataset, chat_encoder, read_prompts
 from specrt.recipes.head_train import acceptance_per_position, choose_vocab, train_head
 
 HELDOUT_EVERY = 10  # prompt i is held out when i % 10 == 9
-GENERATION_SHARE = 0.6
+GENERATION_SHARE = 0.6  # of --max-minutes, at most, for making the data
 # Answers are generated on one thread: one-token steps have little parallel work, and on a shared CPU a second
-# thread made them far slower (measured on 2 loaded cores: tiny model 30x, SmolLM2-135M 1.8 s vs 18 s a token).  # of --max-minutes, at most, for making the data
+# thread made them far slower (measured on 2 loaded cores: tiny model 30x, SmolLM2-135M 1.8 s vs 18 s a token).
 
 
 def check_output(out: Path, force: bool) -> None:
