@@ -50,7 +50,7 @@ def chat_encoder(target_dir: Path) -> Callable[[str], list[int]]:
     """prompt text -> token ids through the target's chat template (plain template when it has none)."""
     from tokenizers import Tokenizer
 
-    from specrt.serve.chat import ChatFormatter
+    from specrt.runtime.chat_template import ChatFormatter
 
     fmt = ChatFormatter.from_tokenizer_config(Path(target_dir) / "tokenizer_config.json")
     tok = Tokenizer.from_file(str(Path(target_dir) / "tokenizer.json"))

@@ -112,7 +112,8 @@ def train_head_for_target(target: str | Path, out: str | Path, *, prompts: str |
     metrics = {"target": str(target), "draft_vocab_size": int(vocab.numel()), "heldout_vocab_coverage": coverage,
                "train_answers": len(train), "heldout_answers": len(heldout),
                "train_tokens": int(sum(s["ids"].numel() for s in train)), "heldout_acceptance": acc,
-               "train": {k: v for k, v in stats.items() if k != "loss_curve"}, "wall_s": round(time.time() - started, 1),
+               "train": {k: v for k, v in stats.items() if k != "loss_curve"},
+               "wall_s": round(time.time() - started, 1),
                "settings": {"answer_tokens": answer_tokens, "samples": samples, "batch_size": batch_size,
                             "max_rows": max_rows, "lr": lr, "seed": seed, "prompts": str(prompts or "builtin")}}
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")

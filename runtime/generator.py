@@ -34,7 +34,7 @@ from specrt.runtime.sampling import SamplingParams
 from specrt.runtime.stats import GenerationStats
 from specrt.runtime.warmup import warm_up
 
-METHODS = ("draft", "ngram", "hybrid", "medusa", "head", "none")
+METHODS = ("draft", "ngram", "hybrid", "medusa", "head", "hybrid-head", "none")
 DEFAULT_K = 5
 SMALL_DRAFT_PARAMETERS = 50_000_000
 
@@ -125,8 +125,8 @@ class Generator:
         if self.manifest.medusa is not None:
             out.append("medusa")
         if self.manifest.draft_head is not None:
-            if self.draft is not None:
-                out.append("head")
+            if self.draft is not None:  # hybrid is n-gram + the draft model here; hybrid-head: n-gram + the head
+                out += ["head", "hybrid-head"]
             else:  # default: n-gram where the context matches, else the head
                 out[0:0] = ["hybrid", "head"]
         return out
@@ -140,8 +140,10 @@ class Generator:
 
         Keyword options (all validated before any backend runs; a bad value raises InvalidArgument):
           temperature (0 = greedy), top_k (0 = off), top_p (1 = off), seed (reproducible sampling)
-          method            "draft" | "ngram" | "hybrid" | "medusa" | "none" (default: draft if the bundle has one;
-                            hybrid = n-gram where the context has a match, else the draft model)
+          method            "draft" | "ngram" | "hybrid" | "medusa" | "head" | "hybrid-head" | "none" (default: draft
+                            if the bundle has one, else hybrid with a draft head; hybrid = n-gram where the context
+                            has a match, else the draft model, or the draft head in a bundle without a draft model;
+                            hybrid-head = n-gram, else the draft head)
           num_speculative_tokens   k, an int in [0, max_draft_tokens] or "auto" (adaptive; default 5)
           ngram_min, ngram_max     n-gram match lengths for methods "ngram" (default 1, 3) and "hybrid" (2, 3)
           proposer          a Proposer object to draft with instead of `method`'s (e.g. a custom one)
@@ -223,7 +225,8 @@ class Generator:
         """The proposer for `method` bound to this generator's runners (None for method "none")."""
         if method == "none":
             return None
-        if method == "head" or (method == "hybrid" and self.draft is None and self.manifest.draft_head is not None):
+        if method in ("head", "hybrid-head") or (method == "hybrid" and self.draft is None
+                                                  and self.manifest.draft_head is not None):
             draft = self._head_proposer(params, rng)
             if method == "head":
                 return draft
@@ -280,8 +283,9 @@ class Generator:
             if method == "draft" and self.draft is None or method == "hybrid" and self.draft is None and \
                     self.manifest.draft_head is None:
                 raise InvalidArgument(f"method {method!r} needs a bundle compiled with --draft")
-            if method == "head" and self.manifest.draft_head is None:
-                raise InvalidArgument("method 'head' needs a bundle compiled with --draft head:DIR (specrt train-head)")
+            if method in ("head", "hybrid-head") and self.manifest.draft_head is None:
+                raise InvalidArgument(f"method {method!r} needs a bundle compiled with --draft head:DIR "
+                                      "(specrt train-head)")
             if method == "medusa" and self.manifest.medusa is None:
                 raise InvalidArgument("method 'medusa' needs a bundle compiled with --medusa")
         if num_speculative_tokens is None:
