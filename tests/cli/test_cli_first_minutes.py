@@ -1,18 +1,15 @@
 """What a newcomer sees (issue 15): consistent stats lines, the context limit, flag names in errors, one
-error prefix, compile errors that guide. Real subprocesses on the tiny fixture bundles (max_seq_len 128)."""
+error prefix, compile errors that guide. The CLI in-process on the tiny fixture bundles (max_seq_len 128)."""
 
 import json
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
+from helpers import run_cli
 
 
-def specrt(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "specrt", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, env=env)
+specrt = run_cli  # in-process (tests/helpers.py); tests/cli/test_cli.py runs the real entry point
 
 
 STATS = re.compile(r"\[(draft|ngram|none), (k=\d+|k=0 at the end \(speculation off: .*\)), \d+ tokens, "

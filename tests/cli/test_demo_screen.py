@@ -16,6 +16,7 @@ def tiny_pair(tmp_path_factory, llama_target, llama_draft):
     return d
 
 
+@pytest.mark.slow  # compiles the pair and runs the demo in a pseudo-terminal, twice per width
 @pytest.mark.parametrize("columns", [80, 100])
 def test_demo_results_stay_on_screen(tmp_path, tiny_pair, columns):
     args = ["demo", "--models", tiny_pair, "--max-new-tokens", 12, "--repeats", 2]
