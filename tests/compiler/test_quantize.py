@@ -16,7 +16,6 @@ from specrt.compiler import compile_bundle
 from specrt.compiler.fused_scorer import FusedScorer
 from specrt.compiler.quality import GraphScorer, verify_consistency
 from specrt.compiler.quantize import QuantizationError, QuantizeConfig, quantize_onnx
-from specrt.compiler.quantize_step import QuantizePlan
 from specrt.core.errors import InvalidArgument
 from specrt.runtime import load
 
@@ -24,10 +23,9 @@ PROMPTS = ["def main(argv):", "import os\nimport sys\n", "class Parser:\n    def
 
 
 @pytest.fixture(scope="module")
-def int4_self8(workdir, llama_target):
-    """int4 target (default settings) with the int8 copy of the target as its draft."""
-    return compile_bundle(llama_target, workdir / "bundles" / "q4_self8", "self:int8", max_seq_len=256,
-                          max_draft_tokens=8, quantization=QuantizePlan(target=QuantizeConfig("int4")))
+def int4_self8(int4_self8_bundle):
+    """int4 target (default settings) with the int8 copy of the target as its draft (tests/conftest.py)."""
+    return int4_self8_bundle
 
 
 @pytest.fixture(scope="module")
