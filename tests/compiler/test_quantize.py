@@ -212,6 +212,7 @@ def test_max_ppl_increase_refuses_and_writes_nothing(tmp_path):
     assert not out.exists() and list(out.parent.iterdir()) == []
 
 
+@pytest.mark.slow  # a quantized compile and two commands in real processes
 def test_docs_quantize_block_runs(tmp_path, llama_target):
     """docs/quantization.md's quantized-bundle commands, executed as written."""
     import os
