@@ -7,7 +7,7 @@ from typing import Optional, Union
 
 from specrt.core.errors import InvalidArgument
 
-METHODS = ("draft", "ngram", "hybrid", "medusa", "none")
+METHODS = ("draft", "ngram", "hybrid", "medusa", "head", "hybrid-head", "none")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,6 +31,10 @@ def test_demo_results_stay_on_screen(tmp_path, tiny_pair, columns):
     assert len(steps) == 1 and steps[0] < results[0], "the compile block is printed once, above the results"
     rules = [i for i, line in enumerate(lines) if line.startswith("─")]
     assert len(rules) == 5 and all(len(lines[i]) == columns for i in rules), screen  # full rules, nothing run into them
+    titles = [lines[i].strip("─ ") for i in rules]
+    assert len(set(titles)) == 5 and titles[-1] == "overall: every prompt", titles  # no title repeats another
+    assert titles[0].endswith("(1 of 4)") and titles[3].endswith("(4 of 4)"), titles
+    assert "[cut off: the answer reached --max-new-tokens 12]" in screen, screen  # 12 tokens: the answers are cut
     assert re.search(r"speedup \d+\.\d\dx \(median; \d+\.\d\d-\d+\.\d\d over 2 repeats\)", screen), screen
     assert all(len(line) <= columns for line in lines)
     for i in range(1, 5):
