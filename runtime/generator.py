@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from specrt.bundle.manifest import Manifest, read_manifest
+from specrt.bundle.manifest import Manifest, read_manifest, verify_files
 from specrt.core.errors import InvalidArgument
 from specrt.core.tokenizer import IncrementalDecoder, Tokenizer
 from specrt.runtime import backends
@@ -61,14 +61,16 @@ def load(bundle: str | Path, backend: str = "auto", *, threads: int | None = Non
     backend           "auto" | "ort" | "torch" | "trt" | "ort-cuda" | "ort-trt" (see runtime/backends)
     threads           CPU threads per model (default: all cores; a small draft runs on one)
     target_device, draft_device   e.g. "cpu", "cuda:0", "cuda:1" (draft and target may differ)
-    verify_checksums  check every file's sha256 (sizes are always checked)
+    verify_checksums  check the sha256 of every file this backend opens, before it opens any (every listed
+                      file's presence and size is always checked; graph variants the backend never opens are
+                      not hashed: an int4 bundle's fp32 graphs, ~7 s of SmolLM2's cold start)
     warmup            run and time every verify shape now (False: on the first call that needs the timings,
                       an adaptive-k speculative call; a one-shot `specrt generate` starts faster)
     Raises BundleError / ChecksumMismatch / VersionMismatch / BackendUnavailable with the fix in the message.
     """
-    manifest = read_manifest(bundle, verify_checksums=verify_checksums)
+    manifest = read_manifest(bundle, verify_checksums=False)  # sizes, paths, values; sha256 below
     return Generator(manifest, backend=backend, threads=threads, target_device=target_device,
-                     draft_device=draft_device, warmup=warmup)
+                     draft_device=draft_device, warmup=warmup, verify_checksums=verify_checksums)
 
 
 class Generator:
@@ -79,9 +81,12 @@ class Generator:
     """
 
     def __init__(self, manifest: Manifest, backend: str = "auto", *, threads: int | None = None,
-                 target_device: str | None = None, draft_device: str | None = None, warmup: bool = True) -> None:
+                 target_device: str | None = None, draft_device: str | None = None, warmup: bool = True,
+                 verify_checksums: bool = False) -> None:
         self.manifest = manifest
         self.backend = backends.resolve_backend(backend, manifest)
+        if verify_checksums:  # load(): the files this backend opens, before any of them is opened
+            verify_files(manifest, backends.files_to_verify(manifest, self.backend))
         self.max_seq_len = manifest.max_seq_len
         self.max_draft_tokens = manifest.max_draft_tokens
         tok = manifest.tokenizer

@@ -187,4 +187,4 @@ def inspect_cmd(bundle, memory, max_seq_len, as_json):
         from specrt.cli.main import fail
 
         fail(f"bundle {bundle} failed {len(summary['failed_checks'])} check(s) (marked FAILED): generate, serve "
-             "and bench refuse it; recompile it with `specrt compile`", 2)
+             "and bench refuse it wherever they open a failed file; recompile it with `specrt compile`", 2)
