@@ -116,3 +116,21 @@ def test_cli_compile_with_head(tmp_path, llama_target):
     assert res.exit_code == 0, res.output
     out = json.loads(res.output[res.output.index("{"):])
     assert out["stats"]["method"] == "head"
+
+
+def test_chat_encoder_reads_chat_template_jinja(tmp_path, llama_target):
+    """A checkpoint whose template is in chat_template.jinja (SmolLM2's GGUF conversion): the answers are made in it."""
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    from specrt.recipes.head_data import chat_encoder
+
+    ck = tmp_path / "ck"
+    shutil.copytree(llama_target, ck)
+    plain = chat_encoder(ck)("hello")
+    (ck / "chat_template.jinja").write_text("{% for m in messages %}<<{{ m.role }}>>{{ m.content }}{% endfor %}"
+                                            "{% if add_generation_prompt %}<<assistant>>{% endif %}")
+    ids = chat_encoder(ck)("hello")
+    text = Tokenizer.from_file(str(ck / "tokenizer.json")).decode(ids)
+    assert text == "<<user>>hello<<assistant>>" and ids != plain
