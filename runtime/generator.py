@@ -54,7 +54,7 @@ class GenerationResult:
 
 def load(bundle: str | Path, backend: str = "auto", *, threads: int | None = None,
          target_device: str | None = None, draft_device: str | None = None,
-         verify_checksums: bool = True) -> "Generator":
+         verify_checksums: bool = True, warmup: bool = True) -> "Generator":
     """Open a compiled bundle: validate its manifest and checksums, then create the runners.
 
     bundle            the directory written by `specrt compile` / `compile_bundle`
@@ -62,11 +62,13 @@ def load(bundle: str | Path, backend: str = "auto", *, threads: int | None = Non
     threads           CPU threads per model (default: all cores; a small draft runs on one)
     target_device, draft_device   e.g. "cpu", "cuda:0", "cuda:1" (draft and target may differ)
     verify_checksums  check every file's sha256 (sizes are always checked)
+    warmup            run and time every verify shape now (False: on the first call that needs the timings,
+                      an adaptive-k speculative call; a one-shot `specrt generate` starts faster)
     Raises BundleError / ChecksumMismatch / VersionMismatch / BackendUnavailable with the fix in the message.
     """
     manifest = read_manifest(bundle, verify_checksums=verify_checksums)
     return Generator(manifest, backend=backend, threads=threads, target_device=target_device,
-                     draft_device=draft_device)
+                     draft_device=draft_device, warmup=warmup)
 
 
 class Generator:
@@ -77,7 +79,7 @@ class Generator:
     """
 
     def __init__(self, manifest: Manifest, backend: str = "auto", *, threads: int | None = None,
-                 target_device: str | None = None, draft_device: str | None = None) -> None:
+                 target_device: str | None = None, draft_device: str | None = None, warmup: bool = True) -> None:
         self.manifest = manifest
         self.backend = backends.resolve_backend(backend, manifest)
         self.max_seq_len = manifest.max_seq_len
@@ -107,7 +109,9 @@ class Generator:
         self._medusa_cache: dict = {}  # the heads session, created on first use
         self._head_runner = None  # the draft head's session and cache (draft_head bundles), created on first use
         self._policies: dict = {}  # AdaptiveK per (method, max k), kept across calls
-        self.warmup()
+        self._load_costs = None  # (verify seconds per k, draft seconds), from warmup()
+        if warmup:
+            self.warmup()
         self._lock = threading.Lock()  # one generation at a time per Generator (runners hold state)
         self._owner: int | None = None  # thread id holding the lock (see _exclusive)
 
@@ -214,6 +218,8 @@ class Generator:
             key = (method, max_k)
             if key not in self._policies:  # kept across calls: costs and acceptance carry over
                 self._policies[key] = AdaptiveK(max_k)
+                if self._load_costs is None:  # load(warmup=False): time the shapes now, before this call runs
+                    self.warmup()
                 verify, draft = self._load_costs
                 if method != "medusa":  # start short runs at the k the load-time costs predict best
                     uses_model = method == "draft" or method == "hybrid" and self.draft is not None
@@ -307,7 +313,7 @@ class Generator:
              context_limited=False):
         rng = params.rng()
         with self._exclusive():
-            if proposer is None:
+            if proposer is None and max_new_tokens > 1:  # one token comes from the prefill: nothing to draft
                 proposer = self.make_proposer(method, params, rng, options)
             if proposer is not None and policy is None:
                 policy = self.make_policy(k, method, params.seed is not None and not params.greedy)

@@ -79,8 +79,11 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     if as_json:
         echo_json(summary)
     else:
+        from specrt.cli.describe import human_size
+
         click.echo(f"wrote bundle {out} ({', '.join(summary['models'])}; max_seq_len={max_seq_len}, "
-                   f"max_draft_tokens={max_draft_tokens})")
+                   f"max_draft_tokens={max_draft_tokens}; {human_size(summary['bytes'])} in {summary['files']} "
+                   "files: `specrt inspect` lists them)")
 
 
 @main.command("generate")
@@ -119,7 +122,9 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
         raise InvalidArgument("give exactly one of --prompt and --chat")
     if system is not None and chat is None:
         raise InvalidArgument("--system needs --chat")
-    gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
+    with loading_status(bundle):
+        gen = load(bundle, backend=backend, threads=threads, target_device=target_device,
+                   draft_device=draft_device, warmup=False)  # one call: time the shapes only if it needs them
     if chat is not None:
         from specrt.runtime.chat_template import ChatFormatter, chat_prompt_ids
 
@@ -149,6 +154,18 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
         click.echo(warning, err=True)
     if not as_json:
         click.echo(stats_line(stats), err=True)
+
+
+def loading_status(bundle: Path):
+    """A transient 'loading BUNDLE...' line on a terminal's stderr (nothing when stderr is a pipe or a file)."""
+    import contextlib
+
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return contextlib.nullcontext()
+    return console.status(f"loading {bundle} (checking checksums, creating ONNX Runtime sessions)...")
 
 
 @main.command("inspect")
