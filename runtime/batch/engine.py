@@ -22,7 +22,7 @@ from specrt.runtime.batch.sequence import Sequence
 from specrt.runtime.request import GenerationRequest
 from specrt.runtime.stats import GenerationStats
 
-_END = object()
+END = object()
 
 
 class BatchEngine:
@@ -71,7 +71,8 @@ class BatchEngine:
                     sched.drafts.used = 0
 
     def submit(self, prompt, request: GenerationRequest | None = None, **options: Any):
-        """Queue one request; returns (Sequence, event queue). Events: token lists, then `_END` with the stats."""
+        """Queue one request; returns (Sequence, event queue). Events: (time.perf_counter(), new token ids) per step,
+        then `END` (the stats are complete) or the exception that ended the request."""
         max_new = options.pop("max_new_tokens", None)
         req = self.gen.request("submit", max_new, request, **options)
         method = req.method or self.gen.default_method
@@ -89,9 +90,9 @@ class BatchEngine:
             if isinstance(chunk, BaseException):
                 events.put(chunk)
             elif chunk:
-                events.put(chunk)
+                events.put((time.perf_counter(), chunk))
             else:
-                events.put(_END)
+                events.put(END)
 
         stats = GenerationStats(method=method, backend=self.gen.backend, prompt_tokens=int(ids.size),
                                 provider="batched", context_limited=req.max_new_tokens > self.gen.max_seq_len - ids.size)
@@ -109,11 +110,11 @@ class BatchEngine:
         try:
             while True:
                 ev = events.get()
-                if ev is _END:
+                if ev is END:
                     return
                 if isinstance(ev, BaseException):
                     raise ev
-                yield ev, seq.stats
+                yield ev[1], seq.stats
         finally:
             seq.cancel.set()
             self._wake.set()
@@ -131,11 +132,11 @@ class BatchEngine:
             ids: list[int] = []
             while True:
                 ev = events.get()
-                if ev is _END:
+                if ev is END:
                     break
                 if isinstance(ev, BaseException):
                     raise ev
-                ids.extend(ev)
+                ids.extend(ev[1])
             out.append(GenerationResult(self.gen.tokenizer.decode(ids), ids, seq.prompt_ids.tolist(), seq.stats,
                                         seq.stats.finish_reason))
         return out
