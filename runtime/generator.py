@@ -130,6 +130,14 @@ class Generator:
     def default_method(self) -> str:
         return self.methods[0] if self.draft is not None else "ngram"
 
+    def engine(self, max_batch: int = 8):
+        """A continuous-batching engine on this generator's weights: several requests decode together
+        (`generate_batch([...])`, `stream_tokens(...)` from any thread; runtime/batch/engine.py, docs/batching.md).
+        Close it when done; this Generator stays usable for single calls meanwhile (its own KV cache)."""
+        from specrt.runtime.batch.engine import BatchEngine
+
+        return BatchEngine(self, max_batch=max_batch)
+
     def request(self, public: str = "generate", max_new_tokens: int | None = None,
                 request: GenerationRequest | None = None, **options: Any) -> GenerationRequest:
         """The resolved `GenerationRequest` of a call: `request` or the keyword options (not both), with

@@ -130,6 +130,8 @@ class BatchEngine:
         out = []
         for seq, events in subs:
             ids: list[int] = []
+            text, stop_at = "", -1
+            stops = seq.request.stop
             while True:
                 ev = events.get()
                 if ev is END:
@@ -137,6 +139,16 @@ class BatchEngine:
                 if isinstance(ev, BaseException):
                     raise ev
                 ids.extend(ev[1])
+                if stops and stop_at < 0:  # cut before the first stop string; the request leaves at the next step
+                    text = self.gen.tokenizer.decode(ids)
+                    hits = [i for i in (text.find(x) for x in stops) if i >= 0]
+                    if hits:
+                        stop_at = min(hits)
+                        seq.cancel.set()
+            if stop_at >= 0:
+                seq.stats.finish_reason = "stop"
+                out.append(GenerationResult(text[:stop_at], ids, seq.prompt_ids.tolist(), seq.stats, "stop"))
+                continue
             out.append(GenerationResult(self.gen.tokenizer.decode(ids), ids, seq.prompt_ids.tolist(), seq.stats,
                                         seq.stats.finish_reason))
         return out

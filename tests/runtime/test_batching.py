@@ -108,3 +108,12 @@ def test_goodput_never_chooses_speculation_that_loses():
     cheap = CostTable(batch=[1.0], rows=[1.0, 1.02, 1.04, 1.06])
     assert choose_ks([0.9], [4], [True], [0.0], cheap) == [4]
     assert choose_ks([0.9], [0], [True], [0.0], cheap) == [0]
+
+
+def test_stop_strings_cut_the_batch_call(engines):
+    gen, eng = engines["fp32"]
+    full = gen.generate("hello world", 16, method="none")
+    stop = full.text[3:6]
+    assert stop
+    res = eng.generate_batch(["hello world"], 16, method="none", stop=[stop])[0]
+    assert res.finish_reason == "stop" and res.text == full.text[:full.text.find(stop)]
