@@ -29,7 +29,7 @@ from specrt.core.errors import InvalidArgument
 from specrt.runtime.proposers.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, check_sizes
 from specrt.runtime.sampling import SamplingParams
 
-METHODS = ("draft", "ngram", "hybrid", "medusa", "none")
+METHODS = ("draft", "ngram", "hybrid", "medusa", "head", "hybrid-head", "none")
 DEFAULT_K: int | str = "auto"
 DEFAULT_MAX_NEW_TOKENS = 128
 MAX_STOP_STRINGS = 16
@@ -157,7 +157,8 @@ class GenerationRequest:
                                     f"num_speculative_tokens={k} is outside [0, {max_draft_tokens}] "
                                     f"(the bundle was compiled with --max-draft-tokens {max_draft_tokens})")
         if methods is not None and self.method is not None and self.method not in methods:
-            needs = {"draft": "--draft", "hybrid": "--draft", "medusa": "--medusa"}.get(self.method)
+            needs = {"draft": "--draft", "hybrid": "--draft", "medusa": "--medusa", "head": "--draft head:DIR",
+                     "hybrid-head": "--draft head:DIR"}.get(self.method)
             why = f"needs a bundle compiled with {needs}: it is" if needs else "is"
             raise RequestFieldError("method", f"method {self.method!r} {why} not available with this bundle; "
                                               f"choose one of {', '.join(methods)}")

@@ -75,6 +75,8 @@ class Scheduler:
             batch.append(best)
         for r in reversed(runners):
             pool.release(r)
+        if self.gen._load_costs is None:  # load(warmup=False)
+            self.gen.warmup()
         verify, draft = self.gen._load_costs
         return CostTable(batch=batch, rows=list(verify), draft_token=draft or 0.0)
 
