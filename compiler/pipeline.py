@@ -31,6 +31,7 @@ from specrt.compiler.tokenizer_check import check_same_vocab, load_vocab
 from specrt.compiler.validate import Tolerance, validate_onnx, validation_shapes, window_shapes
 from specrt.compiler.logit_rows import add_logit_start, validate_logit_start
 from specrt.compiler.portable_graph import clean_portable_graph
+from specrt.compiler.lean import lean_bundle
 from specrt.compiler.variants import check_ort_graph, fused_variant
 from specrt.compiler.quantize_step import QuantizePlan, apply_quantization, resolve_plan
 from specrt.compiler.draft_head import draft_head_step, head_dir_of
@@ -134,6 +135,7 @@ def compile_bundle(
     inputs: tuple = (),
     ort_graph: str = "fused",
     quantization: QuantizePlan | None = None,
+    keep_fp32: bool = False,
 ) -> Path:
     """Compile `target` (and optionally `draft`) into the bundle directory `out`. Returns `out`.
 
@@ -149,7 +151,9 @@ def compile_bundle(
                       engines): they add files to `tmp` and typed entries to `draft` (specrt.bundle.writer).
     `inputs` are further input directories (Medusa heads) that `out` must stay clear of.
     The output rules (what --force may replace, locking, cleanup) are in output_dir.py.
-    `ort_graph="fused"` adds ONNX Runtime's fused graph variant where supported (compiler/variants.py).
+    `ort_graph="fused"` adds ONNX Runtime's fused graph variant where supported (compiler/variants.py); "both"
+    also keeps a quantized model's quantized portable graph. A quantized bundle keeps only the graphs its
+    backends run unless `keep_fp32` (compiler/lean.py).
     `quantization` quantizes models (compiler/quantize_step.py); `draft="self:int4"` (or "self:int8") makes
     the quantized target the draft model; `draft="head:DIR"` adds the draft head trained in DIR (`specrt
     train-head`) instead of a draft model.
@@ -185,7 +189,7 @@ def compile_bundle(
             for role, ck in roles.items():
                 check_context(ck, max_seq_len, role)
             _compile_into(tmp, roles, sources, vocab_size, max_seq_len, max_draft_tokens, tolerance or Tolerance(),
-                          ort_graph, quantization, progress, extra_steps)
+                          ort_graph, quantization, progress, extra_steps, keep_fp32)
             with sigterm_deferred():  # never stop between moving the old bundle aside and the new one in
                 commit(tmp, out, force, started_as)
         except OSError as exc:
@@ -200,7 +204,7 @@ def compile_bundle(
 
 def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, dict], vocab_size: int,
                   max_seq_len: int, max_draft_tokens: int, tolerance: Tolerance, ort_graph: str,
-                  quantization: QuantizePlan | None, progress, extra_steps) -> None:
+                  quantization: QuantizePlan | None, progress, extra_steps, keep_fp32: bool = False) -> None:
     """Every compile step, writing into the temporary directory `tmp` (manifest last)."""
     manifest = ManifestDraft(max_seq_len, max_draft_tokens, torch_version=torch.__version__,
                              onnx={"opset": ONNX_OPSET, "ir_version": ONNX_IR_VERSION})
@@ -231,7 +235,7 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
         graphs = {"portable": GraphVariant(entry.onnx, entry.onnx_data,
                                            optional_inputs=("logit_start",) if has_logit_start else ())}
         skipped = None
-        if ort_graph == "fused":
+        if ort_graph in ("fused", "both"):
             done = progress(f"build and validate {role}'s fused ONNX Runtime graph")
             fused, skipped = fused_variant(decoder, tmp / role, role, max_seq_len, role_shapes, tolerance)
             done()
@@ -257,6 +261,7 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
     for step in extra_steps or []:
         step(tmp, manifest)
     shutil.rmtree(tmp / SOURCES, ignore_errors=True)  # converted GGUF inputs: not part of the bundle
+    lean_bundle(tmp, manifest, keep_fp32=keep_fp32, keep_portable=ort_graph != "fused")  # after every validation
     done = progress("checksum files and write manifest")
     release_temp(tmp)
     write_manifest(tmp, manifest)

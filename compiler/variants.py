@@ -19,7 +19,7 @@ from specrt.compiler.fused_graph import fused_io, fused_onnx_from_decoder, fused
 from specrt.compiler.fused_validate import validate_fused_onnx
 
 
-ORT_GRAPHS = ("fused", "portable")
+ORT_GRAPHS = ("fused", "portable", "both")  # both: fused, and a quantized model keeps its quantized portable graph
 FUSED_KV_LAYOUT = "[1, kv_heads, max_seq_len, head_dim] per layer, bound as past_* and present_* (in place)"
 
 

@@ -216,9 +216,10 @@ def weight_bytes(manifest, role: str) -> float:
     """Bytes of weights ONNX Runtime streams per token for `role`: the external data of the graph its runners
     load (quantized when the model is), from the manifest's file list; else 4 bytes per parameter."""
     entry = manifest.models[role]
-    data = manifest.files.get(entry.ort_onnx + ".data")
-    if data is not None and data.size > 0:
-        return float(data.size)
+    for onnx in (entry.ort_onnx, entry.ort_fused_onnx):  # a lean bundle may keep only the fused graph
+        data = manifest.files.get(f"{onnx}.data") if onnx else None
+        if data is not None and data.size > 0:
+            return float(data.size)
     return 4.0 * float(entry.num_parameters or 0)
 
 

@@ -64,12 +64,25 @@ def target_only_bundle(workdir, llama_target) -> Path:
 @pytest.fixture(scope="session")
 def int4_self8_bundle(workdir, llama_target) -> Path:
     """int4 target at the default settings (accuracy level 4 for this Llama: two-row decode calls) with the
-    int8 copy of the target as its draft; compiled once for the whole session."""
+    int8 copy of the target as its draft, every graph kept (--keep-fp32 --ort-graph both); compiled once for
+    the whole session."""
     from specrt.compiler import compile_bundle
     from specrt.compiler.quantize import QuantizeConfig
     from specrt.compiler.quantize_step import QuantizePlan
 
     return compile_bundle(llama_target, workdir / "bundles" / "q4_self8", "self:int8", max_seq_len=256,
+                          max_draft_tokens=8, quantization=QuantizePlan(target=QuantizeConfig("int4")),
+                          keep_fp32=True, ort_graph="both")
+
+
+@pytest.fixture(scope="session")
+def lean_int4_bundle(workdir, llama_target) -> Path:
+    """`--quantize int4 --draft self:int4` as compiled by default: a lean bundle (only the int4 fused graph)."""
+    from specrt.compiler import compile_bundle
+    from specrt.compiler.quantize import QuantizeConfig
+    from specrt.compiler.quantize_step import QuantizePlan
+
+    return compile_bundle(llama_target, workdir / "bundles" / "lean_q4", "self:int4", max_seq_len=256,
                           max_draft_tokens=8, quantization=QuantizePlan(target=QuantizeConfig("int4")))
 
 

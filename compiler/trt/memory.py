@@ -103,7 +103,7 @@ def memory_plan(manifest, max_seq_len: int | None = None, devices: Mapping[str, 
     for role, e in manifest.models.items():
         eng = manifest.engines.get(role)
         prec = precision or (eng.precision if eng else None) or e.dtype or "float32"
-        data = manifest.path(e.onnx_data) if e.onnx_data else None
+        data = manifest.path(e.onnx_data) if e.onnx_data and "portable" not in e.omitted else None  # lean: 4 B/param
         fp32_bytes = data.stat().st_size if data is not None and data.exists() else 4 * e.num_parameters
         weights = int(fp32_bytes * weight_bytes(prec) / 4)
         ws = workspace if workspace is not None else (eng.workspace_bytes if eng else None)

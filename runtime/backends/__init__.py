@@ -68,11 +68,15 @@ def resolve_backend(backend: str, manifest) -> str:
 def opened_graph(manifest, role: str, backend: str) -> str | None:
     """The graph file `create_runner` opens for `role` on `backend` (None: TensorRT, which opens engines)."""
     entry = manifest.models[role]
-    if backend == "ort" and entry.ort_fused_onnx is not None:
-        return entry.ort_fused_onnx
     if backend in ("ort", "ort-portable", "ort-cuda", "ort-trt"):
+        entry.require(entry.ort_kind(backend), f"--backend {backend}")
+        if backend == "ort" and entry.ort_fused_onnx is not None:
+            return entry.ort_fused_onnx
         return entry.ort_onnx
-    return entry.onnx if backend == "torch" else None
+    if backend == "torch":
+        entry.require("portable", "--backend torch")
+        return entry.onnx
+    return None
 
 
 def files_to_verify(manifest, backend: str) -> set[str]:
@@ -106,9 +110,9 @@ def create_runner(manifest, role: str, backend: str, *, capacity: int, max_short
                   alternating: bool = False) -> Runner:
     entry = manifest.models[role]
     config = entry.decoder_config
-    onnx_path = manifest.path(entry.onnx)
-    if backend in ("ort", "ort-portable", "ort-cuda", "ort-trt"):  # a quantized bundle: ONNX Runtime runs the quantized graph
-        onnx_path = manifest.path(entry.ort_onnx)
+    opened = opened_graph(manifest, role, backend)  # a graph a lean bundle left out: one line naming the option
+    # a quantized bundle: ONNX Runtime runs the quantized graph
+    onnx_path = manifest.path(opened) if opened is not None else None
     fused = entry.ort_fused_onnx
     if backend == "ort" and fused is not None:
         from specrt.runtime.backends.ort.fused_runner import OrtFusedRunner

@@ -2,7 +2,11 @@
 
     models.<role>: architecture, config, decoder_config, vocab_size, eos_token_ids, bos_token_id,
                    num_parameters, onnx, onnx_data, dtype, inputs, outputs, profiles, validation, source,
-                   graphs {portable, fused}, fused_skipped, self_draft, quantization
+                   graphs {portable, fused}, fused_skipped, self_draft, quantization, omitted
+
+`omitted` names the graphs a lean quantized bundle left out at compile time (compiler/lean.py): "portable" /
+"fused" (fp32) and "quantized.portable" / "quantized.fused"; their entries stay as the record of what was
+compiled and validated, and whatever would open one refuses in one line naming the compile option that keeps it.
 
 `from_dict` reads a manifest's JSON (keys this version does not know are kept in `extra`); `to_dict` writes
 it back in the same key order. Reports the runtime does not interpret (validation statistics, source,
@@ -20,6 +24,9 @@ from specrt.bundle.fields import (check_dict, check_ids, check_int, check_list, 
                      field_names, unknown_keys)
 
 PORTABLE, FUSED = "portable", "fused"
+# graph kinds a lean bundle may omit -> the compile option that keeps them
+OMITTABLE = {"portable": "--keep-fp32", "fused": "--keep-fp32", "quantized.portable": "--ort-graph both",
+             "quantized.fused": "--ort-graph fused"}
 CONFIG_SIZES = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size")
 
 
@@ -141,11 +148,12 @@ class ModelEntry:
     fused_skipped: str | None = None  # why there is no fused variant
     self_draft: bool = False  # the draft is the target's graph, quantized (--draft self:int4)
     quantization: QuantizationEntry | None = None
+    omitted: tuple[str, ...] = ()  # graph kinds left out of a lean bundle (OMITTABLE)
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     ORDER = ("architecture", "config", "decoder_config", "vocab_size", "eos_token_ids", "bos_token_id",
              "num_parameters", "onnx", "onnx_data", "dtype", "inputs", "outputs", "profiles", "validation",
-             "source", "graphs", "fused_skipped", "self_draft", "quantization")
+             "source", "graphs", "fused_skipped", "self_draft", "quantization", "omitted")
 
     def __post_init__(self) -> None:
         key = f"models.{self.role}"
@@ -162,6 +170,9 @@ class ModelEntry:
             check_optional_str(getattr(self, name), f"{key}.{name}")
         if self.eos_token_ids is not None:
             check_ids(self.eos_token_ids, f"{key}.eos_token_ids")
+        for kind in check_list(self.omitted, f"{key}.omitted"):
+            if kind not in OMITTABLE:
+                raise ManifestError(f"manifest key {key}.omitted holds {kind!r}, not one of {', '.join(OMITTABLE)}")
 
     @classmethod
     def from_dict(cls, role: str, raw: Any) -> "ModelEntry":
@@ -172,7 +183,8 @@ class ModelEntry:
         if raw.get("profiles") is not None:
             check_dict(raw["profiles"], f"{key}.profiles")
         simple = {k: raw[k] for k in cls.ORDER if k in raw and k not in
-                  ("decoder_config", "eos_token_ids", "inputs", "outputs", "graphs", "quantization", "self_draft")}
+                  ("decoder_config", "eos_token_ids", "inputs", "outputs", "graphs", "quantization", "self_draft",
+                   "omitted")}
         eos = raw.get("eos_token_ids")
         quant = raw.get("quantization")
         return cls(role=role, decoder_config=parse_decoder_config(raw, key), **simple,
@@ -182,12 +194,14 @@ class ModelEntry:
                    graphs=None if raw.get("graphs") is None else graph_variants(raw["graphs"], f"{key}.graphs"),
                    self_draft=bool(raw.get("self_draft", False)),
                    quantization=QuantizationEntry.from_dict(quant, f"{key}.quantization") if quant else None,
+                   omitted=tuple(check_list(raw.get("omitted", []), f"{key}.omitted")),
                    extra=unknown_keys(raw, cls.ORDER))
 
     def to_dict(self) -> dict[str, Any]:
         values = {k: getattr(self, k) for k in self.ORDER}
         values["decoder_config"] = self.decoder_config.to_dict()
         values["self_draft"] = True if self.self_draft else None
+        values["omitted"] = list(self.omitted) or None
         return emit(values.items(), keep_null=("bos_token_id",), extra=self.extra)
 
     # ------------------------------------------------------------------------------------- graphs
@@ -196,6 +210,20 @@ class ModelEntry:
         if self.graphs is None:
             return GraphVariant(self.onnx, self.onnx_data) if variant == PORTABLE else None
         return self.graphs.get(variant)
+
+    def require(self, kind: str, needed_by: str) -> None:
+        """Raise BundleError (one line, naming the compile option) when the graph `kind` was left out."""
+        if kind in self.omitted:
+            what = kind.replace("quantized.", "quantized ") if kind.startswith("quantized.") else f"fp32 {kind}"
+            raise BundleError(f"{needed_by} needs the {what} graph of models.{self.role}, which this lean bundle "
+                              f"left out: recompile with {OMITTABLE[kind]}")
+
+    def ort_kind(self, backend: str) -> str:
+        """The graph kind ONNX Runtime opens for `backend` ("ort": the fused graph when there is one)."""
+        quantized = "quantized." if self.quantization is not None else ""
+        if backend == "ort" and self.ort_fused_onnx is not None:
+            return quantized + FUSED
+        return quantized + PORTABLE
 
     def quantized_onnx(self, variant: str = PORTABLE) -> str | None:
         """Relative path of the quantized `variant` graph, or None when the model is not quantized."""

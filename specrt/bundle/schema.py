@@ -122,6 +122,8 @@ class Manifest:
             refs["tokenizer.config"] = self.tokenizer.config
         for role, entry in self.models.items():
             for name in ("onnx", "onnx_data", "config"):
+                if name != "config" and "portable" in entry.omitted:
+                    continue  # a lean bundle's record of its fp32 graph (entries.OMITTABLE)
                 if getattr(entry, name):
                     refs[f"models.{role}.{name}"] = getattr(entry, name)
         if self.medusa is not None:
@@ -138,7 +140,7 @@ class Manifest:
 
     def graph_files(self) -> dict[str, str]:
         """{manifest key: relative path} of the decoder graphs and the Medusa heads (checks.check_graphs)."""
-        graphs = {f"models.{role}": e.onnx for role, e in self.models.items()}
+        graphs = {f"models.{role}": e.onnx for role, e in self.models.items() if "portable" not in e.omitted}
         if self.medusa is not None:
             graphs["medusa"] = self.medusa.onnx
         if self.draft_head is not None:

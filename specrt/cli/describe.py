@@ -37,7 +37,8 @@ def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | 
         from specrt.compiler.trt.support import onnx_support_report
 
         if not failed:
-            out["tensorrt_support"] = {role: onnx_support_report(m.path(e.onnx)) for role, e in m.models.items()}
+            out["tensorrt_support"] = {role: onnx_support_report(m.path(e.onnx)) for role, e in m.models.items()
+                                       if "portable" not in e.omitted}  # a lean bundle left its fp32 graph out
     except ImportError:
         pass
     if memory:
@@ -77,6 +78,8 @@ def model_summary(e: ModelEntry) -> dict[str, Any]:
     out["lm_head"] = lm_head_share(c)
     if e.fused_skipped:
         out["fused_skipped"] = e.fused_skipped
+    if e.omitted:
+        out["omitted"] = list(e.omitted)  # graphs a lean bundle left out (compiler/lean.py)
     if e.quantization:
         out["quantization"] = quantization_summary(e.quantization)
     if e.self_draft:
@@ -138,6 +141,9 @@ def print_summary(summary: dict[str, Any]) -> None:
                            for name, g in m.get("graphs", {}).items())
         console.print(f"{role} graphs: {graphs}" + (f"; no fused graph: {m['fused_skipped']}"
                                                     if m.get("fused_skipped") else ""), markup=False)
+        if m.get("omitted"):
+            console.print(f"{role} left out (lean bundle, validated at compile): {', '.join(m['omitted'])} "
+                          "(--keep-fp32 / --ort-graph both keep them)", markup=False)
         if "lm_head" in m:
             console.print(lm_head_line(role, m["lm_head"]), markup=False)
         if "quantization" in m:

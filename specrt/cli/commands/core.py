@@ -28,17 +28,21 @@ from specrt.cli.progress import step_progress
 @click.option("--max-seq-len", default=2048, show_default=True, type=int, help="Context length (prompt + generated).")
 @click.option("--max-draft-tokens", default=8, show_default=True, type=int, help="Largest k the bundle accepts.")
 @click.option("--force", is_flag=True, help="Replace an existing bundle (or empty directory) at the output.")
-@click.option("--ort-graph", type=click.Choice(["fused", "portable"]), default="fused", show_default=True,
+@click.option("--ort-graph", type=click.Choice(["fused", "portable", "both"]), default="fused", show_default=True,
               help="fused: also write ONNX Runtime's fused graph (GroupQueryAttention, in-place KV cache) where the "
-                   "architecture supports it (Llama, Mistral, Qwen2/3, Gemma 3); portable: only the standard-ops graph.")
+                   "architecture supports it (Llama, Mistral, Qwen2/3, Gemma 3); portable: only the standard-ops graph; "
+                   "both: fused, and a quantized bundle keeps its quantized portable graph too (CUDA, TensorRT providers).")
+@click.option("--keep-fp32", is_flag=True,
+              help="A quantized bundle keeps its fp32 graphs too (the torch backend); by default it keeps only the "
+                   "graphs ONNX Runtime runs.")
 @click.option("--tolerance", default=None, metavar="ATOL,RTOL",
               help="ONNX-vs-PyTorch check per tensor: max|diff| <= ATOL + RTOL * max|ref|  [default: 1e-4,1e-3]")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 @trt_compile_options
 @quantize_compile_options
 @handle_errors
-def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, ort_graph, tolerance, as_json,
-                trt_options, quant_options):
+def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, ort_graph, keep_fp32, tolerance,
+                as_json, trt_options, quant_options):
     """Export target (and draft) to ONNX, validate, and write a bundle (with --engines trt: plus engines)."""
     from specrt.compiler import compile_bundle
     from specrt.compiler.pipeline import check_compile_args
@@ -72,7 +76,7 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
         draft_arg = f"head:{head}" if head is not None else draft
         out = compile_bundle(target, output, draft_arg, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
                              force=force, tolerance=tol, progress=progress, extra_steps=extra, inputs=(medusa,),
-                             ort_graph=ort_graph, quantization=plan)
+                             ort_graph=ort_graph, quantization=plan, keep_fp32=keep_fp32)
     from specrt.cli.describe import bundle_summary
 
     summary = bundle_summary(out)
