@@ -30,9 +30,9 @@ def int4_self8(int4_self8_bundle):
 
 @pytest.fixture(scope="module")
 def fp32_self4(workdir, llama_target):
-    """Unquantized target with the int4 copy of the target as its draft."""
+    """Unquantized target with the int4 copy of the target as its draft (its quantized portable graph kept)."""
     return compile_bundle(llama_target, workdir / "bundles" / "fp32_self4", "self:int4", max_seq_len=256,
-                          max_draft_tokens=8)
+                          max_draft_tokens=8, ort_graph="both")
 
 
 def graph_ops(path) -> list[str]:
