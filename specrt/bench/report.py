@@ -93,7 +93,8 @@ def print_tables(result: dict[str, Any], console, compact: bool = False, wide: b
     from specrt.core.text import pack
 
     m = result["machine"]
-    phrases = [f"{m['cpu']}, {m['cores_available']} cores, backend {m['backend']} ({m['provider']}, {m['threads']} threads);",
+    # phrases packed into lines of the terminal's width (a long CPU name and the backend go on separate lines)
+    phrases = [f"{m['cpu']}, {m['cores_available']} cores,", f"backend {m['backend']} ({m['provider']}, {m['threads']} threads);",
                f"peak RSS {result['memory']['peak_rss_mb']:.0f} MiB;",
                f"greedy outputs identical to plain: {_fmt(result['identical'])};", f"{result['elapsed_s']:.0f}s"]
     for line in pack(phrases, console.width, sep=" "):
