@@ -92,9 +92,10 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
 @click.option("--chat", "chat", default=None, help="A user message, rendered with the bundle's chat template.")
 @click.option("--system", default=None, help="A system message for --chat.")
 @click.option("--max-new-tokens", default=128, show_default=True, type=int)
-@click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy.")
-@click.option("--top-k", default=0, show_default=True, type=int, help="0 = off.")
-@click.option("--top-p", default=1.0, show_default=True, type=float, help="1 = off.")
+@click.option("--temperature", default=None, type=float,
+              help="0 = greedy (default: the bundle's generation_config, else 0).")
+@click.option("--top-k", default=None, type=int, help="0 = off (default: the bundle's generation_config, else 0).")
+@click.option("--top-p", default=None, type=float, help="1 = off (default: the bundle's generation_config, else 1).")
 @click.option("--seed", default=None, type=int, help="Makes sampling reproducible.")
 @method_option()
 @click.option("--num-speculative-tokens", "k", default="auto", show_default=True, type=KType(),
@@ -187,4 +188,4 @@ def inspect_cmd(bundle, memory, max_seq_len, as_json):
         from specrt.cli.main import fail
 
         fail(f"bundle {bundle} failed {len(summary['failed_checks'])} check(s) (marked FAILED): generate, serve "
-             "and bench refuse it; recompile it with `specrt compile`", 2)
+             "and bench refuse it wherever they open a failed file; recompile it with `specrt compile`", 2)
