@@ -9,7 +9,7 @@ import numpy as np
 from specrt.core.errors import InvalidArgument
 
 _OPTIONS = ("temperature", "top_k", "top_p", "seed", "method", "num_speculative_tokens", "ngram_min", "ngram_max",
-            "proposer", "policy", "on_step", "strict")
+            "proposer", "policy", "on_step", "strict", "constraint", "forced_tokens")
 
 
 def check_options(public: str, options: dict[str, Any]) -> None:
