@@ -82,6 +82,28 @@ def _speculation(body: Any, gen: Any, config: ServeConfig) -> dict[str, Any]:
     return {"method": method, "num_speculative_tokens": k}
 
 
+def _constraint(body: Any, gen: Any) -> dict[str, Any]:
+    """`response_format` -> {"constraint": ConstraintSpec} (or {}), compiled once here so that a schema the
+    library cannot compile is a 400 before anything streams."""
+    from specrt.runtime.constraint import ConstraintSpec
+
+    fmt = body.response_format
+    if fmt is None or fmt.type == "text":
+        return {}
+    try:
+        if fmt.type == "json_object":
+            spec = ConstraintSpec.json_object()
+        else:
+            if fmt.json_schema is None:
+                raise bad_request("response_format of type 'json_schema' needs a 'json_schema' object with a "
+                                  "'schema'", "response_format.json_schema")
+            spec = ConstraintSpec.json_schema(fmt.json_schema.json_schema)
+        gen.compile_constraint(spec)
+    except InvalidArgument as exc:
+        raise bad_request(str(exc), "response_format", code="invalid_response_format") from None
+    return {"constraint": spec}
+
+
 def _job(body: Any, gen: Any, config: ServeConfig, prompt_ids: list[int], max_tokens: Optional[int],
          default_max_tokens: int, chat: bool) -> Prepared:
     check_unsupported(body)
@@ -113,7 +135,7 @@ def _job(body: Any, gen: Any, config: ServeConfig, prompt_ids: list[int], max_to
                           f"tokens + max_tokens={max_tokens} = {len(prompt_ids) + max_tokens}; lower max_tokens "
                           "or shorten the prompt", "max_tokens", code="context_length_exceeded")
     kwargs = dict(temperature=temperature, top_p=top_p, top_k=top_k, seed=body.seed,
-                  **_speculation(body, gen, config))
+                  **_speculation(body, gen, config), **_constraint(body, gen))
     job = Job(prompt_ids, max_tokens, kwargs, _stops(body.stop))
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
