@@ -36,7 +36,7 @@ def load_heads(medusa_dir: Path, target_dir: Path) -> tuple[MedusaHeadsWithLMHea
     cfg = read_json(medusa_dir / CONFIG)
     target = open_checkpoint(target_dir)
     tc = target.config
-    num_heads, hidden = int(cfg["medusa_num_heads"]), int(cfg["hidden_size"])
+    num_heads, hidden = check_heads_config(cfg, medusa_dir)
     if hidden != tc.hidden_size or int(cfg.get("vocab_size", tc.vocab_size)) != tc.vocab_size:
         raise CheckpointError(
             f"Medusa heads were trained for hidden_size={hidden}, vocab_size={cfg.get('vocab_size')}; the target has "
@@ -44,13 +44,45 @@ def load_heads(medusa_dir: Path, target_dir: Path) -> tuple[MedusaHeadsWithLMHea
         )
     if int(cfg.get("medusa_num_layers", 1)) != 1 or not cfg.get("shares_target_lm_head", True):
         raise CheckpointError("only Medusa heads with one residual layer sharing the target's lm_head are supported")
-    tensors = load_file(str(medusa_dir / WEIGHTS))
+    try:
+        tensors = load_file(str(medusa_dir / WEIGHTS))
+    except Exception as exc:  # safetensors raises its own error types for corrupt files
+        raise CheckpointError(f"cannot read {medusa_dir / WEIGHTS}: {exc}") from None
+    if any(t.shape[-1] != hidden for t in tensors.values()):
+        raise CheckpointError(f"{medusa_dir / WEIGHTS} does not hold {num_heads} heads of width {hidden} as "
+                              f"{CONFIG} says: the directory is corrupt")
     check_finite(tensors, medusa_dir)
     module = MedusaHeadsWithLMHead(num_heads, hidden, tc.vocab_size)
     state = {f"heads.{i}.{p}": tensors[f"heads.{i}.{p}"].float() for i in range(num_heads) for p in ("weight", "bias")}
     state["lm_head.weight"] = target.load_decoder().lm_head_weight().detach().float()
     module.load_state_dict(state)
     return module.eval(), cfg
+
+
+MAX_HEADS = 16
+
+
+def check_heads_config(cfg: dict[str, Any], medusa_dir: Path) -> tuple[int, int]:
+    """(number of heads, hidden size) from medusa_config.json, refused unless both are sane integers and the
+    weights file holds exactly those heads (checked from its header, before anything is allocated)."""
+    from safetensors import safe_open
+
+    heads, hidden = cfg.get("medusa_num_heads"), cfg.get("hidden_size")
+    if not isinstance(heads, int) or isinstance(heads, bool) or not 1 <= heads <= MAX_HEADS:
+        raise CheckpointError(f"{medusa_dir / CONFIG}: medusa_num_heads must be an integer in [1, {MAX_HEADS}], "
+                              f"got {heads!r}")
+    if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 1:
+        raise CheckpointError(f"{medusa_dir / CONFIG}: hidden_size must be a positive integer, got {hidden!r}")
+    try:
+        with safe_open(str(medusa_dir / WEIGHTS), "pt") as f:
+            names = set(f.keys())
+    except Exception as exc:  # safetensors raises its own error types for corrupt files
+        raise CheckpointError(f"cannot read {medusa_dir / WEIGHTS}: {exc}") from None
+    expected = {f"heads.{i}.{p}" for i in range(heads) for p in ("weight", "bias")}
+    if names != expected:
+        raise CheckpointError(f"{medusa_dir / WEIGHTS} holds {len(names) // 2} heads, {CONFIG} says {heads}: "
+                              "the directory is corrupt")
+    return heads, hidden
 
 
 def export_heads(module: MedusaHeadsWithLMHead, path: Path) -> None:

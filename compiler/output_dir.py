@@ -11,6 +11,11 @@
 * The final rename happens under a lock on the parent directory and only if `-o` is still what it was
   when the compile started: of two compiles racing for one output, the loser fails and the winner's
   bundle stays.
+
+The same rules hold for every command and library function that writes a directory (`distill-draft`,
+`train-medusa`, `bench --make-random-target`): they write through `staged_output(out, force, inputs, kind)`,
+where `kind` says what `--force` may replace (`BUNDLE`, or an `OutputKind` listing the files that command
+writes: a directory holding anything else is someone else's).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import signal
 import socket
 import tempfile
 import threading
+from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -70,20 +77,47 @@ def bundle_extra_files(path: Path) -> list[str] | None:
     return extra
 
 
-def check_replaceable(out: Path) -> None:
-    """With --force: `out` may be replaced only if it is an empty directory or a specrt bundle with no
+@dataclass(frozen=True)
+class OutputKind:
+    """What a command writes into its output directory: `--force` replaces a directory of that kind only.
+    `files` are glob patterns of the top-level file names it writes (None: a specrt bundle, by manifest)."""
+
+    name: str
+    files: tuple[str, ...] | None = None
+
+    def extra_files(self, path: Path) -> list[str] | None:
+        """None if `path` is not of this kind, else the files in it that this kind does not write."""
+        if self.files is None:
+            return bundle_extra_files(path)
+        entries = sorted(path.iterdir())
+        extra = [p.name for p in entries
+                 if p.is_symlink() or p.is_dir() or not any(fnmatch(p.name, pat) for pat in self.files)]
+        return None if len(extra) == len(entries) else extra
+
+
+BUNDLE = OutputKind("specrt bundle")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+                   "tokenizer.model", "chat_template.jinja")
+HF_CHECKPOINT = OutputKind("checkpoint written by specrt",
+                           ("config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
+                            "model.safetensors.index.json", *TOKENIZER_FILES))
+MEDUSA_HEADS = OutputKind("Medusa heads directory", ("medusa_config.json", "medusa.safetensors"))
+
+
+def check_replaceable(out: Path, kind: OutputKind = BUNDLE) -> None:
+    """With --force: `out` may be replaced only if it is an empty directory or a directory of `kind` with no
     files of its own."""
     if not out.is_dir() or out.is_symlink():
         raise OutputError(f"output {out} exists and is not a directory: refusing to replace it (choose another -o)")
     if not any(out.iterdir()):
         return
-    extra = bundle_extra_files(out)
+    extra = kind.extra_files(out)
     if extra is None:
-        raise OutputError(f"output {out} exists and is not a specrt bundle: --force replaces only a bundle or an "
-                          "empty directory (choose another -o)")
+        raise OutputError(f"output {out} exists and is not a {kind.name}: --force replaces only a {kind.name} or "
+                          "an empty directory (choose another -o)")
     if extra:
         shown = ", ".join(extra[:3]) + (" ..." if len(extra) > 3 else "")
-        raise OutputError(f"output {out} is a bundle but also holds files that are not part of it ({shown}): "
+        raise OutputError(f"output {out} is a {kind.name} but also holds files that are not part of it ({shown}): "
                           "move them away or choose another -o")
 
 
@@ -101,14 +135,14 @@ def check_parent_writable(out: Path) -> None:
         raise OutputError(f"cannot write output {out}: {parent} is not writable ({exc.strerror})") from None
 
 
-def check_output(out: Path, force: bool, inputs: Iterable[Path | None] = ()) -> None:
+def check_output(out: Path, force: bool, inputs: Iterable[Path | None] = (), kind: OutputKind = BUNDLE) -> None:
     """Every output rule that can be checked before compiling (see the module docstring)."""
     out = Path(out)
     check_not_overlapping(out, inputs)
     if out.exists() or out.is_symlink():
         if not force:
             raise OutputError(f"output directory {out} already exists: pass --force to replace it")
-        check_replaceable(out)
+        check_replaceable(out, kind)
     check_parent_writable(out)
 
 
@@ -181,7 +215,8 @@ def parent_lock(out: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def commit(tmp: Path, out: Path, force: bool, started_as: tuple[int, int] | None) -> None:
+def commit(tmp: Path, out: Path, force: bool, started_as: tuple[int, int] | None,
+           kind: OutputKind = BUNDLE) -> None:
     """Move the finished bundle `tmp` to `out`, atomically with respect to other compiles."""
     with parent_lock(out):
         now = identity(out)
@@ -191,7 +226,7 @@ def commit(tmp: Path, out: Path, force: bool, started_as: tuple[int, int] | None
         if now is not None:
             if not force:
                 raise OutputError(f"output directory {out} already exists: pass --force to replace it")
-            check_replaceable(out)
+            check_replaceable(out, kind)
             trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
             os.rename(out, trash / "bundle")
             try:
@@ -207,6 +242,34 @@ def commit(tmp: Path, out: Path, force: bool, started_as: tuple[int, int] | None
                 if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
                     raise OutputError(f"output directory {out} appeared while compiling: nothing replaced") from None
                 raise
+
+
+@contextlib.contextmanager
+def staged_output(out: Path, force: bool, inputs: Iterable[Path | None] = (),
+                  kind: OutputKind = BUNDLE) -> Iterator[Path]:
+    """Write a directory the safe way: check `out` now (module rules), yield a temporary sibling to write
+    into, and on success move it to `out` (replacing an old one of `kind` only with `force`). On any error
+    or signal the temporary is removed and `out` is untouched."""
+    out = Path(out)
+    check_output(out, force, tuple(inputs), kind)
+    started_as = identity(out)
+    tmp = None
+    with sigterm_as_exit():
+        try:
+            try:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                remove_stale_temps(out)
+                with sigterm_deferred():
+                    tmp = make_temp(out)
+            except OSError as exc:
+                raise OutputError(f"cannot write output {out}: {exc.strerror or exc}") from None
+            yield tmp
+            release_temp(tmp)
+            with sigterm_deferred():
+                commit(tmp, out, force, started_as, kind)
+        finally:
+            if tmp is not None and tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
 
 
 _deferral = {"depth": 0, "pending": False}  # sigterm_deferred blocks in progress, and a signal held back

@@ -200,6 +200,7 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
                              onnx={"opset": ONNX_OPSET, "ir_version": ONNX_IR_VERSION})
     shapes = validation_shapes(max_seq_len, max_draft_tokens)
     for role, ck in roles.items():
+        role_shapes = shapes + window_shapes(ck.config, max_seq_len, max_draft_tokens)
         (tmp / role).mkdir()
         done = progress(f"load {role} ({ck.config.architecture})")
         decoder = ck.load_decoder(torch.float32)
@@ -213,8 +214,7 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
         done()
         has_logit_start = add_logit_start(onnx_path)
         done = progress(f"validate {role} against PyTorch")
-        stats = validate_onnx(decoder, onnx_path, shapes + window_shapes(ck.config, max_seq_len, max_draft_tokens),
-                              tolerance)
+        stats = validate_onnx(decoder, onnx_path, role_shapes, tolerance)
         if has_logit_start:
             validate_logit_start(decoder, onnx_path, tolerance=tolerance)
         done()
@@ -227,7 +227,7 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
         skipped = None
         if ort_graph == "fused":
             done = progress(f"build and validate {role}'s fused ONNX Runtime graph")
-            fused, skipped = fused_variant(decoder, tmp / role, role, max_seq_len, shapes, tolerance)
+            fused, skipped = fused_variant(decoder, tmp / role, role, max_seq_len, role_shapes, tolerance)
             done()
             if fused:
                 graphs["fused"] = fused

@@ -34,7 +34,7 @@ from specrt.compiler.quality import HELDOUT, GraphScorer, compare_quality, quali
 from specrt.compiler.fused_scorer import FusedScorer
 from specrt.compiler.quantize import QUANT_TYPES, QuantizeConfig, quantize_onnx
 from specrt.compiler.quantize_fused import quantize_fused_onnx, validate_quantized_fused, with_accuracy_level
-from specrt.compiler.validate import validation_shapes
+from specrt.compiler.validate import validation_shapes, window_shapes
 
 SELF_DRAFT_PREFIX = "self:"
 CONSISTENCY_TRIALS = 16  # positions of the held-out text, each a (k+1)-token pass against k+1 one-token passes
@@ -159,7 +159,8 @@ def validate_fused_variant(tmp: Path, graphs: dict[str, GraphVariant], entry: Mo
     try:
         return validate_quantized_fused(paths["portable"], paths["fused"], model_dims(entry),
                                         entry.decoder_config.vocab_size, max_seq_len,
-                                        validation_shapes(max_seq_len, max_draft_tokens))
+                                        validation_shapes(max_seq_len, max_draft_tokens)
+                                        + window_shapes(entry.decoder_config, max_seq_len, max_draft_tokens))
     finally:
         for path in copies:
             path.unlink(missing_ok=True)

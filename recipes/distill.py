@@ -90,7 +90,7 @@ def distill_draft(target_dir: str | os.PathLike, data_paths: Iterable[str | os.P
                   max_minutes: float | None = None, progress: bool = True, kv_heads: int = 1,
                   heldout_paths: Iterable[str | os.PathLike] | None = None,
                   run_dir: str | os.PathLike | None = None, warmup: int = 30, seed: int = 0,
-                  eval_prompts: int = 32, init_layers: Iterable[int] | None = None) -> dict:
+                  eval_prompts: int = 32, init_layers: Iterable[int] | None = None, force: bool = False) -> dict:
     """Distil a ``layers`` x ``hidden`` Llama draft from the target in ``target_dir``.
 
     ``data_paths`` are text files or directories (documents are separated by the
@@ -105,9 +105,30 @@ def distill_draft(target_dir: str | os.PathLike, data_paths: Iterable[str | os.P
     ignored, and the embedding and head stay frozen (the target's) while the layers train.
     ``target_dir`` may also be a GGUF file (or a wheel/zip holding one): it is converted once into
     ``<run_dir>/target``.
+    ``out_dir`` follows compile's output rule (compiler/output_dir.py): never an input, an existing one only
+    with ``force`` (and then only a checkpoint specrt wrote); it appears whole when training is done.
     """
+    from specrt.compiler.output_dir import HF_CHECKPOINT, staged_output
+
     out = Path(out_dir)
     run = Path(run_dir) if run_dir is not None else out.with_name(out.name + "_run")
+    data_paths = list(data_paths)
+    inputs = (Path(target_dir), *map(Path, data_paths), *map(Path, heldout_paths or ()))
+    with staged_output(out, force, inputs, HF_CHECKPOINT) as staging:
+        return _distill(target_dir, data_paths, staging, run, inputs, layers=layers, hidden=hidden,
+                        intermediate=intermediate, heads=heads, steps=steps, seq_len=seq_len,
+                        batch_size=batch_size, lr=lr, max_minutes=max_minutes, progress=progress, kv_heads=kv_heads,
+                        heldout_paths=heldout_paths, warmup=warmup, seed=seed, eval_prompts=eval_prompts,
+                        init_layers=init_layers)
+
+
+def _distill(target_dir, data_paths, out: Path, run: Path, inputs, *, layers, hidden, intermediate, heads, steps,
+             seq_len, batch_size, lr, max_minutes, progress, kv_heads, heldout_paths, warmup, seed, eval_prompts,
+             init_layers) -> dict:
+    """distill_draft's body: trains (resumable in `run`) and saves the draft into `out` (the staging dir)."""
+    from specrt.compiler.output_dir import check_not_overlapping
+
+    check_not_overlapping(run, inputs)
     run.mkdir(parents=True, exist_ok=True)
     target_dir = _checkpoint_dir(target_dir, run)
     dev = pick_device()

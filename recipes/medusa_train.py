@@ -17,12 +17,25 @@ from specrt.recipes.tokenizer import encode_documents, hf_encoder
 
 def train_heads_from_paths(target_dir, data_paths, out_dir, *, num_heads: int = 3, steps: int | None = None,
                            max_minutes: float | None = 10.0, seq_len: int = 256, batch_size: int = 8,
-                           lr: float = 1e-3, run_dir=None, progress: bool = True) -> dict:
+                           lr: float = 1e-3, run_dir=None, progress: bool = True, force: bool = False) -> dict:
     """Tokenize `data_paths` with the target's tokenizer, train heads (resumable in `run_dir`, default
-    `<out_dir>_run`), hold out the last 5% of tokens, save the heads to `out_dir`, return metrics."""
+    `<out_dir>_run`), hold out the last 5% of tokens, save the heads to `out_dir`, return metrics.
+    `out_dir` follows compile's output rule (compiler/output_dir.py; `force` replaces old heads only)."""
+    from specrt.compiler.output_dir import MEDUSA_HEADS, check_not_overlapping, staged_output
+
     out = Path(out_dir)
     run = Path(run_dir) if run_dir is not None else out.with_name(out.name + "_run")
-    run.mkdir(parents=True, exist_ok=True)
+    data_paths = list(data_paths)
+    inputs = (Path(target_dir), *map(Path, data_paths))
+    with staged_output(out, force, inputs, MEDUSA_HEADS) as staging:
+        check_not_overlapping(run, inputs)
+        run.mkdir(parents=True, exist_ok=True)
+        return _train(target_dir, data_paths, staging, run, num_heads=num_heads, steps=steps,
+                      max_minutes=max_minutes, seq_len=seq_len, batch_size=batch_size, lr=lr, progress=progress)
+
+
+def _train(target_dir, data_paths, out: Path, run: Path, *, num_heads, steps, max_minutes, seq_len, batch_size, lr,
+           progress) -> dict:
     dev = pick_device()
     tok = AutoTokenizer.from_pretrained(target_dir)
     target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).to(dev).eval()

@@ -82,10 +82,12 @@ def _convert(name: str, t: np.ndarray, model_type: str, cfg: dict) -> np.ndarray
 
 
 def write_gguf(checkpoint: Path, out: Path, qtype: str = "F32", chat_template: str | None = None,
-               name: str | None = None) -> Path:
+               name: str | None = None, drop=(), meta: dict | None = None, tensor_hook=None) -> Path:
     """checkpoint: a transformers directory (config.json, model.safetensors, tokenizer.json) of a model_type in
     GGUF_ARCH. qtype: F32, Q8_0 or Q4_0 (matrices only; norms and biases stay F32, as llama.cpp writes them).
-    name: general.name (llama.cpp writes the model's name there)."""
+    name: general.name (llama.cpp writes the model's name there).
+    For hostile files: `drop` GGUF tensor names to leave out ("*" for all), `meta` {key: (value, GGUFValueType)}
+    written instead of the key's usual value, `tensor_hook(gguf_name, array) -> array` edits weights."""
     import gguf
     from safetensors.numpy import load_file
 
@@ -99,10 +101,17 @@ def write_gguf(checkpoint: Path, out: Path, qtype: str = "F32", chat_template: s
     _metadata(w, cfg, model_type)
     w.add_file_type({"F32": 0, "Q8_0": 7, "Q4_0": 2}[qtype])
     _add_tokenizer(w, tok, cfg, chat_template)
+    for key, (value, vtype) in (meta or {}).items():
+        for kv in w.kv_data:
+            kv.pop(key, None)
+        w.add_key_value(key, value, vtype)
     names = _name_map(arch, cfg["num_hidden_layers"])
     for name, t in load_file(str(checkpoint / "model.safetensors")).items():
         t = _convert(name, t.astype(np.float32), model_type, cfg)
-        _add_tensor(w, _gguf_tensor_name(names, name), t, qtype)
+        gname = _gguf_tensor_name(names, name)
+        if gname in drop or "*" in drop:
+            continue
+        _add_tensor(w, gname, tensor_hook(gname, t) if tensor_hook else t, qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

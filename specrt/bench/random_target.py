@@ -61,16 +61,27 @@ def train_tokenizer(path: Path, vocab: int = VOCAB) -> Path:
     return path
 
 
-def make(out: str | Path, params: str | int = "120M", seed: int = 0, max_positions: int = 2048) -> dict:
-    """Write a random LlamaForCausalLM (safetensors, fp32) and its tokenizer to `out`; return a summary."""
-    import torch
-    import transformers as tf
+def make(out: str | Path, params: str | int = "120M", seed: int = 0, max_positions: int = 2048,
+         force: bool = False) -> dict:
+    """Write a random LlamaForCausalLM (safetensors, fp32) and its tokenizer to `out`; return a summary.
+    `out` follows compile's output rule (compiler/output_dir.py): an existing one needs `force`."""
+    from specrt.compiler.output_dir import HF_CHECKPOINT, staged_output
 
     out = Path(out)
     n = parse_params(params)
     if n < 100_000:
         raise InvalidArgument(f"--params {params}: too small for a Llama (use at least 100k)")
-    out.mkdir(parents=True, exist_ok=True)
+    if n > 100_000_000_000:
+        raise InvalidArgument(f"--params {params}: too large for a random test target (at most 100B)")
+    with staged_output(out, force, (), HF_CHECKPOINT) as staging:
+        summary = _write(staging, n, seed, max_positions)
+    return {**summary, "path": str(out), "tokenizer": str(out / "tokenizer.json")}
+
+
+def _write(out: Path, n: int, seed: int, max_positions: int) -> dict:
+    import torch
+    import transformers as tf
+
     tok_path = train_tokenizer(out / "tokenizer.json")
     shape = shape_for(n)
     config = tf.LlamaConfig(vocab_size=VOCAB, max_position_embeddings=max_positions, eos_token_id=0,

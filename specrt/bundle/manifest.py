@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specrt.core.errors import BundleError, ChecksumMismatch
+from specrt.core.jsonfile import load_json
 from specrt.bundle.checks import check_graphs, check_memory
 from specrt.bundle.paths import check_relative, resolve_inside
 from specrt.bundle.schema import FORMAT_NAME, Manifest
@@ -38,10 +39,7 @@ def manifest_json(root: Path) -> Any:
     mpath = Path(root) / MANIFEST
     if not mpath.exists():
         raise BundleError(f"{root} has no {MANIFEST}: not a specrt bundle (create one with `specrt compile`)")
-    try:
-        return json.loads(mpath.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BundleError(f"{mpath} is not valid UTF-8 JSON ({exc}); recompile the bundle") from None
+    return load_json(mpath, lambda msg: BundleError(f"{msg}; recompile the bundle"))
 
 
 def listed_files(root: Path) -> set[str] | None:
@@ -49,7 +47,7 @@ def listed_files(root: Path) -> set[str] | None:
     nothing else is validated), else None. For `compile --force`, which may replace a broken bundle."""
     try:
         data = json.loads((Path(root) / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or data.get("format") != FORMAT_NAME or not isinstance(data.get("files"), dict):
         return None
@@ -61,7 +59,7 @@ def has_demo_mark(root: Path) -> bool:
     bundle fails its checks."""
     try:
         data = json.loads((Path(root) / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, RecursionError):
         return False
     return isinstance(data, dict) and "demo" in data
 

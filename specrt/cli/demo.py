@@ -229,7 +229,7 @@ def measure(bundle: Path, rebuilt: bool, prompts: list[dict[str, str]], backend:
     gen = load(bundle, backend=backend)
     formatter = None
     if chat:
-        from specrt.serve.chat import ChatFormatter
+        from specrt.runtime.chat_template import ChatFormatter
 
         formatter = ChatFormatter.from_manifest(gen.manifest)
     rows = []
@@ -239,7 +239,7 @@ def measure(bundle: Path, rebuilt: bool, prompts: list[dict[str, str]], backend:
         row = {"prompt": item["prompt"], "kind": item["kind"]}
         prompt = item["prompt"]
         if formatter is not None:
-            from specrt.serve.chat import chat_prompt_ids
+            from specrt.runtime.chat_template import chat_prompt_ids
 
             prompt = chat_prompt_ids(gen, item["prompt"], item.get("system"), formatter)
         row.update(run_prompt(gen, prompt, max_new_tokens, repeats, method, k))

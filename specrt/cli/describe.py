@@ -73,6 +73,7 @@ def model_summary(e: ModelEntry) -> dict[str, Any]:
         "graphs": {name: {"onnx": g.onnx, "validation_max_abs_diff": (g.validation or e.validation)["max_abs_diff"]}
                    for name, g in (e.graphs or {"portable": e.graph("portable")}).items()},
     }
+    out["lm_head"] = lm_head_share(c)
     if e.fused_skipped:
         out["fused_skipped"] = e.fused_skipped
     if e.quantization:
@@ -80,6 +81,24 @@ def model_summary(e: ModelEntry) -> dict[str, Any]:
     if e.self_draft:
         out["self_draft"] = True
     return out
+
+
+def lm_head_share(c) -> dict[str, Any]:
+    """What the LM head weighs in one decode step: its weights (vocab x hidden, tied or not: the step reads the
+    whole matrix) against every layer's projection weights (the embedding Gather reads one row, left out).
+    Weights read per step is what a one-token step costs on a CPU; the head's share is what logits computed
+    for fewer rows save in prefill, and what a large vocabulary (Gemma 3: 262,144) costs in every step."""
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    mlp_mats = 2 if c.family == "gpt2" else 3  # fc + proj, else gate + up + down
+    per_layer = c.hidden_size * (q + 2 * kv) + q * c.hidden_size + mlp_mats * c.hidden_size * c.intermediate_size
+    layers = c.num_layers * per_layer
+    head = c.vocab_size * c.hidden_size
+    return {"head_weights": head, "layer_weights": layers, "share": round(head / (head + layers), 4)}
+
+
+def lm_head_line(role: str, h: dict[str, Any]) -> str:
+    return (f"{role} LM head: {h['head_weights'] / 1e6:.1f}M weights against {h['layer_weights'] / 1e6:.1f}M in the "
+            f"layers, {100 * h['share']:.1f}% of the weights a decode step reads")
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -118,6 +137,8 @@ def print_summary(summary: dict[str, Any]) -> None:
                            for name, g in m.get("graphs", {}).items())
         console.print(f"{role} graphs: {graphs}" + (f"; no fused graph: {m['fused_skipped']}"
                                                     if m.get("fused_skipped") else ""), markup=False)
+        if "lm_head" in m:
+            console.print(lm_head_line(role, m["lm_head"]), markup=False)
         if "quantization" in m:
             console.print(quantization_line(role, m["quantization"], m.get("self_draft", False)), markup=False)
     chat = summary.get("chat_template")

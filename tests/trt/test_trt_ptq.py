@@ -27,7 +27,7 @@ from specrt.bundle.writer import ManifestDraft, write_manifest  # noqa: E402
 from specrt.compiler.quality import GraphScorer  # noqa: E402
 from specrt.compiler.quantize_step import QualityRefused  # noqa: E402
 from specrt.compiler.trt.build import BuildOptions, engine_entry, half_precision  # noqa: E402
-from specrt.compiler.trt.cli import ptq_config, ptq_step, trt_extra_steps  # noqa: E402
+from specrt.compiler.trt.compile_steps import ptq_config, ptq_step, trt_extra_steps  # noqa: E402
 from specrt.compiler.trt.memory import model_row, weight_bytes  # noqa: E402
 from specrt.compiler.trt.precision import half_onnx_from_fp32  # noqa: E402
 from specrt.compiler.trt.ptq import PTQConfig, import_modelopt, qdq_summary  # noqa: E402

@@ -36,7 +36,7 @@ def _k(value: str):
 @click.option("--suite", "suites", default="code,grounded,open", show_default=True, callback=_csv(str, "suite names"))
 @click.option("--prompts-per-suite", default=2, show_default=True, type=int, help="Built-in prompts per suite.")
 @click.option("--methods", default=None, callback=_csv(str, "methods"),
-              help="Comma-separated: draft,ngram,medusa (default: every method the bundle has; plain is always run).")
+              help="Comma-separated: draft,hybrid,ngram,medusa (default: every method the bundle has; plain is always run).")
 @click.option("--k", "ks", default="1,2,4,8,auto", show_default=True, callback=_csv(_k, "integers or 'auto'"))
 @click.option("--max-new-tokens", default=96, show_default=True, type=int)
 @click.option("--repeats", default=3, show_default=True, type=int, help="Timed rounds (medians and spread over them).")
@@ -62,19 +62,20 @@ def _k(value: str):
 @click.option("--make-random-target", "random_dir", type=click.Path(path_type=Path),
               help="Instead of benchmarking: write a random-weight Llama checkpoint to DIR (see --params) and exit.")
 @click.option("--params", default="120M", show_default=True, help="Size of --make-random-target.")
+@click.option("--force", is_flag=True, help="Replace an existing --make-random-target DIR (one specrt wrote).")
 @click.option("--quiet", is_flag=True, help="No progress bar and no table.")
 @click.option("--wide", is_flag=True, help="Every column in the terminal table (default: what fits the terminal).")
 @handle_errors
 def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_new_tokens, repeats, temperature,
               seed, backend, threads, peer, target_checkpoint, draft_checkpoint, simulate, ttft_prompt_tokens, json_path,
-              plot_path, md_path, title, random_dir, params, quiet, wide):
+              plot_path, md_path, title, random_dir, params, force, quiet, wide):
     """Benchmark BUNDLE: plain vs speculative decoding per method, k and workload suite."""
     from rich.console import Console
 
     if random_dir is not None:
         from specrt.bench.random_target import make
 
-        summary = make(random_dir, params)
+        summary = make(random_dir, params, force=force)
         click.echo(f"wrote a random Llama ({summary['parameters']:,} parameters, {summary['num_hidden_layers']} layers, "
                    f"hidden {summary['hidden_size']}) to {random_dir}; compile it with: "
                    f"specrt compile --target {random_dir} -o BUNDLE")

@@ -9,8 +9,10 @@ import click
 
 from specrt.cli.main import KType, echo_json, handle_errors, main
 from specrt.cli.options import backend_option, method_option
-from specrt.compiler.quantize_cli import prepare_quantization, quantize_compile_options
-from specrt.compiler.trt.cli import prepare_trt_compile, trt_compile_options
+from specrt.cli.quantize_options import quantize_compile_options
+from specrt.cli.trt_options import trt_compile_options
+from specrt.compiler.quantize_prepare import prepare_quantization
+from specrt.compiler.trt.compile_steps import prepare_trt_compile
 from specrt.compiler.trt.ptq import PTQ_PRECISIONS
 from specrt.cli.progress import step_progress
 
@@ -28,7 +30,7 @@ from specrt.cli.progress import step_progress
 @click.option("--force", is_flag=True, help="Replace an existing bundle (or empty directory) at the output.")
 @click.option("--ort-graph", type=click.Choice(["fused", "portable"]), default="fused", show_default=True,
               help="fused: also write ONNX Runtime's fused graph (GroupQueryAttention, in-place KV cache) where the "
-                   "architecture supports it (Llama, Mistral, Qwen2/3); portable: only the standard-ops graph.")
+                   "architecture supports it (Llama, Mistral, Qwen2/3, Gemma 3); portable: only the standard-ops graph.")
 @click.option("--tolerance", default=None, metavar="ATOL,RTOL",
               help="ONNX-vs-PyTorch check per tensor: max|diff| <= ATOL + RTOL * max|ref|  [default: 1e-4,1e-3]")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
@@ -121,7 +123,7 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
     constraint = constraint_from_options(json_schema, json_object, regex, grammar)
     gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
     if chat is not None:
-        from specrt.serve.chat import ChatFormatter, chat_prompt_ids
+        from specrt.runtime.chat_template import ChatFormatter, chat_prompt_ids
 
         formatter = ChatFormatter.from_manifest(gen.manifest)
         if formatter.kind == "plain":

@@ -21,7 +21,10 @@ def _recipes():
     return recipes
 
 
-def _check_inputs(target: Path, data: tuple[Path, ...]) -> None:
+def _check_inputs(target: Path, data: tuple[Path, ...], output: Path, force: bool, kind: str) -> None:
+    """Inputs exist and `output` may be written (compile's output rule), before anything is loaded."""
+    from specrt.compiler import output_dir
+    from specrt.compiler.output_dir import check_output
     from specrt.models.checkpoint import open_checkpoint
     from specrt.models.gguf_source import is_gguf_source, missing_extra
 
@@ -37,6 +40,7 @@ def _check_inputs(target: Path, data: tuple[Path, ...]) -> None:
     for p in data:
         if not p.exists():
             raise InvalidArgument(f"--data {p} does not exist")
+    check_output(output, force, (target, *data), getattr(output_dir, kind))
 
 
 @main.command("distill-draft")
@@ -60,12 +64,13 @@ def _check_inputs(target: Path, data: tuple[Path, ...]) -> None:
 @click.option("--seq-len", default=256, show_default=True, type=int)
 @click.option("--batch-size", default=8, show_default=True, type=int)
 @click.option("--lr", default=2e-3, show_default=True, type=float)
+@click.option("--force", is_flag=True, help="Replace an existing -o (only a checkpoint specrt wrote).")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def distill_draft_cmd(target, data, output, init_from_target, layers, num_layers, hidden, intermediate, heads,
-                      steps, max_minutes, seq_len, batch_size, lr, as_json):
+                      steps, max_minutes, seq_len, batch_size, lr, force, as_json):
     """Train a small draft for TARGET on your text by distillation (KL to the target's logits); resumable."""
-    _check_inputs(target, data)
+    _check_inputs(target, data, output, force, "HF_CHECKPOINT")
     n_layers, init_layers = _layer_choice(target, init_from_target, layers, num_layers)
     if n_layers < 1 or hidden < 16:
         raise InvalidArgument(f"--layers must be >= 1 and --hidden >= 16, got {n_layers}, {hidden}")
@@ -75,7 +80,7 @@ def distill_draft_cmd(target, data, output, init_from_target, layers, num_layers
     metrics = distill_draft(target, list(data), output, layers=n_layers, hidden=hidden, intermediate=intermediate,
                             heads=heads or max(1, hidden // 64), steps=steps, seq_len=seq_len,
                             batch_size=batch_size, lr=lr, max_minutes=max_minutes, progress=not as_json,
-                            init_layers=init_layers)
+                            init_layers=init_layers, force=force)
     summary = {"output": str(output), "acceptance": metrics.get("acceptance"),
                "per_token_cost_ratio": metrics.get("per_token_cost_ratio"),
                "draft_heldout": metrics.get("draft_heldout")}
@@ -115,15 +120,14 @@ def _layer_choice(target: Path, init_from_target: bool, layers: str | None,
 
 
 def _target_layers(target: Path) -> int:
-    """The target's number of decoder layers, from its config (HF directory) or its GGUF metadata."""
-    from specrt.models.gguf_source import is_gguf_source
+    """The target's number of decoder layers, from its config (HF directory) or its checked GGUF metadata."""
+    from specrt.models.gguf_source import ARCHIVE_SUFFIXES, is_gguf_source
 
     if not is_gguf_source(target):
-        cfg = json.loads((target / "config.json").read_text())
-        return int(cfg.get("num_hidden_layers") or cfg.get("n_layer"))
-    import gguf
+        from specrt.models.checkpoint import open_checkpoint
 
-    from specrt.models.gguf_source import ARCHIVE_SUFFIXES
+        return open_checkpoint(target).config.num_layers
+    from specrt.models.gguf_check import check_gguf
 
     if target.suffix.lower() in ARCHIVE_SUFFIXES:
         import tempfile
@@ -132,10 +136,7 @@ def _target_layers(target: Path) -> int:
 
         with tempfile.TemporaryDirectory() as tmp:
             return _target_layers(gguf_from_archive(target, Path(tmp))[0])
-    fields = gguf.GGUFReader(str(target)).fields
-    arch = bytes(fields["general.architecture"].parts[fields["general.architecture"].data[0]]).decode()
-    block = fields[f"{arch}.block_count"]
-    return int(block.parts[block.data[0]][0])
+    return check_gguf(target).block_count
 
 
 @main.command("train-medusa")
@@ -149,16 +150,18 @@ def _target_layers(target: Path) -> int:
 @click.option("--seq-len", default=256, show_default=True, type=int)
 @click.option("--batch-size", default=8, show_default=True, type=int)
 @click.option("--lr", default=1e-3, show_default=True, type=float)
+@click.option("--force", is_flag=True, help="Replace an existing -o (only Medusa heads specrt wrote).")
 @handle_errors
-def train_medusa_cmd(target, data, output, num_heads, steps, max_minutes, seq_len, batch_size, lr):
+def train_medusa_cmd(target, data, output, num_heads, steps, max_minutes, seq_len, batch_size, lr, force):
     """Train Medusa-1 heads on a frozen TARGET (saved in the format `specrt compile --medusa` reads)."""
-    _check_inputs(target, data)
+    _check_inputs(target, data, output, force, "MEDUSA_HEADS")
     if not 1 <= num_heads <= 16:
         raise InvalidArgument(f"--num-heads must be in [1, 16], got {num_heads}")
     _recipes()
     from specrt.recipes.medusa_train import train_heads_from_paths
 
     metrics = train_heads_from_paths(target, list(data), output, num_heads=num_heads, steps=steps,
-                                     max_minutes=max_minutes, seq_len=seq_len, batch_size=batch_size, lr=lr)
+                                     max_minutes=max_minutes, seq_len=seq_len, batch_size=batch_size, lr=lr,
+                                     force=force)
     click.echo(f"wrote Medusa heads {output}; held-out top-1 accuracy per head: {metrics.get('head_accuracy')}")
     click.echo(f"next: specrt compile --target {target} --medusa {output} -o artifacts/my-medusa")
