@@ -42,7 +42,7 @@ def configs_for(methods: tuple[str, ...]) -> list[JsonConfig]:
 
 def prompt_ids(gen: Any, case: JsonCase) -> list[int]:
     """The case as a chat turn (the bundle's template when it has one), schema included."""
-    from specrt.serve.chat import chat_prompt_ids, ChatFormatter
+    from specrt.runtime.chat_template import ChatFormatter, chat_prompt_ids
 
     message = f"{case.prompt.rstrip()}\nSchema: {json.dumps(case.schema, separators=(',', ':'))}"
     return list(chat_prompt_ids(gen, message, SYSTEM, ChatFormatter.from_manifest(gen.manifest)))

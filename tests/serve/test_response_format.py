@@ -31,7 +31,7 @@ def test_json_schema_strict(client, pair_generator):
     prompt = resp.usage.prompt_tokens
     assert prompt > 0
     # the same tokens as the Python API with the same constraint, plain decoding
-    from specrt.serve.chat import ChatFormatter
+    from specrt.runtime.chat_template import ChatFormatter
 
     rendered, add_special = ChatFormatter.from_manifest(pair_generator.manifest).render(MESSAGES)
     ids = pair_generator.tokenizer.encode(rendered, add_special_tokens=add_special)
