@@ -4,7 +4,7 @@ Configurations, run interleaved per prompt and repeat (a loaded machine slows al
   plain              method none, unconstrained (its output is not JSON: the speed reference only)
   constrained plain  method none + the case's schema (the baseline: one target pass per token, forced included)
   <method>           the method + the schema + forced tokens (drafted for free, verified with the drafts)
-  <method> no forced the same without forced tokens (what forced tokens add)
+  <method> no forced the same without forced tokens (what forced tokens add; with `ablation`)
 Per configuration: decode tokens/s (prefill excluded), the share of outputs that parse and validate against
 their schema (jsonschema), whether greedy outputs equal constrained plain decoding, tokens per target pass and
 forced tokens. Ratios are per prompt and repeat, then the geometric mean over prompts, median over repeats.
@@ -32,20 +32,45 @@ class JsonConfig:
     forced: bool = True
 
 
-def configs_for(methods: tuple[str, ...]) -> list[JsonConfig]:
+def configs_for(methods: tuple[str, ...], ablation: bool = False) -> list[JsonConfig]:
+    """`ablation` adds each method without forced tokens (what forced tokens add; one more run per prompt)."""
     out = [JsonConfig("plain", "none", False), JsonConfig("constrained plain", "none", True)]
     for m in methods:
         if m != "none":
-            out += [JsonConfig(m, m, True), JsonConfig(f"{m} no forced", m, True, forced=False)]
+            out.append(JsonConfig(m, m, True))
+            if ablation:
+                out.append(JsonConfig(f"{m} no forced", m, True, forced=False))
     return out
 
 
-def prompt_ids(gen: Any, case: JsonCase) -> list[int]:
-    """The case as a chat turn (the bundle's template when it has one), schema included."""
+def prompt_ids(gen: Any, case: JsonCase, short: bool = False) -> list[int]:
+    """The case as a chat turn (the bundle's template when it has one), schema included; `short`: the passage
+    alone, no system message (for bundles with a small context)."""
     from specrt.runtime.chat_template import ChatFormatter, chat_prompt_ids
 
+    if short:
+        return list(chat_prompt_ids(gen, case.passage, None, ChatFormatter.from_manifest(gen.manifest)))
     message = f"{case.prompt.rstrip()}\nSchema: {json.dumps(case.schema, separators=(',', ':'))}"
     return list(chat_prompt_ids(gen, message, SYSTEM, ChatFormatter.from_manifest(gen.manifest)))
+
+
+def bounded(schema: Any) -> Any:
+    """The schema with the limits OpenAI's strict mode asks for, where it has none: objects get
+    additionalProperties false, strings maxLength 48 (unless enum / pattern / format / const), arrays maxItems 4.
+    A bounded schema accepts a subset of the original's documents; outputs are validated against the original.
+    (A 135M model otherwise runs on in an unbounded string or adds keys until max_new_tokens.)"""
+    if isinstance(schema, list):
+        return [bounded(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: bounded(v) for k, v in schema.items()}
+    if out.get("type") == "object" and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    if out.get("type") == "string" and not {"maxLength", "enum", "pattern", "format", "const"} & set(out):
+        out["maxLength"] = 48
+    if out.get("type") == "array" and "maxItems" not in out:
+        out["maxItems"] = 4
+    return out
 
 
 def valid(text: str, schema: dict[str, Any]) -> bool:
@@ -59,10 +84,11 @@ def valid(text: str, schema: dict[str, Any]) -> bool:
 
 
 def run_json_bench(gen: Any, methods: tuple[str, ...], k: int | str, max_new_tokens: int, repeats: int,
-                   cases: tuple[JsonCase, ...] = CASES, progress: Callable[[str], None] | None = None) -> dict:
-    configs = configs_for(methods)
-    ids = {c.name: prompt_ids(gen, c) for c in cases}
-    specs = {c.name: ConstraintSpec.json_schema(c.schema) for c in cases}
+                   cases: tuple[JsonCase, ...] = CASES, progress: Callable[[str], None] | None = None,
+                   ablation: bool = False, short: bool = False) -> dict:
+    configs = configs_for(methods, ablation)
+    ids = {c.name: prompt_ids(gen, c, short) for c in cases}
+    specs = {c.name: ConstraintSpec.json_schema(bounded(c.schema)) for c in cases}
     for c in cases:  # compile every schema once before timing (a bad one fails here, not mid-run)
         gen.compile_constraint(specs[c.name])
     runs: dict[str, list[dict[str, Any]]] = {cfg.label: [] for cfg in configs}
@@ -126,7 +152,10 @@ def json_markdown(result: dict, title: str, command: str | None, machine: str) -
         lines += [f"Command: `{command}`", ""]
     lines += [f"{result['cases']} extraction prompts with schemas (specrt/bench/json_cases.py; sources: "
               f"{', '.join(result['origins'])}), greedy, max_new_tokens {result['max_new_tokens']}, k "
-              f"{result['k']}, {result['repeats']} repeats, configurations interleaved per prompt. {machine}", "",
+              f"{result['k']}, {result['repeats']} repeats, configurations interleaved per prompt. The constraint is "
+              "the schema bounded as OpenAI's strict mode asks (`json_bench.bounded`: additionalProperties false, "
+              "maxLength / maxItems where absent); outputs are validated against the original schema. "
+              f"{machine}", "",
               "| configuration | decode tok/s (median) | vs plain | vs constrained plain | valid JSON | stopped | "
               "identical to constrained plain | tokens per pass | forced accepted / drafted | acceptance |",
               "|---|---|---|---|---|---|---|---|---|---|"]
