@@ -33,6 +33,7 @@ from specrt.compiler.logit_rows import add_logit_start, validate_logit_start
 from specrt.compiler.portable_graph import clean_portable_graph
 from specrt.compiler.variants import check_ort_graph, fused_variant
 from specrt.compiler.quantize_step import QuantizePlan, apply_quantization, resolve_plan
+from specrt.compiler.draft_head import draft_head_step, head_dir_of
 
 MAX_DRAFT_TOKENS_LIMIT = 64
 # OS errors that mean "the output location is unusable" (exit 2 with one line, not a traceback)
@@ -150,9 +151,14 @@ def compile_bundle(
     The output rules (what --force may replace, locking, cleanup) are in output_dir.py.
     `ort_graph="fused"` adds ONNX Runtime's fused graph variant where supported (compiler/variants.py).
     `quantization` quantizes models (compiler/quantize_step.py); `draft="self:int4"` (or "self:int8") makes
-    the quantized target the draft model.
+    the quantized target the draft model; `draft="head:DIR"` adds the draft head trained in DIR (`specrt
+    train-head`) instead of a draft model.
     """
     out = Path(out)
+    head_dir = head_dir_of(draft)  # `head:DIR`: a trained draft head (compiler/draft_head.py), not a draft model
+    if head_dir is not None:
+        extra_steps = [draft_head_step(head_dir, target), *(extra_steps or [])]
+        inputs, draft = (*inputs, head_dir), None
     quantization, draft = resolve_plan(quantization, draft)
     progress = progress or _noop_progress
     check_ort_graph(ort_graph)

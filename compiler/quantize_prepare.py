@@ -17,7 +17,10 @@ from typing import Any
 
 from specrt.core.errors import InvalidArgument
 from specrt.compiler.quantize import QuantizeConfig
-from specrt.compiler.quantize_step import QuantizePlan, parse_self_draft, resolve_plan
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the step module imports torch (validation); the CLI reads this module on every start
+    from specrt.compiler.quantize_step import QuantizePlan
 
 # the keys of `quant_options` (specrt/cli/quantize_options.py defines one option per key)
 OPTION_NAMES = ("quantize", "draft_quantize", "quant_block_size", "quant_symmetric", "quant_accuracy_level",
@@ -34,7 +37,7 @@ def read_calibration(path: Path | None) -> str | None:
 
 
 def prepare_quantization(options: dict[str, Any], draft: Path | str | None, trt_backend: bool = False,
-                         trt_ptq: bool = False) -> tuple[QuantizePlan | None, Any]:
+                         trt_ptq: bool = False) -> tuple["QuantizePlan | None", Any]:
     """The plan for `compile_bundle` and the draft checkpoint to export (None for a self draft). `trt_ptq`:
     TensorRT int8 / fp8 / int4 engines, which use --calibration-data and --max-ppl-increase themselves."""
     def config(kind: str | None) -> QuantizeConfig | None:
@@ -43,6 +46,8 @@ def prepare_quantization(options: dict[str, Any], draft: Path | str | None, trt_
         return QuantizeConfig(kind, block_size=options["quant_block_size"], symmetric=options["quant_symmetric"],
                               accuracy_level=options["quant_accuracy_level"],
                               batch_invariant=options["quant_batch_invariant"])
+
+    from specrt.compiler.quantize_step import QuantizePlan, parse_self_draft, resolve_plan
 
     self_kind = parse_self_draft(draft)
     if trt_ptq and not (options["quantize"] or options["draft_quantize"] or self_kind):

@@ -18,7 +18,8 @@ specrt/bundle/entries.py): the CPU runner the quantized fused graph when there i
 stays the unquantized graph. Quality is measured on the quantized portable graph (same weights, same function: the
 fused one is validated against it); the verify-vs-decode consistency on the graph the CPU runner runs.
 `--draft self:int4` adds `models.draft`: the target's entry (same graph files, `self_draft: true`) with its own
-quantized graphs under `draft/`.
+quantized graphs under `draft/`, or, when the target is quantized with the same settings (`--quantize int4
+--draft self:int4`), the target's quantized graphs themselves (each weight stored once).
 """
 
 from __future__ import annotations
@@ -166,6 +167,14 @@ def validate_fused_variant(tmp: Path, graphs: dict[str, GraphVariant], entry: Mo
             path.unlink(missing_ok=True)
 
 
+def shares_target_weights(plan: QuantizePlan, models: dict[str, ModelEntry]) -> bool:
+    """A self draft quantized exactly like the already quantized target (`--quantize int4 --draft self:int4`):
+    quantizing again would write the same files a second time."""
+    target = models["target"].quantization
+    return (plan.self_draft is not None and plan.target is not None and target is not None
+            and plan.self_draft == plan.target)
+
+
 def apply_quantization(plan: QuantizePlan, tmp: Path, manifest: ManifestDraft,
                        progress: Callable[[str], Callable[[], None]]) -> None:
     """Quantize the planned models of the bundle being written in `tmp`, updating `manifest` in place."""
@@ -174,6 +183,10 @@ def apply_quantization(plan: QuantizePlan, tmp: Path, manifest: ManifestDraft,
     if plan.self_draft is not None:
         models["draft"] = self_draft_entry(models["target"])
     for role, cfg in plan.roles().items():
+        if role == "draft" and shares_target_weights(plan, models):
+            # the same graphs, bit for bit: the draft points at the target's quantized files (stored once)
+            models[role] = dataclasses.replace(models[role], quantization=models["target"].quantization)
+            continue
         done = progress(f"quantize {role} ({cfg.type}, block {cfg.block_size}) and measure its quality")
         quantization = quantize_model(tmp, role, models[role], cfg, texts, plan, manifest.max_seq_len,
                                       manifest.max_draft_tokens)

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 
 from specrt.core.errors import BackendUnavailable, InvalidArgument
@@ -31,13 +32,19 @@ def ort_available() -> bool:
 
 
 def ort_cuda_usable() -> bool:
-    """onnxruntime-gpu with its CUDA provider, and a CUDA device to run it on."""
+    """onnxruntime-gpu with its CUDA provider, and a CUDA device to run it on (asked of torch where it is
+    installed; without torch, the NVIDIA driver's device node). A CPU-only ONNX Runtime never imports torch."""
     try:
         import onnxruntime
-        import torch
     except ImportError:
         return False
-    return "CUDAExecutionProvider" in onnxruntime.get_available_providers() and torch.cuda.is_available()
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        return False
+    try:
+        import torch
+    except ImportError:
+        return os.path.exists("/dev/nvidiactl")
+    return torch.cuda.is_available()
 
 
 def resolve_backend(backend: str, manifest) -> str:
@@ -56,6 +63,42 @@ def resolve_backend(backend: str, manifest) -> str:
         return "ort-cuda" if ort_cuda_usable() else "ort"
     warnings.warn("ONNX Runtime is not installed; using the PyTorch reference backend", stacklevel=3)
     return "torch"
+
+
+def opened_graph(manifest, role: str, backend: str) -> str | None:
+    """The graph file `create_runner` opens for `role` on `backend` (None: TensorRT, which opens engines)."""
+    entry = manifest.models[role]
+    if backend == "ort" and entry.ort_fused_onnx is not None:
+        return entry.ort_fused_onnx
+    if backend in ("ort", "ort-portable", "ort-cuda", "ort-trt"):
+        return entry.ort_onnx
+    return entry.onnx if backend == "torch" else None
+
+
+def files_to_verify(manifest, backend: str) -> set[str]:
+    """Every listed file except the graph variants (and their weights) this backend never opens: an int4
+    bundle's fp32 graphs are not hashed to run its int4 graph (1.1 GB of SmolLM2's 1.5 GB)."""
+    files = set(manifest.files)
+    opened = {opened_graph(manifest, role, backend) for role in manifest.models}
+    if None in opened:
+        return files
+    for entry in manifest.models.values():
+        for onnx, data in graph_files(entry).items():
+            if onnx not in opened:
+                files.discard(onnx)
+                files.discard(data)
+    return files
+
+
+def graph_files(entry) -> dict[str, str | None]:
+    """graph file -> its external weights file, for every graph the entry lists (variants, quantized)."""
+    out = {entry.onnx: entry.onnx_data}
+    for g in (entry.graphs or {}).values():
+        out[g.onnx] = g.onnx_data
+    if entry.quantization is not None:
+        for g in entry.quantization.graphs.values():
+            out[g.onnx] = g.onnx_data
+    return out
 
 
 def create_runner(manifest, role: str, backend: str, *, capacity: int, max_short_tokens: int,

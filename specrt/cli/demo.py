@@ -185,6 +185,7 @@ def run_prompt(gen, prompt, max_new_tokens: int, repeats: int, method: str, k) -
     return {
         "text": spec.text,
         "identical": spec.token_ids == plain.token_ids,
+        "finish_reason": spec.finish_reason,  # "length": the demo says the answer was cut
         "new_tokens": len(spec.token_ids),
         "plain_tokens_per_second": p,
         "speculative_tokens_per_second": s,
@@ -236,7 +237,7 @@ def measure(bundle: Path, rebuilt: bool, prompts: list[dict[str, str]], backend:
     for i, item in enumerate(prompts):
         if on_start:
             on_start(i + 1, len(prompts), item["kind"])
-        row = {"prompt": item["prompt"], "kind": item["kind"]}
+        row = {"prompt": item["prompt"], "kind": item["kind"], "index": i + 1, "of": len(prompts)}
         prompt = item["prompt"]
         if formatter is not None:
             from specrt.runtime.chat_template import chat_prompt_ids

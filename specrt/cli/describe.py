@@ -29,6 +29,7 @@ def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | 
         "engines": {role: e.to_dict() for role, e in m.engines.items()},
         "files": len(m.files),
         "bytes": sum(f.size for f in m.files.values()),
+        "file_sizes": {rel: f.size for rel, f in sorted(m.files.items(), key=lambda kv: (-kv[1].size, kv[0]))},
         "checksums": "ok" if not failed else f"FAILED ({len(failed)})",
         "failed_checks": failed,
     }
@@ -123,7 +124,7 @@ def print_summary(summary: dict[str, Any]) -> None:
                   "dtype", "|ORT-PT|" if compact else "max |ORT-PyTorch|", box=None if compact else box.HEAVY_HEAD)
     for role, m in summary["models"].items():
         arch = m["architecture"].replace("ForCausalLM", "").replace("LMHeadModel", "") if compact else m["architecture"]
-        dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(m["dtype"], m["dtype"]) if compact else m["dtype"]
+        dtype = dtype_cell(m, compact)
         table.add_row(role, arch, f"{m['parameters'] / 1e6:.1f}M", str(m["layers"]), str(m["hidden_size"]),
                       f"{m['heads']}/{m['kv_heads']}", str(m["vocab_size"]), dtype, f"{m['validation_max_abs_diff']:.1e}")
     console.print(table)
@@ -141,6 +142,7 @@ def print_summary(summary: dict[str, Any]) -> None:
             console.print(lm_head_line(role, m["lm_head"]), markup=False)
         if "quantization" in m:
             console.print(quantization_line(role, m["quantization"], m.get("self_draft", False)), markup=False)
+    print_files(console, summary.get("file_sizes") or {})
     chat = summary.get("chat_template")
     console.print(f"chat template: {chat if chat else 'none (chat uses the plain role: content format)'}")
     if summary.get("medusa"):
@@ -176,6 +178,31 @@ def _validation_line(v: dict) -> str:
             f"{v['logits_max_abs_diff']:.2g} on values up to {v['logits_scale']:.3g}), greedy agreement "
             f"{v['argmax_agree']}/{v['argmax_positions']} ({v['argmax_near_ties']} near-ties), "
             f"tolerance atol {v['atol']:g} + rtol {v['rtol']:g}")
+
+
+def dtype_cell(m: dict[str, Any], compact: bool) -> str:
+    """The weights the CPU runner runs: 'int4 (fp32 act.)' for a MatMulNBits model, else the graph dtype."""
+    short = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(m["dtype"], m["dtype"])
+    if "quantization" in m:
+        return m["quantization"]["type"] if compact else f"{m['quantization']['type']} ({short} act.)"
+    return short if compact else m["dtype"]
+
+
+def print_files(console: Any, sizes: dict[str, int]) -> None:
+    """Every file of the bundle with its size, largest first (what an operator ships)."""
+    if not sizes:
+        return
+    width = max(len(rel) for rel in sizes)
+    console.print(f"files ({len(sizes)}, {sum(sizes.values()) / 2**20:.1f} MiB):", markup=False)
+    for rel, size in sizes.items():
+        console.print(f"  {rel:<{width}}  {human_size(size):>10}", markup=False, soft_wrap=True)
+
+
+def human_size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 def quantization_summary(q: QuantizationEntry) -> dict[str, Any]:

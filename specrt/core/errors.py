@@ -50,3 +50,9 @@ class BackendError(SpecrtError):
 
 class ManifestError(BundleError):
     """A manifest value has the wrong type, is out of range, or disagrees with the bundle's graphs."""
+
+
+class MissingDependency(SpecrtError):
+    """An optional dependency (an extra) that this command needs is not installed; the message names the extra."""
+
+    exit_code = 2

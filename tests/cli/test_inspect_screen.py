@@ -2,15 +2,14 @@
 the memory plan of a CPU bundle is a CPU plan, a larger --max-seq-len is commented, 80 columns suffice."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
+
+from helpers import run_cli
 
 
 def specrt(*args, columns=80):
-    return subprocess.run([sys.executable, "-m", "specrt", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "COLUMNS": str(columns)})
+    """In-process (tests/helpers.py run_cli) with the terminal width set through COLUMNS."""
+    return run_cli(*args, env={"COLUMNS": str(columns)})
 
 
 def test_tampered_bundle_is_described_with_failed_checks(pair_bundle, tmp_path):
@@ -29,8 +28,9 @@ def test_tampered_bundle_is_described_with_failed_checks(pair_bundle, tmp_path):
     assert proc.returncode == 2
     out = json.loads(proc.stdout)
     assert out["failed_checks"] == ["draft/model.onnx.data: sha256 differs from the manifest (corrupted or modified)"]
-    proc = specrt("generate", bundle, "--prompt", "x")  # still refused where it would run
-    assert proc.returncode == 2 and "sha256" in proc.stderr
+    # refused where that file would run (the portable graph); the CPU runner opens only the fused graph
+    proc = specrt("generate", bundle, "--prompt", "x", "--backend", "ort-portable")
+    assert proc.returncode == 2 and "draft/model.onnx.data has sha256" in proc.stderr
 
 
 def test_sound_bundle_fits_80_columns(pair_bundle):

