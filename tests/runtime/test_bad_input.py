@@ -29,11 +29,10 @@ def test_bad_calls(pair_generator, kwargs, match):
     assert 1 <= len(ok.token_ids) <= 5
 
 
-def test_draft_method_needs_a_draft(workdir, llama_target):
-    from specrt.compiler import compile_bundle
+def test_draft_method_needs_a_draft(target_only_bundle):
     from specrt.runtime import load
 
-    gen = load(compile_bundle(llama_target, workdir / "bundles" / "target_only", max_seq_len=64, max_draft_tokens=4))
+    gen = load(target_only_bundle)
     with pytest.raises(InvalidArgument, match="needs a bundle compiled with --draft"):
         gen.generate("hello", 5, method="draft")
     assert gen.default_method == "ngram"
