@@ -64,7 +64,7 @@ def test_inspect_json(pair_bundle):
     (["generate", "{b}", "--prompt", "hi", "--max-new-tokens", "0"], 2, "--max-new-tokens must be"),
     (["generate", "{b}", "--prompt", "x " * 300], 2, "max_seq_len=128"),
     (["generate", "{b}/nope", "--prompt", "hi"], 2, "does not exist"),
-    (["generate", "{b}", "--prompt", "hi", "--num-speculative-tokens", "lots"], 2, "neither an integer"),
+    (["generate", "{b}", "--prompt", "hi", "--num-speculative-tokens", "lots"], 2, "must be an integer or 'auto'"),
     (["compile", "--target", "{b}/nope", "-o", "{b}2"], 2, "no such directory"),
     (["compile", "--target", "{t}", "-o", "{b}"], 2, "--force"),
 ])
