@@ -139,8 +139,9 @@ class Generator:
         if self.manifest.draft_head is not None:
             if self.draft is not None:  # hybrid is n-gram + the draft model here; hybrid-head: n-gram + the head
                 out += ["head", "hybrid-head"]
-            else:  # default: n-gram where the context matches, else the head
+            else:  # default: n-gram where the context matches, else the head (hybrid-head: the same here)
                 out[0:0] = ["hybrid", "head"]
+                out.append("hybrid-head")
         return out
 
     @property
