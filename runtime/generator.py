@@ -116,6 +116,7 @@ class Generator:
         self._medusa_cache: dict = {}  # the heads session, created on first use
         self._head_runner = None  # the draft head's session and cache (draft_head bundles), created on first use
         self._policies: dict = {}  # AdaptiveK per (method, max k), kept across calls
+        self._constraints = None  # ConstraintCompiler and MaskWorker, built on the first constrained call
         self._load_costs = None  # (verify seconds per k, draft seconds), from warmup()
         if warmup:
             self.warmup()
@@ -138,8 +139,9 @@ class Generator:
         if self.manifest.draft_head is not None:
             if self.draft is not None:  # hybrid is n-gram + the draft model here; hybrid-head: n-gram + the head
                 out += ["head", "hybrid-head"]
-            else:  # default: n-gram where the context matches, else the head
+            else:  # default: n-gram where the context matches, else the head (hybrid-head: the same here)
                 out[0:0] = ["hybrid", "head"]
+                out.append("hybrid-head")
         return out
 
     @property
@@ -192,6 +194,10 @@ class Generator:
           proposer          a Proposer object to draft with instead of `method`'s (e.g. a custom one)
           policy            a KPolicy object choosing k per step instead of `num_speculative_tokens`
           on_step           callable(k, drafted, accepted) called after every speculative step
+          constraint        a ConstraintSpec (runtime/constraint.py: JSON schema, json_object, regex, grammar):
+                            the output matches it; a spec the library cannot compile raises ConstraintError
+          forced_tokens     with a constraint and a drafting method: verify the tokens it forces in the same
+                            pass as the drafts (default True; output is the same either way)
         Returns a GenerationResult (text, new token ids, stats, finish_reason "stop" or "length").
         """
         ids: list[int] = []
@@ -265,6 +271,20 @@ class Generator:
             return self._policies[key]
         return FixedK(min(k, max_k))
 
+    def compile_constraint(self, spec):
+        """A fresh `Constraint` (parser state) for `spec` on this bundle's tokenizer (ConstraintError if the
+        library cannot compile it). The tokenizer is converted once per Generator (~1 s)."""
+        from specrt.runtime.constraint import ConstraintCompiler, ConstraintSpec
+        from specrt.runtime.constrained import MaskWorker
+
+        if not isinstance(spec, ConstraintSpec):
+            raise InvalidArgument(f"constraint must be a ConstraintSpec, got {type(spec).__name__}")
+        if self._constraints is None:
+            text = self.manifest.path(self.manifest.tokenizer.path).read_text(encoding="utf-8")
+            eos = sorted(self.eos_ids)
+            self._constraints = (ConstraintCompiler(text, self.vocab_size, eos), MaskWorker())
+        return self._constraints[0].compile(spec)
+
     def make_proposer(self, method: str, params: SamplingParams, rng: np.random.Generator, options: dict):
         """The proposer for `method` bound to this generator's runners (None for method "none")."""
         if method == "none":
@@ -324,11 +344,12 @@ class Generator:
             raise InvalidArgument(
                 f"prompt has {prompt_ids.size} tokens: with max_new_tokens={max_new_tokens} it exceeds the "
                 f"bundle's context of {self.max_seq_len} tokens (at most {room} new tokens fit)")
+        state = self.compile_constraint(request.constraint) if request.constraint is not None else None
         return self._run(prompt_ids, max_new_tokens, request.sampling, method, k, request.ngram_sizes, proposer,
-                         policy, hooks.get("on_step"), max_new_tokens > room)
+                         policy, hooks.get("on_step"), max_new_tokens > room, state, request.forced_tokens)
 
     def _run(self, prompt_ids, max_new_tokens, params, method, k, options, proposer, policy, on_step,
-             context_limited=False):
+             context_limited=False, constraint=None, forced_tokens=True):
         rng = params.rng()
         with self._exclusive():
             if proposer is None and max_new_tokens > 1:  # one token comes from the prefill: nothing to draft
@@ -337,13 +358,16 @@ class Generator:
                 policy = self.make_policy(k, method, params.seed is not None and not params.greedy)
             stats = GenerationStats(method=method, backend=self.backend, prompt_tokens=int(prompt_ids.size),
                                     provider=self.target.describe().get("provider", self.backend),
-                                    context_limited=context_limited)
+                                    context_limited=context_limited,
+                                    constraint=constraint.spec.describe() if constraint is not None else "")
             started = time.perf_counter()
             explains = policy is not None and hasattr(policy, "off_reason")
             noted_off = False  # whether speculation_note describes speculation as off
             for chunk in decode(self.target, proposer, policy, prompt_ids, max_new_tokens=max_new_tokens,
                                 max_draft_tokens=self.max_draft_tokens, params=params, rng=rng,
-                                eos_ids=self.eos_ids, stats=stats, on_step=on_step):
+                                eos_ids=self.eos_ids, stats=stats, on_step=on_step, constraint=constraint,
+                                mask_worker=self._constraints[1] if constraint is not None else None,
+                                forced_tokens=forced_tokens):
                 stats.elapsed_s = time.perf_counter() - started
                 # why speculation is off, built when it turns off (not every step), cleared when it turns back
                 # on: a caller that reads the stats mid-stream or stops early sees the current state

@@ -78,6 +78,8 @@ class GenerationRequest:
     ngram_max: int | None = None
     stop: tuple[str, ...] = ()  # stop strings (the text is cut before the first one)
     strict: bool = False  # refuse a prompt + max_new_tokens beyond the context instead of stopping at it
+    constraint: Any = None  # a ConstraintSpec (runtime/constraint.py): JSON schema, json_object, regex, grammar
+    forced_tokens: bool = True  # with a constraint and a drafting method: verify forced tokens with the drafts
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
@@ -91,6 +93,14 @@ class GenerationRequest:
                         DEFAULT_MAX_N if self.ngram_max is None else self.ngram_max)
         if not isinstance(self.strict, bool):
             raise RequestFieldError("strict", f"strict must be True or False, got {self.strict!r}")
+        if not isinstance(self.forced_tokens, bool):
+            raise RequestFieldError("forced_tokens", f"forced_tokens must be True or False, got {self.forced_tokens!r}")
+        if self.constraint is not None:
+            from specrt.runtime.constraint import ConstraintSpec
+
+            if not isinstance(self.constraint, ConstraintSpec):
+                raise RequestFieldError("constraint", f"constraint must be a ConstraintSpec, got "
+                                                      f"{type(self.constraint).__name__}")
         for name in ("temperature", "top_p"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer))):

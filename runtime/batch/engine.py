@@ -76,6 +76,11 @@ class BatchEngine:
         max_new = options.pop("max_new_tokens", None)
         req = self.gen.request("submit", max_new, request, **options)
         method = req.method or self.gen.default_method
+        if req.constraint is not None:  # structured output runs on the one-request loop (runtime/constrained.py)
+            from specrt.core.errors import InvalidArgument
+
+            raise InvalidArgument("a constraint (response_format) is not supported with batching yet: serve without "
+                                  "--max-batch for structured output")
         if method not in self.scheduler.methods:
             from specrt.core.errors import InvalidArgument
 

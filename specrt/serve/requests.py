@@ -66,6 +66,28 @@ def _speculation(body: Any, config: ServeConfig) -> dict[str, Any]:
     return {"method": method, "num_speculative_tokens": k}
 
 
+def _constraint(body: Any, gen: Any) -> dict[str, Any]:
+    """`response_format` -> {"constraint": ConstraintSpec} (or {}), compiled once here so that a schema the
+    library cannot compile is a 400 before anything streams."""
+    from specrt.runtime.constraint import ConstraintSpec
+
+    fmt = body.response_format
+    if fmt is None or fmt.type == "text":
+        return {}
+    try:
+        if fmt.type == "json_object":
+            spec = ConstraintSpec.json_object()
+        else:
+            if fmt.json_schema is None:
+                raise bad_request("response_format of type 'json_schema' needs a 'json_schema' object with a "
+                                  "'schema'", "response_format.json_schema")
+            spec = ConstraintSpec.json_schema(fmt.json_schema.json_schema)
+        gen.compile_constraint(spec)
+    except InvalidArgument as exc:
+        raise bad_request(str(exc), "response_format", code="invalid_response_format") from None
+    return {"constraint": spec}
+
+
 _PARAMS = {"method": "speculative.method", "num_speculative_tokens": "speculative.num_speculative_tokens"}
 
 
@@ -75,7 +97,7 @@ def _request(body: Any, gen: Any, config: ServeConfig, max_tokens: int) -> Gener
     try:
         req = GenerationRequest(max_new_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
                                 top_k=body.top_k, seed=body.seed, stop=() if body.stop is None else body.stop,
-                                **_speculation(body, config))
+                                **_speculation(body, config), **_constraint(body, gen))
         req = req.with_defaults(gen.sampling_defaults, fallback_temperature=OPENAI_TEMPERATURE)
         req.check_for(gen.max_draft_tokens, gen.methods)
     except RequestFieldError as exc:

@@ -36,7 +36,8 @@ def _k(value: str):
 @click.option("--suite", "suites", default="code,grounded,open", show_default=True, callback=_csv(str, "suite names"))
 @click.option("--prompts-per-suite", default=2, show_default=True, type=int, help="Built-in prompts per suite.")
 @click.option("--methods", default=None, callback=_csv(str, "methods"),
-              help="Comma-separated: draft,hybrid,ngram,medusa,head,hybrid-head (default: every method the bundle has; plain is always run).")
+              help="Comma-separated: draft,hybrid,ngram,medusa,head,hybrid-head (default: every method the bundle "
+                   "has; plain is always run).")
 @click.option("--k", "ks", default="1,2,4,8,auto", show_default=True, callback=_csv(_k, "integers or 'auto'"))
 @click.option("--max-new-tokens", default=96, show_default=True, type=int)
 @click.option("--repeats", default=3, show_default=True, type=int, help="Timed rounds (medians and spread over them).")
@@ -86,6 +87,9 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
         return
     if bundle is None:
         raise click.UsageError("missing BUNDLE (or --make-random-target DIR)")
+    if "json" in suites:
+        return _json_suite(bundle, suites, methods, ks, max_new_tokens, repeats, backend, threads, md_path, json_path,
+                           title, quiet)
     from specrt.bench import BenchSettings, run_bench
     from specrt.bench.report import markdown, print_tables
 
@@ -133,6 +137,42 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
 
     if busy_warning() and not quiet:
         click.echo(busy_warning(), err=True)
+
+
+def _json_suite(bundle, suites, methods, ks, max_new_tokens, repeats, backend, threads, md_path, json_path, title,
+                quiet) -> None:
+    """`--suite json`: constrained decoding on the JSON extraction suite (specrt/bench/json_bench.py); writes
+    benchmarks/sections/json.md unless --markdown names another file."""
+    from specrt.bench.json_bench import json_markdown, run_json_bench
+    from specrt.bench.measure import machine
+    from specrt.core.errors import InvalidArgument
+    from specrt.runtime import load
+
+    if suites != ("json",):
+        raise InvalidArgument("--suite json runs alone (it has its own configurations): drop the other suites")
+    gen = load(bundle, backend=backend, threads=threads)
+    methods = tuple(m for m in (methods or gen.methods) if m != "none")
+    for m in methods:
+        if m not in gen.methods:
+            raise InvalidArgument(f"method {m!r} is not available with this bundle; choose from {', '.join(gen.methods)}")
+    k = ks[0] if len(ks) == 1 else "auto"
+    report = None if quiet else (lambda line: click.echo(line, err=True))
+    result = run_json_bench(gen, methods, k, max_new_tokens, repeats, progress=report)
+    command = "specrt bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 else None
+    info = machine(gen)
+    load = info.get("load_average")
+    desc = (f"Machine: {info.get('cpu', '?')}, {info.get('cores_available', '?')} cores, ONNX Runtime "
+            f"{info.get('onnxruntime')}, load average {load[0]:.1f} at the end (shared machine: ratios, not absolute "
+            "figures)." if load else f"Machine: {info.get('cpu', '?')}.")
+    md_path = md_path or Path("benchmarks/sections/json.md")
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    md_path.write_text(json_markdown(result, title or "Structured output (JSON extraction suite)", command, desc)
+                       + "\n", encoding="utf-8")
+    if json_path is not None:
+        text = json.dumps(result, indent=2, default=str) + "\n"
+        sys.stdout.write(text) if str(json_path) == "-" else json_path.write_text(text, encoding="utf-8")
+    if not quiet:
+        click.echo(md_path.read_text(encoding="utf-8"))
 
 
 def _concurrency(settings, levels, md_path, json_path, title, quiet) -> None:
