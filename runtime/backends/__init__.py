@@ -60,7 +60,8 @@ def resolve_backend(backend: str, manifest) -> str:
             return "trt"
         warnings.warn(f"bundle has TensorRT engines but {reason}; falling back to ONNX Runtime", stacklevel=3)
     if ort_available():
-        return "ort-cuda" if ort_cuda_usable() else "ort"
+        lean = any(e.ort_kind("ort-cuda") in e.omitted for e in manifest.models.values())
+        return "ort-cuda" if not lean and ort_cuda_usable() else "ort"  # lean: only the CPU's fused graph is there
     warnings.warn("ONNX Runtime is not installed; using the PyTorch reference backend", stacklevel=3)
     return "torch"
 

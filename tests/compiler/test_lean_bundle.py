@@ -61,3 +61,11 @@ def test_inspect_names_what_was_left_out(lean_int4_bundle):
     proc = run_cli("inspect", lean_int4_bundle, "--json")
     models = json.loads(proc.stdout)["models"]
     assert models["target"]["omitted"] == ["portable", "fused", "quantized.portable"]
+
+
+def test_auto_backend_on_a_gpu_machine_runs_what_a_lean_bundle_has(lean_int4_bundle, int4_self8_bundle, monkeypatch):
+    import specrt.runtime.backends as backends
+
+    monkeypatch.setattr(backends, "ort_cuda_usable", lambda: True)  # as on a machine with a usable CUDA provider
+    assert backends.resolve_backend("auto", read_manifest(int4_self8_bundle)) == "ort-cuda"
+    assert backends.resolve_backend("auto", read_manifest(lean_int4_bundle)) == "ort"  # its only graph: CPU fused
