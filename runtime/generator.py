@@ -21,10 +21,10 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from specrt.bundle.manifest import Manifest, read_manifest
-from specrt.core.errors import InvalidArgument
+from specrt.core.errors import GeneratorBusy, InvalidArgument
 from specrt.core.tokenizer import IncrementalDecoder, Tokenizer
 from specrt.runtime import backends
-from specrt.runtime.arguments import check_k, check_options, prompt_ids
+from specrt.runtime.arguments import check_k, check_options, check_threads, prompt_ids, sampling_params
 from specrt.runtime.loop import decode
 from specrt.runtime.policy import AdaptiveK, CountOnlyAdaptiveK, FixedK, KPolicy, model_draft_cost
 from specrt.runtime.proposers.base import Proposer
@@ -37,6 +37,7 @@ from specrt.runtime.warmup import warm_up
 METHODS = ("draft", "ngram", "hybrid", "medusa", "none")
 DEFAULT_K = 5
 SMALL_DRAFT_PARAMETERS = 50_000_000
+STREAM_IDLE_S = 30.0  # seconds an unread stream may hold the Generator before waiters get GeneratorBusy
 
 
 @dataclasses.dataclass
@@ -64,6 +65,7 @@ def load(bundle: str | Path, backend: str = "auto", *, threads: int | None = Non
     verify_checksums  check every file's sha256 (sizes are always checked)
     Raises BundleError / ChecksumMismatch / VersionMismatch / BackendUnavailable with the fix in the message.
     """
+    check_threads(threads)  # before the bundle is read
     manifest = read_manifest(bundle, verify_checksums=verify_checksums)
     return Generator(manifest, backend=backend, threads=threads, target_device=target_device,
                      draft_device=draft_device)
@@ -78,6 +80,7 @@ class Generator:
 
     def __init__(self, manifest: Manifest, backend: str = "auto", *, threads: int | None = None,
                  target_device: str | None = None, draft_device: str | None = None) -> None:
+        threads = check_threads(threads)
         self.manifest = manifest
         self.backend = backends.resolve_backend(backend, manifest)
         self.max_seq_len = manifest.max_seq_len
@@ -108,6 +111,8 @@ class Generator:
         self.warmup()
         self._lock = threading.Lock()  # one generation at a time per Generator (runners hold state)
         self._owner: int | None = None  # thread id holding the lock (see _exclusive)
+        self._suspended_at: float | None = None  # when the holding stream last yielded and was not resumed
+        self.stream_idle_s = STREAM_IDLE_S  # how long another thread waits on a stream nobody reads
 
     def warmup(self) -> None:
         """Run and time every verify shape (see warmup.py): first-use costs stay out of later timings, and
@@ -174,18 +179,26 @@ class Generator:
     # ----------------------------------------------------------------------------------- internals
     @contextlib.contextmanager
     def _exclusive(self):
-        """One generation at a time. Another thread waits; the thread that holds an open stream gets an
-        error instead of a deadlock. Closing or dropping the stream releases it."""
+        """One generation at a time. Another thread waits while the holder generates; a stream that is left
+        unread for `stream_idle_s` makes waiters fail with GeneratorBusy instead of blocking forever; the
+        thread that holds an open stream gets an error instead of a deadlock. Closing or dropping the stream
+        releases it."""
         me = threading.get_ident()
         if self._owner == me:
             raise InvalidArgument("this Generator is busy with an unfinished stream() in the same thread: "
                                   "consume it or call its close() first")
-        with self._lock:
+        while not self._lock.acquire(timeout=0.05):
+            since = self._suspended_at
+            if since is not None and time.monotonic() - since > self.stream_idle_s:
+                raise GeneratorBusy(f"this Generator is held by a stream() in another thread that has not been read "
+                                    f"for {time.monotonic() - since:.0f} s: read it to the end or close() it")
+        try:
             self._owner = me
-            try:
-                yield
-            finally:
-                self._owner = None
+            yield
+        finally:
+            self._owner = None
+            self._suspended_at = None
+            self._lock.release()
 
     def encode_prompt(self, prompt: str | Sequence[int]) -> np.ndarray:
         """Token ids [N] of `prompt` (text or ids), checked against the vocabulary and the context length."""
@@ -243,7 +256,7 @@ class Generator:
         # Validate everything before touching a runner.
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise InvalidArgument(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-        params = SamplingParams(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), seed=seed)
+        params = sampling_params(temperature, top_k, top_p, seed)
         if proposer is not None:  # a caller's own drafting method: its name goes into the stats
             method = getattr(proposer, "name", "custom")
         if policy is not None and not isinstance(policy, KPolicy):
@@ -294,6 +307,8 @@ class Generator:
                 if explains and (stats.num_speculative_tokens == 0) != noted_off:
                     noted_off = not noted_off
                     stats.speculation_note = policy.off_reason() if noted_off else ""
+                self._suspended_at = time.monotonic()
                 yield chunk, prompt_ids.tolist(), stats
+                self._suspended_at = None
             if noted_off:  # the reason with the final estimates
                 stats.speculation_note = policy.off_reason()

@@ -50,3 +50,9 @@ class BackendError(SpecrtError):
 
 class ManifestError(BundleError):
     """A manifest value has the wrong type, is out of range, or disagrees with the bundle's graphs."""
+
+
+class GeneratorBusy(SpecrtError):
+    """Another thread's stream holds the Generator and has not been read for too long (it was abandoned)."""
+
+    exit_code = 1

@@ -109,6 +109,11 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
         raise InvalidArgument("give exactly one of --prompt and --chat")
     if system is not None and chat is None:
         raise InvalidArgument("--system needs --chat")
+    from specrt.runtime.arguments import check_text
+
+    for flag, text in (("--chat", chat), ("--system", system)):
+        if text is not None:
+            check_text(text, flag)
     gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
     if chat is not None:
         from specrt.serve.chat import ChatFormatter, chat_prompt_ids
