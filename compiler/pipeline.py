@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -152,7 +153,7 @@ def compile_bundle(
     `quantization` quantizes models (compiler/quantize_step.py); `draft="self:int4"` (or "self:int8") makes
     the quantized target the draft model.
     """
-    out = Path(out)
+    out = Path(os.path.abspath(out))  # `-o ..` from inside a bundle: the real parent and name
     quantization, draft = resolve_plan(quantization, draft)
     progress = progress or _noop_progress
     check_ort_graph(ort_graph)
