@@ -46,3 +46,36 @@ def test_tool_calls_are_refused(server, field, value):
 def test_tool_defaults_are_accepted(server, field, value):
     r = httpx.post(f"{server.url}/v1/chat/completions", json=CHAT | {field: value}, timeout=60)
     assert r.status_code == 200, r.text
+
+
+def test_half_sent_headers_are_closed_after_the_header_timeout(pair_generator, monkeypatch):
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from specrt.serve import create_app
+    from specrt.serve.header_timeout import HeaderTimeoutH11
+
+    monkeypatch.setattr(HeaderTimeoutH11, "header_timeout_s", 1.0)
+    config = uvicorn.Config(create_app(pair_generator, served_model_name="tiny"), host="127.0.0.1", port=0,
+                            log_level="warning", http=HeaderTimeoutH11)
+    server = uvicorn.Server(config)
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    while not server.started:
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        ok = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=COMPLETION, timeout=60)
+        assert ok.status_code == 200  # whole requests are served
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # never finished
+        t0 = time.monotonic()
+        assert s.recv(100) == b""  # closed by the server
+        assert time.monotonic() - t0 < 5
+        s.close()
+    finally:
+        server.should_exit = True
+        t.join(10)

@@ -77,8 +77,10 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_queue, backend
     from specrt.serve.access_log import configure
 
     configure(log_level)  # our per-request line (method, path, status, tokens, duration) replaces uvicorn's
+    from specrt.serve.header_timeout import HeaderTimeoutH11
+
     config = uvicorn.Config(app, host=host, port=real_port, log_level=log_level, timeout_graceful_shutdown=30,
-                            access_log=False)
+                            access_log=False, http=HeaderTimeoutH11)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises the captured Ctrl-C after its graceful shutdown
