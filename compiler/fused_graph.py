@@ -9,6 +9,10 @@ contrib ops (domain com.microsoft):
       -> SkipSimplifiedLayerNormalization -> one fused gate/up MatMul -> act(gate) * up -> down MatMul
     -> final SkipSimplifiedLayerNormalization -> hidden_states; Gather(logit_positions) -> lm_head.
 
+Gemma 3 (compiler/fused_gemma3.py) swaps in its own block (four norms, (1 + w) folded into the weights),
+scales the embeddings, gives GroupQueryAttention `local_window_size` and a second rope cache on its sliding
+layers and `query_pre_attn_scalar ** -0.5` as scale, and soft-caps the logits rows.
+
 Weights are initializers in the layout the MatMul consumes ([in, out]); a tied lm_head reuses the
 embedding through Gemm(transB=1) so the vocabulary matrix is stored once. I/O: see `fused_io`.
 """
@@ -29,7 +33,7 @@ from specrt.compiler.export import ONNX_IR_VERSION, ONNX_OPSET
 from specrt.compiler.onnx_io import save_onnx
 
 MS = "com.microsoft"
-FUSED_FAMILIES = ("llama", "qwen")
+FUSED_FAMILIES = ("llama", "qwen", "gemma3")
 GQA_HEAD_DIM_MULTIPLE = 16  # ONNX Runtime's CPU GroupQueryAttention kernel requires it
 
 
@@ -38,7 +42,7 @@ GQA_HEAD_DIM_MULTIPLE = 16  # ONNX Runtime's CPU GroupQueryAttention kernel requ
 def fused_unsupported_reason(c: DecoderConfig) -> str | None:
     """None when the fused graph can express `c`, else why not (the caller falls back to portable)."""
     if c.family not in FUSED_FAMILIES:
-        return f"{c.architecture} has no fused ONNX Runtime graph (only Llama, Mistral, Qwen2, Qwen3)"
+        return f"{c.architecture} has no fused ONNX Runtime graph (only Llama, Mistral, Qwen2, Qwen3, Gemma 3)"
     if c.head_dim % GQA_HEAD_DIM_MULTIPLE:
         return f"head_dim {c.head_dim} is not a multiple of {GQA_HEAD_DIM_MULTIPLE} (GroupQueryAttention on CPU)"
     if c.hidden_act not in ACTIVATION_OPS:
@@ -124,10 +128,17 @@ def _linear(g: _GraphBuilder, x: str, weight: np.ndarray, bias: np.ndarray | Non
     return y if bias is None else g.op("Add", [y, g.weight(f"{p}.bias", bias)], name=f"{p}/bias")
 
 
+def norm_weight(norm, c: DecoderConfig) -> np.ndarray:
+    """The RMSNorm scale as the op multiplies by it: Gemma 3 stores w and scales by (1 + w), computed in fp32
+    by the reference (models/gemma3.py), so folding the + 1 into the fp32 weight here gives the same factor."""
+    w = _t(norm.weight)
+    return w + np.float32(1.0) if c.family == "gemma3" else w
+
+
 def _head_norm(g: _GraphBuilder, x: str, norm, heads: int, c: DecoderConfig, p: str) -> str:
-    """Qwen3: RMSNorm over each head's D values ([1, S, H*D] -> [1, S, H, D] -> norm -> back)."""
+    """Qwen3, Gemma 3: RMSNorm over each head's D values ([1, S, H*D] -> [1, S, H, D] -> norm -> back)."""
     split = g.op("Reshape", [x, g.const_i64(f"{p}.shape4", [0, 0, heads, c.head_dim])], name=f"{p}/split_heads")
-    y = g.op("SimplifiedLayerNormalization", [split, g.weight(f"{p}.weight", _t(norm.weight))], axis=-1,
+    y = g.op("SimplifiedLayerNormalization", [split, g.weight(f"{p}.weight", norm_weight(norm, c))], axis=-1,
              epsilon=float(norm.eps), name=p)
     return g.op("Reshape", [y, g.const_i64(f"{p}.shape3", [0, 0, heads * c.head_dim])], name=f"{p}/join_heads")
 
@@ -144,12 +155,28 @@ def _attention(g: _GraphBuilder, x: str, attn, i: int, c: DecoderConfig) -> str:
                       _head_norm(g, k, attn.k_norm, c.num_kv_heads, c, f"{p}.k_norm"), v]
     else:  # packed QKV straight into the op
         qkv_inputs = [qkv, "", ""]
+    window = c.layer_window(i)
+    cos, sin = rope_cache_names(window is not None)
+    extra = {"local_window_size": window} if window is not None else {}
+    if c.attn_logit_softcapping:
+        extra["softcap"] = float(c.attn_logit_softcapping)
     out = g.op("GroupQueryAttention",
                qkv_inputs + [graph_io.past_key(i), graph_io.past_value(i), SEQLENS_K, TOTAL_SEQUENCE_LENGTH,
-                             "cos_cache", "sin_cache"],
+                             cos, sin],
                n_out=3, domain=MS, name=f"{p}.gqa", outputs=[f"{p}/out", present_key(i), present_value(i)],
-               num_heads=c.num_heads, kv_num_heads=c.num_kv_heads, scale=float(c.head_dim**-0.5), do_rotary=1)[0]
+               num_heads=c.num_heads, kv_num_heads=c.num_kv_heads, scale=attention_scale(c), do_rotary=1,
+               **extra)[0]
     return _linear(g, out, _t(attn.o_proj.weight).T, _bias(attn.o_proj), f"{p}.o_proj")
+
+
+def attention_scale(c: DecoderConfig) -> float:
+    """head_dim ** -0.5, or Gemma 3's query_pre_attn_scalar ** -0.5 (as the reference's Attention.scale)."""
+    return float((c.query_pre_attn_scalar or c.head_dim) ** -0.5)
+
+
+def rope_cache_names(local: bool) -> tuple[str, str]:
+    """(cos, sin) initializer names: one pair per rope (Gemma 3's sliding layers have their own)."""
+    return ("cos_cache_local", "sin_cache_local") if local else ("cos_cache", "sin_cache")
 
 
 def _mlp(g: _GraphBuilder, x: str, mlp, i: int, c: DecoderConfig) -> str:
@@ -162,17 +189,19 @@ def _mlp(g: _GraphBuilder, x: str, mlp, i: int, c: DecoderConfig) -> str:
     return _linear(g, h, _t(mlp.down_proj.weight).T, _bias(mlp.down_proj), f"{p}.down_proj")
 
 
-def _skip_norm(g: _GraphBuilder, x: str, residual: str, norm, p: str) -> tuple[str, str]:
+def _skip_norm(g: _GraphBuilder, x: str, residual: str, norm, p: str, c: DecoderConfig | None = None) -> tuple[str, str]:
     """(normed, x + residual) with one SkipSimplifiedLayerNormalization."""
-    normed, _, _, total = g.op("SkipSimplifiedLayerNormalization", [x, residual, g.weight(f"{p}.weight", _t(norm.weight))],
+    w = norm_weight(norm, c) if c is not None else _t(norm.weight)
+    normed, _, _, total = g.op("SkipSimplifiedLayerNormalization", [x, residual, g.weight(f"{p}.weight", w)],
                                n_out=4, domain=MS, epsilon=float(norm.eps), name=p,
                                outputs=[f"{p}/out", "", "", f"{p}/sum"])
     return normed, total
 
 
-def rope_caches(c: DecoderConfig, max_seq_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """cos, sin [max_seq_len, D/2], computed exactly as the PyTorch reference does (float32)."""
-    inv_freq = rope_inv_freq(c.rope, c.head_dim)
+def rope_caches(c: DecoderConfig, max_seq_len: int, rope=None) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin [max_seq_len, D/2] of `rope` (default c.rope), computed exactly as the PyTorch reference does
+    (float32)."""
+    inv_freq = rope_inv_freq(rope or c.rope, c.head_dim)
     freqs = torch.arange(max_seq_len).float()[:, None] * inv_freq
     return _t(freqs.cos()), _t(freqs.sin())
 
@@ -189,9 +218,46 @@ def build_fused_model(decoder: Decoder, max_seq_len: int):
     cos, sin = rope_caches(c, max_seq_len)
     g.weight("cos_cache", cos)
     g.weight("sin_cache", sin)
+    if c.windowed:
+        cos, sin = rope_caches(c, max_seq_len, c.local_rope)
+        g.weight(rope_cache_names(True)[0], cos)
+        g.weight(rope_cache_names(True)[1], sin)
     body = decoder.model
     embed = g.weight("embed_tokens.weight", _t(body.embed_tokens.weight))
     x = g.op("Gather", [embed, graph_io.INPUT_IDS], name="embed_tokens")
+    if c.family == "gemma3":
+        from specrt.compiler.fused_gemma3 import gemma3_layers
+
+        x, residual = gemma3_layers(g, x, decoder, c)
+    else:
+        x, residual = _layers(g, x, body, c)
+    hidden, _ = _skip_norm(g, x, residual, body.norm, "norm", c)
+    g.nodes.append(helper.make_node("Identity", [hidden], [graph_io.HIDDEN_STATES], name="hidden_states"))
+    rows = g.op("Gather", [hidden, LOGIT_POSITIONS], axis=1, name="logit_rows")  # [1, R, hidden]
+    rows2d = g.op("Squeeze", [rows, g.const_i64("axis0", [0])], name="logit_rows_2d")  # [R, hidden]
+    if c.tie_word_embeddings:
+        logits2d = g.op("Gemm", [rows2d, embed], transB=1, name="lm_head")
+    else:
+        logits2d = g.op("MatMul", [rows2d, g.weight("lm_head.weight", _t(decoder.lm_head_weight()).T)], name="lm_head")
+    if c.final_logit_softcapping:  # cap * tanh(logits / cap), on the R rows only
+        cap = g.weight("final_logit_softcap", np.array(c.final_logit_softcapping, np.float32))
+        tanh = g.op("Tanh", [g.op("Div", [logits2d, cap], name="softcap/div")], name="softcap/tanh")
+        logits2d = g.op("Mul", [tanh, cap], name="softcap/mul")
+    g.nodes.append(helper.make_node("Unsqueeze", [logits2d, "axis0"], [graph_io.LOGITS], name="logits"))
+
+    dtypes = {"int64": TensorProto.INT64, "int32": TensorProto.INT32, "float32": TensorProto.FLOAT}
+    inputs, outputs = fused_io(c)
+    graph = helper.make_graph(
+        g.nodes, f"{c.architecture}-fused",
+        [helper.make_tensor_value_info(d["name"], dtypes[d["dtype"]], d["shape"]) for d in inputs],
+        [helper.make_tensor_value_info(d["name"], dtypes[d["dtype"]], d["shape"]) for d in outputs],
+        g.inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET), helper.make_opsetid(MS, 1)],
+                             ir_version=ONNX_IR_VERSION, producer_name="specrt")
+
+
+def _layers(g: _GraphBuilder, x: str, body, c: DecoderConfig) -> tuple[str, str]:
+    """Llama / Qwen blocks: (last MLP output, residual stream before it), for the final skip norm."""
     residual = None
     for i, layer in enumerate(body.layers):
         p = f"layers.{i}"
@@ -206,25 +272,7 @@ def build_fused_model(decoder: Decoder, max_seq_len: int):
         normed, residual = _skip_norm(g, attn, residual, layer.post_attention_layernorm,
                                       f"{p}.post_attention_layernorm")
         x = _mlp(g, normed, layer.mlp, i, c)
-    hidden, _ = _skip_norm(g, x, residual, body.norm, "norm")
-    g.nodes.append(helper.make_node("Identity", [hidden], [graph_io.HIDDEN_STATES], name="hidden_states"))
-    rows = g.op("Gather", [hidden, LOGIT_POSITIONS], axis=1, name="logit_rows")  # [1, R, hidden]
-    rows2d = g.op("Squeeze", [rows, g.const_i64("axis0", [0])], name="logit_rows_2d")  # [R, hidden]
-    if c.tie_word_embeddings:
-        logits2d = g.op("Gemm", [rows2d, embed], transB=1, name="lm_head")
-    else:
-        logits2d = g.op("MatMul", [rows2d, g.weight("lm_head.weight", _t(decoder.lm_head_weight()).T)], name="lm_head")
-    g.nodes.append(helper.make_node("Unsqueeze", [logits2d, "axis0"], [graph_io.LOGITS], name="logits"))
-
-    dtypes = {"int64": TensorProto.INT64, "int32": TensorProto.INT32, "float32": TensorProto.FLOAT}
-    inputs, outputs = fused_io(c)
-    graph = helper.make_graph(
-        g.nodes, f"{c.architecture}-fused",
-        [helper.make_tensor_value_info(d["name"], dtypes[d["dtype"]], d["shape"]) for d in inputs],
-        [helper.make_tensor_value_info(d["name"], dtypes[d["dtype"]], d["shape"]) for d in outputs],
-        g.inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET), helper.make_opsetid(MS, 1)],
-                             ir_version=ONNX_IR_VERSION, producer_name="specrt")
+    return x, residual
 
 
 def fused_onnx_from_decoder(decoder: Decoder, path: Path, max_seq_len: int) -> Path:

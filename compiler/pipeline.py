@@ -34,6 +34,7 @@ from specrt.compiler.logit_rows import add_logit_start, validate_logit_start
 from specrt.compiler.portable_graph import clean_portable_graph
 from specrt.compiler.variants import check_ort_graph, fused_variant
 from specrt.compiler.quantize_step import QuantizePlan, apply_quantization, resolve_plan
+from specrt.compiler.draft_head import draft_head_step, head_dir_of
 
 MAX_DRAFT_TOKENS_LIMIT = 64
 # OS errors that mean "the output location is unusable" (exit 2 with one line, not a traceback)
@@ -151,9 +152,14 @@ def compile_bundle(
     The output rules (what --force may replace, locking, cleanup) are in output_dir.py.
     `ort_graph="fused"` adds ONNX Runtime's fused graph variant where supported (compiler/variants.py).
     `quantization` quantizes models (compiler/quantize_step.py); `draft="self:int4"` (or "self:int8") makes
-    the quantized target the draft model.
+    the quantized target the draft model; `draft="head:DIR"` adds the draft head trained in DIR (`specrt
+    train-head`) instead of a draft model.
     """
     out = Path(os.path.abspath(out))  # `-o ..` from inside a bundle: the real parent and name
+    head_dir = head_dir_of(draft)  # `head:DIR`: a trained draft head (compiler/draft_head.py), not a draft model
+    if head_dir is not None:
+        extra_steps = [draft_head_step(head_dir, target), *(extra_steps or [])]
+        inputs, draft = (*inputs, head_dir), None
     quantization, draft = resolve_plan(quantization, draft)
     progress = progress or _noop_progress
     check_ort_graph(ort_graph)
@@ -201,6 +207,7 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
                              onnx={"opset": ONNX_OPSET, "ir_version": ONNX_IR_VERSION})
     shapes = validation_shapes(max_seq_len, max_draft_tokens)
     for role, ck in roles.items():
+        role_shapes = shapes + window_shapes(ck.config, max_seq_len, max_draft_tokens)
         (tmp / role).mkdir()
         done = progress(f"load {role} ({ck.config.architecture})")
         decoder = ck.load_decoder(torch.float32)
@@ -214,8 +221,7 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
         done()
         has_logit_start = add_logit_start(onnx_path)
         done = progress(f"validate {role} against PyTorch")
-        stats = validate_onnx(decoder, onnx_path, shapes + window_shapes(ck.config, max_seq_len, max_draft_tokens),
-                              tolerance)
+        stats = validate_onnx(decoder, onnx_path, role_shapes, tolerance)
         if has_logit_start:
             validate_logit_start(decoder, onnx_path, tolerance=tolerance)
         done()
@@ -228,7 +234,7 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
         skipped = None
         if ort_graph == "fused":
             done = progress(f"build and validate {role}'s fused ONNX Runtime graph")
-            fused, skipped = fused_variant(decoder, tmp / role, role, max_seq_len, shapes, tolerance)
+            fused, skipped = fused_variant(decoder, tmp / role, role, max_seq_len, role_shapes, tolerance)
             done()
             if fused:
                 graphs["fused"] = fused

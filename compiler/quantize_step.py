@@ -18,7 +18,8 @@ specrt/bundle/entries.py): the CPU runner the quantized fused graph when there i
 stays the unquantized graph. Quality is measured on the quantized portable graph (same weights, same function: the
 fused one is validated against it); the verify-vs-decode consistency on the graph the CPU runner runs.
 `--draft self:int4` adds `models.draft`: the target's entry (same graph files, `self_draft: true`) with its own
-quantized graphs under `draft/`.
+quantized graphs under `draft/`, or, when the target is quantized with the same settings (`--quantize int4
+--draft self:int4`), the target's quantized graphs themselves (each weight stored once).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from specrt.compiler.quality import HELDOUT, GraphScorer, compare_quality, quali
 from specrt.compiler.fused_scorer import FusedScorer
 from specrt.compiler.quantize import QUANT_TYPES, QuantizeConfig, quantize_onnx
 from specrt.compiler.quantize_fused import quantize_fused_onnx, validate_quantized_fused, with_accuracy_level
-from specrt.compiler.validate import validation_shapes
+from specrt.compiler.validate import validation_shapes, window_shapes
 
 SELF_DRAFT_PREFIX = "self:"
 CONSISTENCY_TRIALS = 16  # positions of the held-out text, each a (k+1)-token pass against k+1 one-token passes
@@ -159,10 +160,19 @@ def validate_fused_variant(tmp: Path, graphs: dict[str, GraphVariant], entry: Mo
     try:
         return validate_quantized_fused(paths["portable"], paths["fused"], model_dims(entry),
                                         entry.decoder_config.vocab_size, max_seq_len,
-                                        validation_shapes(max_seq_len, max_draft_tokens))
+                                        validation_shapes(max_seq_len, max_draft_tokens)
+                                        + window_shapes(entry.decoder_config, max_seq_len, max_draft_tokens))
     finally:
         for path in copies:
             path.unlink(missing_ok=True)
+
+
+def shares_target_weights(plan: QuantizePlan, models: dict[str, ModelEntry]) -> bool:
+    """A self draft quantized exactly like the already quantized target (`--quantize int4 --draft self:int4`):
+    quantizing again would write the same files a second time."""
+    target = models["target"].quantization
+    return (plan.self_draft is not None and plan.target is not None and target is not None
+            and plan.self_draft == plan.target)
 
 
 def apply_quantization(plan: QuantizePlan, tmp: Path, manifest: ManifestDraft,
@@ -173,6 +183,10 @@ def apply_quantization(plan: QuantizePlan, tmp: Path, manifest: ManifestDraft,
     if plan.self_draft is not None:
         models["draft"] = self_draft_entry(models["target"])
     for role, cfg in plan.roles().items():
+        if role == "draft" and shares_target_weights(plan, models):
+            # the same graphs, bit for bit: the draft points at the target's quantized files (stored once)
+            models[role] = dataclasses.replace(models[role], quantization=models["target"].quantization)
+            continue
         done = progress(f"quantize {role} ({cfg.type}, block {cfg.block_size}) and measure its quality")
         quantization = quantize_model(tmp, role, models[role], cfg, texts, plan, manifest.max_seq_len,
                                       manifest.max_draft_tokens)

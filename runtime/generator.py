@@ -34,7 +34,7 @@ from specrt.runtime.sampling import SamplingParams
 from specrt.runtime.stats import GenerationStats
 from specrt.runtime.warmup import warm_up
 
-METHODS = ("draft", "ngram", "hybrid", "medusa", "none")
+METHODS = ("draft", "ngram", "hybrid", "medusa", "head", "hybrid-head", "none")
 DEFAULT_K = 5
 SMALL_DRAFT_PARAMETERS = 50_000_000
 STREAM_IDLE_S = 30.0  # seconds an unread stream may hold the Generator before waiters get GeneratorBusy
@@ -55,7 +55,7 @@ class GenerationResult:
 
 def load(bundle: str | Path, backend: str = "auto", *, threads: int | None = None,
          target_device: str | None = None, draft_device: str | None = None,
-         verify_checksums: bool = True) -> "Generator":
+         verify_checksums: bool = True, warmup: bool = True) -> "Generator":
     """Open a compiled bundle: validate its manifest and checksums, then create the runners.
 
     bundle            the directory written by `specrt compile` / `compile_bundle`
@@ -63,12 +63,14 @@ def load(bundle: str | Path, backend: str = "auto", *, threads: int | None = Non
     threads           CPU threads per model (default: all cores; a small draft runs on one)
     target_device, draft_device   e.g. "cpu", "cuda:0", "cuda:1" (draft and target may differ)
     verify_checksums  check every file's sha256 (sizes are always checked)
+    warmup            run and time every verify shape now (False: on the first call that needs the timings,
+                      an adaptive-k speculative call; a one-shot `specrt generate` starts faster)
     Raises BundleError / ChecksumMismatch / VersionMismatch / BackendUnavailable with the fix in the message.
     """
     check_threads(threads)  # before the bundle is read
     manifest = read_manifest(bundle, verify_checksums=verify_checksums)
     return Generator(manifest, backend=backend, threads=threads, target_device=target_device,
-                     draft_device=draft_device)
+                     draft_device=draft_device, warmup=warmup)
 
 
 class Generator:
@@ -79,7 +81,7 @@ class Generator:
     """
 
     def __init__(self, manifest: Manifest, backend: str = "auto", *, threads: int | None = None,
-                 target_device: str | None = None, draft_device: str | None = None) -> None:
+                 target_device: str | None = None, draft_device: str | None = None, warmup: bool = True) -> None:
         threads = check_threads(threads)
         self.manifest = manifest
         self.backend = backends.resolve_backend(backend, manifest)
@@ -98,7 +100,8 @@ class Generator:
         alternating = draft_entry is not None and (draft_threads or backends.default_threads()) > 1
         self.target = backends.create_runner(manifest, "target", self.backend, capacity=self.max_seq_len,
                                              max_short_tokens=short, threads=threads,
-                                             want_hidden=manifest.medusa is not None, device=target_device,
+                                             want_hidden=manifest.medusa is not None or manifest.draft_head is not None,
+                                             device=target_device,
                                              alternating=alternating)
         self.vocab_size = self.target.vocab_size
         self.draft = None
@@ -107,8 +110,11 @@ class Generator:
                                                 max_short_tokens=short, threads=draft_threads,
                                                 device=draft_device, alternating=alternating)
         self._medusa_cache: dict = {}  # the heads session, created on first use
+        self._head_runner = None  # the draft head's session and cache (draft_head bundles), created on first use
         self._policies: dict = {}  # AdaptiveK per (method, max k), kept across calls
-        self.warmup()
+        self._load_costs = None  # (verify seconds per k, draft seconds), from warmup()
+        if warmup:
+            self.warmup()
         self._lock = threading.Lock()  # one generation at a time per Generator (runners hold state)
         self._owner: int | None = None  # thread id holding the lock (see _exclusive)
         self._suspended_at: float | None = None  # when the holding stream last yielded and was not resumed
@@ -127,19 +133,26 @@ class Generator:
             out[0:0] = ["draft", "hybrid"]
         if self.manifest.medusa is not None:
             out.append("medusa")
+        if self.manifest.draft_head is not None:
+            if self.draft is not None:  # hybrid is n-gram + the draft model here; hybrid-head: n-gram + the head
+                out += ["head", "hybrid-head"]
+            else:  # default: n-gram where the context matches, else the head
+                out[0:0] = ["hybrid", "head"]
         return out
 
     @property
     def default_method(self) -> str:
-        return self.methods[0] if self.draft is not None else "ngram"
+        return self.methods[0] if self.draft is not None or self.manifest.draft_head is not None else "ngram"
 
     def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 128, **options: Any) -> GenerationResult:
         """Generate up to `max_new_tokens` tokens after `prompt` (text, or a sequence of token ids).
 
         Keyword options (all validated before any backend runs; a bad value raises InvalidArgument):
           temperature (0 = greedy), top_k (0 = off), top_p (1 = off), seed (reproducible sampling)
-          method            "draft" | "ngram" | "hybrid" | "medusa" | "none" (default: draft if the bundle has one;
-                            hybrid = n-gram where the context has a match, else the draft model)
+          method            "draft" | "ngram" | "hybrid" | "medusa" | "head" | "hybrid-head" | "none" (default: draft
+                            if the bundle has one, else hybrid with a draft head; hybrid = n-gram where the context
+                            has a match, else the draft model, or the draft head in a bundle without a draft model;
+                            hybrid-head = n-gram, else the draft head)
           num_speculative_tokens   k, an int in [0, max_draft_tokens] or "auto" (adaptive; default 5)
           ngram_min, ngram_max     n-gram match lengths for methods "ngram" (default 1, 3) and "hybrid" (2, 3)
           proposer          a Proposer object to draft with instead of `method`'s (e.g. a custom one)
@@ -218,9 +231,12 @@ class Generator:
             key = (method, max_k)
             if key not in self._policies:  # kept across calls: costs and acceptance carry over
                 self._policies[key] = AdaptiveK(max_k)
+                if self._load_costs is None:  # load(warmup=False): time the shapes now, before this call runs
+                    self.warmup()
                 verify, draft = self._load_costs
                 if method != "medusa":  # start short runs at the k the load-time costs predict best
-                    self._policies[key].prime(verify, draft if method in ("draft", "hybrid") else 0.0)
+                    uses_model = method == "draft" or method == "hybrid" and self.draft is not None
+                    self._policies[key].prime(verify, draft if uses_model else 0.0)
             return self._policies[key]
         return FixedK(min(k, max_k))
 
@@ -228,6 +244,15 @@ class Generator:
         """The proposer for `method` bound to this generator's runners (None for method "none")."""
         if method == "none":
             return None
+        if method in ("head", "hybrid-head") or (method == "hybrid" and self.draft is None
+                                                  and self.manifest.draft_head is not None):
+            draft = self._head_proposer(params, rng)
+            if method == "head":
+                return draft
+            from specrt.runtime.proposers import hybrid
+
+            sizes = {"min_n": hybrid.DEFAULT_MIN_N, "max_n": hybrid.DEFAULT_MAX_N, **options}
+            return hybrid.HybridProposer(NgramProposer(self.eos_ids, **sizes), draft)
         if method in ("draft", "hybrid"):
             if self.draft is None:
                 raise InvalidArgument(f"method {method!r} needs a bundle compiled with --draft")
@@ -248,6 +273,15 @@ class Generator:
             return MedusaProposer.from_manifest(self.manifest, self._medusa_cache)
         raise InvalidArgument(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
+    def _head_proposer(self, params: SamplingParams, rng: np.random.Generator):
+        if self.manifest.draft_head is None:
+            raise InvalidArgument("method 'head' needs a bundle compiled with --draft head:DIR (specrt train-head)")
+        from specrt.runtime.proposers.head import HeadProposer, HeadRunner
+
+        if self._head_runner is None:
+            self._head_runner = HeadRunner(self.manifest, self.max_seq_len)
+        return HeadProposer(self._head_runner, params, rng, self.vocab_size)
+
     def _iterate(self, prompt, max_new_tokens: int, *, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, method: str | None = None,
                  num_speculative_tokens: int | str | None = None, ngram_min: int | None = None,
@@ -265,8 +299,12 @@ class Generator:
         if proposer is None:
             if method not in METHODS:
                 raise InvalidArgument(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-            if method in ("draft", "hybrid") and self.draft is None:
+            if method == "draft" and self.draft is None or method == "hybrid" and self.draft is None and \
+                    self.manifest.draft_head is None:
                 raise InvalidArgument(f"method {method!r} needs a bundle compiled with --draft")
+            if method in ("head", "hybrid-head") and self.manifest.draft_head is None:
+                raise InvalidArgument(f"method {method!r} needs a bundle compiled with --draft head:DIR "
+                                      "(specrt train-head)")
             if method == "medusa" and self.manifest.medusa is None:
                 raise InvalidArgument("method 'medusa' needs a bundle compiled with --medusa")
         if num_speculative_tokens is None:
@@ -288,7 +326,7 @@ class Generator:
              context_limited=False):
         rng = params.rng()
         with self._exclusive():
-            if proposer is None:
+            if proposer is None and max_new_tokens > 1:  # one token comes from the prefill: nothing to draft
                 proposer = self.make_proposer(method, params, rng, options)
             if proposer is not None and policy is None:
                 policy = self.make_policy(k, method, params.seed is not None and not params.greedy)

@@ -140,8 +140,9 @@ class AdaptiveK:
             return ""
         v = self.verify_estimate()
         c = (self.draft_cost or 0.0) / v[0]
-        return (f"speculation off: drafting is slower than plain decoding here; per-token acceptance "
-                f"{self.acceptance:.2f}, a draft token costs {c:.2f} target steps; probing again every "
+        return (f"speculation off: drafting is slower than plain decoding here, by the controller's estimates "
+                f"(per-token acceptance {self.acceptance:.2f}, a draft token costing {c:.2f} target steps); "
+                f"probing again every "
                 f"{self.probe_every} steps")
 
     # ----------------------------------------------------------------------------- the protocol

@@ -129,3 +129,27 @@ def make_checkpoint(path: Path, arch: str, tokenizer: Path, layers: int = 2, hid
         raw = _gemma3_legacy_config(json.loads((path / "config.json").read_text()))
         (path / "config.json").write_text(json.dumps(raw, indent=2))
     return path
+
+
+def run_cli(*args, cwd=None, env=None, input=None):
+    """`specrt ARGS` run in this process through click's CliRunner: the exit code, stdout and stderr that
+    `python -m specrt ARGS` gives, without a new interpreter (each one imports torch: seconds on a busy
+    machine). Arguments are str()-ed, bytes decoded as the interpreter decodes argv (surrogateescape).
+    Returns a subprocess.CompletedProcess (text). Keep real subprocesses for what the process itself does:
+    signals, races between processes, the `python -m specrt` entry point, imports."""
+    import os
+    import subprocess
+
+    from click.testing import CliRunner
+
+    from specrt.cli import main
+
+    argv = [os.fsdecode(a) if isinstance(a, (bytes, bytearray)) else str(a) for a in args]
+    before = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(main, argv, env=env, input=input, catch_exceptions=False, prog_name="specrt")
+    finally:
+        os.chdir(before)
+    return subprocess.CompletedProcess(argv, result.exit_code, result.stdout, result.stderr)

@@ -11,13 +11,15 @@ import ast
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {"specrt": ROOT / "specrt", "specrt.compiler": ROOT / "compiler", "specrt.runtime": ROOT / "runtime",
-           "specrt.recipes": ROOT / "recipes"}
+# the folder-to-package mapping, read from the one place it is stated (pyproject.toml's package-dir)
+FOLDERS = {prefix: ROOT / folder for prefix, folder in
+           tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].items()}
 
 # package -> packages it may not import (prefix match)
 FORBIDDEN = {

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 
 from specrt.core.errors import BackendUnavailable, InvalidArgument
@@ -31,13 +32,19 @@ def ort_available() -> bool:
 
 
 def ort_cuda_usable() -> bool:
-    """onnxruntime-gpu with its CUDA provider, and a CUDA device to run it on."""
+    """onnxruntime-gpu with its CUDA provider, and a CUDA device to run it on (asked of torch where it is
+    installed; without torch, the NVIDIA driver's device node). A CPU-only ONNX Runtime never imports torch."""
     try:
         import onnxruntime
-        import torch
     except ImportError:
         return False
-    return "CUDAExecutionProvider" in onnxruntime.get_available_providers() and torch.cuda.is_available()
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        return False
+    try:
+        import torch
+    except ImportError:
+        return os.path.exists("/dev/nvidiactl")
+    return torch.cuda.is_available()
 
 
 def resolve_backend(backend: str, manifest) -> str:

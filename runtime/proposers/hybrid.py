@@ -1,5 +1,8 @@
 """Hybrid proposer: the n-gram continuation when the context has a match, the draft model otherwise.
 
+The draft branch may also be a draft head (runtime/proposers/head.py), whose cache follows the committed
+tokens the same way (features queued by `observe`, fed in one multi-row call by its next `propose`).
+
 Text that repeats its input (edits, summaries quoting the source, code) is drafted for free by prompt lookup;
 everywhere else the draft model drafts. Each proposal names its branch (`Proposal.source`), and the loop counts
 steps, drafted and accepted tokens per branch in `GenerationStats.branches`.
@@ -20,7 +23,7 @@ import dataclasses
 
 import numpy as np
 
-from specrt.runtime.proposers.base import Proposal
+from specrt.runtime.proposers.base import Proposal, Proposer
 from specrt.runtime.proposers.draft_model import DraftModelProposer
 from specrt.runtime.proposers.ngram import NgramProposer
 
@@ -31,7 +34,7 @@ DEFAULT_MAX_N = 3
 class HybridProposer:
     name = "hybrid"
 
-    def __init__(self, ngram: NgramProposer, draft: DraftModelProposer) -> None:
+    def __init__(self, ngram: NgramProposer, draft: DraftModelProposer | Proposer) -> None:
         self.ngram = ngram
         self.draft = draft
 
@@ -44,7 +47,7 @@ class HybridProposer:
         source = NgramProposer.name
         if proposal.token_ids.size == 0:
             proposal = self.draft.propose(tokens, n, k)
-            source = DraftModelProposer.name
+            source = self.draft.name  # "draft" (a draft model) or "head" (a draft head)
         return dataclasses.replace(proposal, source=source)
 
     def observe(self, n: int, num_accepted: int, target_hidden: np.ndarray | None = None) -> None:

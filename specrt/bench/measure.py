@@ -109,10 +109,10 @@ def peak_rss_mb() -> float:
 
 
 def device_memory() -> dict[str, Any] | None:
-    """Peak CUDA memory allocated through torch (the torch backend, the HF peer), where there is a GPU."""
-    try:
-        import torch
-    except ImportError:
+    """Peak CUDA memory allocated through torch (the torch backend, the HF peer), where there is a GPU; None
+    when nothing imported torch (ONNX Runtime runs: importing it here would only cost seconds)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
         return None
     if not torch.cuda.is_available():
         return None

@@ -49,7 +49,7 @@ class Source:
 
 def peer_cache_dir() -> Path:
     """$SPECRT_CACHE/bench-peers (default ~/.cache/specrt/bench-peers)."""
-    from specrt.cli.demo_model import cache_dir
+    from specrt.core.cache import cache_dir
 
     return cache_dir() / "bench-peers"
 

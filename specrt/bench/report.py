@@ -48,21 +48,31 @@ def suites_of(result: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(r["suite"] for r in result["results"]))
 
 
-def print_tables(result: dict[str, Any], console, compact: bool = False, wide: bool = False) -> None:
-    """TERMINAL columns; COMPACT ones (short headers) on narrow terminals; every column with `wide`."""
+def suite_table(result: dict[str, Any], suite: str, columns: tuple[str, ...], compact: bool) -> Any:
     from rich.table import Table
 
-    columns = COLUMNS if wide else tuple(COMPACT) if compact else TERMINAL
+    table = Table(title=f"suite: {suite}", title_justify="left", box=None if compact else table_box())
+    keep = [COLUMNS.index(c) for c in columns]
+    for col in columns:
+        table.add_column(COMPACT[col] if compact else col, justify="left" if col == "config" else "right",
+                         no_wrap=compact)
+    for row in result["results"]:
+        if row["suite"] == suite:
+            cells = row_cells(row)
+            table.add_row(*(cells[i] for i in keep))
+    return table
+
+
+def print_tables(result: dict[str, Any], console, compact: bool = False, wide: bool = False) -> None:
+    """TERMINAL columns; COMPACT ones (short headers) on narrow terminals, or wherever the TERMINAL table's
+    natural width exceeds the console's; every column with `wide`."""
+    from rich.table import Table
+
     for suite in suites_of(result):
-        table = Table(title=f"suite: {suite}", title_justify="left", box=None if compact else table_box())
-        keep = [COLUMNS.index(c) for c in columns]
-        for col in columns:
-            table.add_column(COMPACT[col] if compact else col, justify="left" if col == "config" else "right",
-                             no_wrap=compact)
-        for row in result["results"]:
-            if row["suite"] == suite:
-                cells = row_cells(row)
-                table.add_row(*(cells[i] for i in keep))
+        table = suite_table(result, suite, COLUMNS if wide else tuple(COMPACT) if compact else TERMINAL, compact)
+        if not (wide or compact) and console.measure(table).maximum > console.width:
+            compact = True  # the full headers do not fit this terminal (at 100 columns they did not): cut nothing
+            table = suite_table(result, suite, tuple(COMPACT), compact)
         console.print(table)
     for name, peer in peers_of(result).items():
         table = Table(title=f"peer: {peer_title(peer)}, end to end", title_justify="left",

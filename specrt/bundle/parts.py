@@ -3,6 +3,8 @@
     tokenizer        {path, config, vocab_size, eos_token_ids, bos_token_id, chat_template}
     files[rel]       {sha256, size}
     medusa           {num_heads, onnx, onnx_data, config, inputs, outputs, validation, source_config}
+    draft_head       {onnx, onnx_data, config, draft_vocab_size, hidden_size, num_kv_heads, head_dim, inputs,
+                      outputs, validation}
     engines.<role>   {path, tensorrt_version, cuda_version, gpu_name, compute_capability,
                       hardware_compatibility_level, version_compatible, lean_runtime_embedded, precision,
                       workspace_bytes, builder_optimization_level, profiles}
@@ -120,6 +122,48 @@ class MedusaEntry:
 
     def to_dict(self) -> dict[str, Any]:
         return emit([(f, getattr(self, f)) for f in field_names(MedusaEntry) if f != "extra"], extra=self.extra)
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftHeadEntry:
+    """`draft_head`: an EAGLE-style head (compiler/draft_head.py): `features [1,S,D], input_ids, position_ids,
+    past_key/past_value [1,P,Hkv,D] -> logits [1,S,V'], hidden_states [1,S,D], new_key/new_value [1,S,Hkv,D]`;
+    `config` (head_config.json) holds `vocab_ids` [V'], the full-vocabulary id of each logit."""
+
+    onnx: str
+    draft_vocab_size: int
+    hidden_size: int
+    num_kv_heads: int
+    head_dim: int
+    config: str
+    onnx_data: str | None = None
+    inputs: tuple[TensorSpec, ...] | None = None
+    outputs: tuple[TensorSpec, ...] | None = None
+    validation: Any = None
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_str(self.onnx, "draft_head.onnx")
+        check_str(self.config, "draft_head.config")
+        check_optional_str(self.onnx_data, "draft_head.onnx_data")
+        check_int(self.draft_vocab_size, "draft_head.draft_vocab_size", 1, 1 << 24)
+        for name in ("hidden_size", "num_kv_heads", "head_dim"):
+            check_int(getattr(self, name), f"draft_head.{name}", 1, 1 << 20)
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> "DraftHeadEntry":
+        check_dict(raw, "draft_head")
+        names = ("onnx", "onnx_data", "config", "draft_vocab_size", "hidden_size", "num_kv_heads", "head_dim",
+                 "validation")
+        simple = {k: raw[k] for k in names if k in raw}
+        return cls(**{"onnx": None, "config": None, "draft_vocab_size": None, "hidden_size": None,
+                      "num_kv_heads": None, "head_dim": None, **simple},
+                   inputs=tensor_specs(raw.get("inputs"), "draft_head.inputs"),
+                   outputs=tensor_specs(raw.get("outputs"), "draft_head.outputs"),
+                   extra=unknown_keys(raw, field_names(cls)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return emit([(f, getattr(self, f)) for f in field_names(DraftHeadEntry) if f != "extra"], extra=self.extra)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,7 +3,7 @@
 
     format, format_version, specrt_version, created, torch_version, onnx {opset, ir_version},
     max_seq_len, max_draft_tokens, batch_size, models {role: ModelEntry}, engines {role: EngineEntry},
-    tokenizer TokenizerEntry, medusa MedusaEntry, demo DemoEntry, files {rel: FileEntry}
+    tokenizer TokenizerEntry, medusa MedusaEntry, draft_head DraftHeadEntry, demo DemoEntry, files {rel: FileEntry}
 
 `Manifest.from_dict(json)` reads format version 1 (the current one); keys this version does not know are
 kept (`extra`) and written back. `to_dict()` gives the JSON object back, key for key and in the same order.
@@ -20,7 +20,8 @@ from specrt.core.errors import BundleError, ManifestError, VersionMismatch
 from specrt.bundle.checks import check_file_list, check_profiles, resolve_inside
 from specrt.bundle.entries import ModelEntry
 from specrt.bundle.fields import check_dict, check_int, emit, unknown_keys
-from specrt.bundle.parts import MAX_DRAFT_TOKENS_LIMIT, DemoEntry, EngineEntry, FileEntry, MedusaEntry, TokenizerEntry
+from specrt.bundle.parts import (MAX_DRAFT_TOKENS_LIMIT, DemoEntry, DraftHeadEntry, EngineEntry, FileEntry,
+                                 MedusaEntry, TokenizerEntry)
 from specrt.bundle.paths import check_relative
 
 FORMAT_NAME = "specrt-bundle"
@@ -48,11 +49,13 @@ class Manifest:
     engines: Mapping[str, EngineEntry] = dataclasses.field(default_factory=dict)
     medusa: MedusaEntry | None = None
     demo: DemoEntry | None = None
+    draft_head: DraftHeadEntry | None = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     root: Path | None = dataclasses.field(default=None, compare=False)
 
     ORDER = ("format", "format_version", "specrt_version", "created", "torch_version", "onnx", "max_seq_len",
-             "max_draft_tokens", "batch_size", "models", "engines", "tokenizer", "medusa", "demo", "files")
+             "max_draft_tokens", "batch_size", "models", "engines", "tokenizer", "medusa", "draft_head", "demo",
+             "files")
 
     def __post_init__(self) -> None:
         seq = check_int(self.max_seq_len, "max_seq_len", 2, MAX_SEQ_LEN_LIMIT)
@@ -105,6 +108,7 @@ class Manifest:
                    tokenizer=TokenizerEntry.from_dict(data["tokenizer"]), files=files,
                    engines={role: EngineEntry.from_dict(role, e) for role, e in engines.items()},
                    medusa=MedusaEntry.from_dict(data["medusa"]) if "medusa" in data else None,
+                   draft_head=DraftHeadEntry.from_dict(data["draft_head"]) if "draft_head" in data else None,
                    demo=DemoEntry.from_dict(data["demo"]) if data.get("demo") is not None else None,
                    extra=unknown_keys(data, cls.ORDER), root=root)
 
@@ -133,6 +137,10 @@ class Manifest:
             for name in ("onnx", "onnx_data", "config"):
                 if getattr(self.medusa, name):
                     refs[f"medusa.{name}"] = getattr(self.medusa, name)
+        if self.draft_head is not None:
+            for name in ("onnx", "onnx_data", "config"):
+                if getattr(self.draft_head, name):
+                    refs[f"draft_head.{name}"] = getattr(self.draft_head, name)
         for role, engine in self.engines.items():
             refs[f"engines.{role}.path"] = engine.path
         return refs
@@ -142,4 +150,6 @@ class Manifest:
         graphs = {f"models.{role}": e.onnx for role, e in self.models.items()}
         if self.medusa is not None:
             graphs["medusa"] = self.medusa.onnx
+        if self.draft_head is not None:
+            graphs["draft_head"] = self.draft_head.onnx
         return graphs

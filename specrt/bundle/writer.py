@@ -16,7 +16,7 @@ from typing import Any
 
 from specrt.bundle.entries import ModelEntry
 from specrt.bundle.manifest import MANIFEST, file_entries
-from specrt.bundle.parts import DemoEntry, EngineEntry, FileEntry, MedusaEntry, TokenizerEntry
+from specrt.bundle.parts import DemoEntry, DraftHeadEntry, EngineEntry, FileEntry, MedusaEntry, TokenizerEntry
 from specrt.bundle.schema import Manifest
 
 
@@ -37,6 +37,7 @@ class ManifestDraft:
     tokenizer: TokenizerEntry | None = None
     medusa: MedusaEntry | None = None
     demo: DemoEntry | None = None
+    draft_head: DraftHeadEntry | None = None
 
     def manifest(self, files: dict[str, FileEntry], root: Path | None = None) -> Manifest:
         """The validated Manifest of this draft with the file list `files`."""
@@ -46,7 +47,7 @@ class ManifestDraft:
                         models=dict(self.models), tokenizer=self.tokenizer, files=files,
                         created=self.created, torch_version=self.torch_version, onnx=self.onnx,
                         batch_size=self.batch_size, engines=dict(self.engines), medusa=self.medusa,
-                        demo=self.demo, root=root)
+                        draft_head=self.draft_head, demo=self.demo, root=root)
 
 
 def write_manifest(root: Path, draft: ManifestDraft) -> Manifest:

@@ -185,6 +185,7 @@ def run_prompt(gen, prompt, max_new_tokens: int, repeats: int, method: str, k) -
     return {
         "text": spec.text,
         "identical": spec.token_ids == plain.token_ids,
+        "finish_reason": spec.finish_reason,  # "length": the demo says the answer was cut
         "new_tokens": len(spec.token_ids),
         "plain_tokens_per_second": p,
         "speculative_tokens_per_second": s,
@@ -229,17 +230,17 @@ def measure(bundle: Path, rebuilt: bool, prompts: list[dict[str, str]], backend:
     gen = load(bundle, backend=backend)
     formatter = None
     if chat:
-        from specrt.serve.chat import ChatFormatter
+        from specrt.runtime.chat_template import ChatFormatter
 
         formatter = ChatFormatter.from_manifest(gen.manifest)
     rows = []
     for i, item in enumerate(prompts):
         if on_start:
             on_start(i + 1, len(prompts), item["kind"])
-        row = {"prompt": item["prompt"], "kind": item["kind"]}
+        row = {"prompt": item["prompt"], "kind": item["kind"], "index": i + 1, "of": len(prompts)}
         prompt = item["prompt"]
         if formatter is not None:
-            from specrt.serve.chat import chat_prompt_ids
+            from specrt.runtime.chat_template import chat_prompt_ids
 
             prompt = chat_prompt_ids(gen, item["prompt"], item.get("system"), formatter)
         row.update(run_prompt(gen, prompt, max_new_tokens, repeats, method, k))

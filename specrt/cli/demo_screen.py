@@ -12,18 +12,27 @@ from typing import Any
 from specrt.cli.console import busy_warning, pack
 
 
+OVERALL_TITLE = "overall: every prompt"  # not "summary", which is also a prompt kind
+
+
+def block_title(row: dict[str, Any]) -> str:
+    """'summary (2 of 3)': the prompt's kind and its place, so no block title repeats another."""
+    return f"{row['kind']} ({row['index']} of {row['of']})" if "index" in row else row["kind"]
+
+
 class DemoScreen:
     def __init__(self, console, chat: bool = False) -> None:
         self.console = console  # rich Console (stdout)
         self.chat = chat  # chat prompts: the reply starts on its own line
         self.status = None
 
-    def announce(self, current: bool, bundle: Path, model: str = "the demo pair") -> None:
+    def announce(self, current: bool, bundle: Path, model: str = "the demo pair", estimate: str = "about a minute"
+                 ) -> None:
+        """`estimate`: what the compile took where it was measured (SmolLM2: 5.5 minutes on 2 cores)."""
         if current:
             self.console.print(f"reusing the compiled demo bundle {bundle} (current)", markup=False)
         else:
-            self.console.print(f"compiling {model} into {bundle} (first run or stale; a minute or more)",
-                               markup=False)
+            self.console.print(f"compiling {model} into {bundle} (first run or stale; {estimate})", markup=False)
 
     def warn_if_busy(self) -> None:
         warning = busy_warning()
@@ -48,9 +57,12 @@ class DemoScreen:
     def row(self, row: dict[str, Any]) -> None:
         self._stop()
         c = self.console
-        c.rule(f"[bold]{row['kind']}[/bold]")
+        c.rule(f"[bold]{block_title(row)}[/bold]")
         c.print(row["prompt"], end="\n" if self.chat else "", markup=False, style="dim")  # code continues inline
         c.print(row["text"], markup=False, style="green")
+        if row.get("finish_reason") == "length":  # say so rather than end mid-word
+            c.print(f"[cut off: the answer reached --max-new-tokens {row['new_tokens']}]", markup=False,
+                    style="yellow")
         phrases = [f"identical to plain: {row['identical']}", f"acceptance {row['acceptance_rate']:.2f}",
                    f"mean accepted {row['mean_accepted_tokens']:.2f}",
                    f"plain {row['plain_tokens_per_second']:.0f} tok/s",
@@ -62,7 +74,7 @@ class DemoScreen:
     def summary(self, result: dict[str, Any]) -> None:
         self._stop()
         s, c = result["summary"], self.console
-        c.rule("[bold]summary[/bold]")
+        c.rule(f"[bold]{OVERALL_TITLE}[/bold]")
         phrases = [f"backend {result['backend']}, method {result['method']}:",
                    f"outputs identical on every prompt: {s['identical']};", f"acceptance {s['acceptance_rate']:.2f};",
                    f"plain {s['plain_tokens_per_second']:.0f} tok/s,",

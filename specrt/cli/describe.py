@@ -29,6 +29,7 @@ def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | 
         "engines": {role: e.to_dict() for role, e in m.engines.items()},
         "files": len(m.files),
         "bytes": sum(f.size for f in m.files.values()),
+        "file_sizes": {rel: f.size for rel, f in sorted(m.files.items(), key=lambda kv: (-kv[1].size, kv[0]))},
         "checksums": "ok" if not failed else f"FAILED ({len(failed)})",
         "failed_checks": failed,
     }
@@ -73,6 +74,7 @@ def model_summary(e: ModelEntry) -> dict[str, Any]:
         "graphs": {name: {"onnx": g.onnx, "validation_max_abs_diff": (g.validation or e.validation)["max_abs_diff"]}
                    for name, g in (e.graphs or {"portable": e.graph("portable")}).items()},
     }
+    out["lm_head"] = lm_head_share(c)
     if e.fused_skipped:
         out["fused_skipped"] = e.fused_skipped
     if e.quantization:
@@ -80,6 +82,24 @@ def model_summary(e: ModelEntry) -> dict[str, Any]:
     if e.self_draft:
         out["self_draft"] = True
     return out
+
+
+def lm_head_share(c) -> dict[str, Any]:
+    """What the LM head weighs in one decode step: its weights (vocab x hidden, tied or not: the step reads the
+    whole matrix) against every layer's projection weights (the embedding Gather reads one row, left out).
+    Weights read per step is what a one-token step costs on a CPU; the head's share is what logits computed
+    for fewer rows save in prefill, and what a large vocabulary (Gemma 3: 262,144) costs in every step."""
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    mlp_mats = 2 if c.family == "gpt2" else 3  # fc + proj, else gate + up + down
+    per_layer = c.hidden_size * (q + 2 * kv) + q * c.hidden_size + mlp_mats * c.hidden_size * c.intermediate_size
+    layers = c.num_layers * per_layer
+    head = c.vocab_size * c.hidden_size
+    return {"head_weights": head, "layer_weights": layers, "share": round(head / (head + layers), 4)}
+
+
+def lm_head_line(role: str, h: dict[str, Any]) -> str:
+    return (f"{role} LM head: {h['head_weights'] / 1e6:.1f}M weights against {h['layer_weights'] / 1e6:.1f}M in the "
+            f"layers, {100 * h['share']:.1f}% of the weights a decode step reads")
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -104,7 +124,7 @@ def print_summary(summary: dict[str, Any]) -> None:
                   "dtype", "|ORT-PT|" if compact else "max |ORT-PyTorch|", box=None if compact else box.HEAVY_HEAD)
     for role, m in summary["models"].items():
         arch = m["architecture"].replace("ForCausalLM", "").replace("LMHeadModel", "") if compact else m["architecture"]
-        dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(m["dtype"], m["dtype"]) if compact else m["dtype"]
+        dtype = dtype_cell(m, compact)
         table.add_row(role, arch, f"{m['parameters'] / 1e6:.1f}M", str(m["layers"]), str(m["hidden_size"]),
                       f"{m['heads']}/{m['kv_heads']}", str(m["vocab_size"]), dtype, f"{m['validation_max_abs_diff']:.1e}")
     console.print(table)
@@ -118,8 +138,11 @@ def print_summary(summary: dict[str, Any]) -> None:
                            for name, g in m.get("graphs", {}).items())
         console.print(f"{role} graphs: {graphs}" + (f"; no fused graph: {m['fused_skipped']}"
                                                     if m.get("fused_skipped") else ""), markup=False)
+        if "lm_head" in m:
+            console.print(lm_head_line(role, m["lm_head"]), markup=False)
         if "quantization" in m:
             console.print(quantization_line(role, m["quantization"], m.get("self_draft", False)), markup=False)
+    print_files(console, summary.get("file_sizes") or {})
     chat = summary.get("chat_template")
     console.print(f"chat template: {chat if chat else 'none (chat uses the plain role: content format)'}")
     if summary.get("medusa"):
@@ -155,6 +178,31 @@ def _validation_line(v: dict) -> str:
             f"{v['logits_max_abs_diff']:.2g} on values up to {v['logits_scale']:.3g}), greedy agreement "
             f"{v['argmax_agree']}/{v['argmax_positions']} ({v['argmax_near_ties']} near-ties), "
             f"tolerance atol {v['atol']:g} + rtol {v['rtol']:g}")
+
+
+def dtype_cell(m: dict[str, Any], compact: bool) -> str:
+    """The weights the CPU runner runs: 'int4 (fp32 act.)' for a MatMulNBits model, else the graph dtype."""
+    short = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(m["dtype"], m["dtype"])
+    if "quantization" in m:
+        return m["quantization"]["type"] if compact else f"{m['quantization']['type']} ({short} act.)"
+    return short if compact else m["dtype"]
+
+
+def print_files(console: Any, sizes: dict[str, int]) -> None:
+    """Every file of the bundle with its size, largest first (what an operator ships)."""
+    if not sizes:
+        return
+    width = max(len(rel) for rel in sizes)
+    console.print(f"files ({len(sizes)}, {sum(sizes.values()) / 2**20:.1f} MiB):", markup=False)
+    for rel, size in sizes.items():
+        console.print(f"  {rel:<{width}}  {human_size(size):>10}", markup=False, soft_wrap=True)
+
+
+def human_size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 def quantization_summary(q: QuantizationEntry) -> dict[str, Any]:

@@ -5,18 +5,30 @@ from __future__ import annotations
 
 
 def stats_line(s) -> str:
+    """One line; every figure says what it counts, so none contradicts another: the run's acceptance is given
+    with its counts (or 'no tokens drafted'), the k is the last step's, and the adaptive controller's own
+    figures (when it turned speculation off) are labelled as its estimates."""
     k = f"k={s.num_speculative_tokens}"
     if s.method != "none" and s.num_speculative_tokens == 0 and s.speculation_note:
-        k += f" ({s.speculation_note})"
+        k = f"k=0 at the end ({s.speculation_note})"
     return (f"[{s.method}, {k}, {s.new_tokens} tokens, {s.tokens_per_second:.1f} tok/s, "
-            f"acceptance {s.acceptance_rate:.2f}, mean accepted {s.mean_accepted_tokens:.2f}, "
+            f"{acceptance_text(s.drafted_tokens, s.accepted_tokens)}"
+            f"{f'mean accepted {s.mean_accepted_tokens:.2f}, ' if s.drafted_tokens else ''}"
             f"{branches_text(s.branches)}finish_reason {s.finish_reason}, backend {s.backend}]")
 
 
+def acceptance_text(drafted: int, accepted: int, tail: str = ", ") -> str:
+    """'acceptance 0.75 (6/8 drafted tokens), ' or 'no tokens drafted, '."""
+    if not drafted:
+        return f"no tokens drafted{tail}"
+    return f"acceptance {accepted / drafted:.2f} ({accepted}/{drafted} drafted tokens){tail}"
+
+
 def branches_text(branches: dict) -> str:
-    """'ngram 12 steps (acceptance 0.80), draft 5 steps (acceptance 0.40), ' for a hybrid run, else ''."""
-    parts = [f"{name} {b['steps']} steps (acceptance {b['accepted'] / b['drafted'] if b['drafted'] else 0.0:.2f})"
-             for name, b in branches.items()]
+    """'ngram 12 steps (acceptance 0.80 (8/10 drafted tokens)), draft 5 steps (no tokens drafted), ' for a
+    hybrid run (every branch that proposed, with its own counts), else ''."""
+    parts = [f"{name} {b['steps']} steps ({acceptance_text(b['drafted'], b['accepted'], '')})"
+             for name, b in branches.items() if b.get("steps")]
     return "".join(f"{part}, " for part in parts)
 
 

@@ -10,6 +10,17 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 
+def quiet_onnxruntime() -> None:
+    """ONNX Runtime's native warnings (sessions the quantizer and validators open) are written straight to the
+    terminal, under rich's live display, which then redraws the step list below them again and again: only
+    its errors are shown while the steps run. Does nothing where ONNX Runtime is not installed."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return
+    onnxruntime.set_default_logger_severity(3)
+
+
 @contextlib.contextmanager
 def step_progress(enabled: bool = True) -> Iterator[Callable[[str], Callable[[], None]]]:
     """Yields `progress(description) -> done()`: one spinner line per step, ticked when done."""
@@ -17,6 +28,7 @@ def step_progress(enabled: bool = True) -> Iterator[Callable[[str], Callable[[],
         yield lambda description: (lambda: None)
         return
     console = Console(stderr=True)
+    quiet_onnxruntime()
     # Started on the first step only: an error before any step then prints no empty progress line.
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                         console=console, transient=False)

@@ -52,6 +52,12 @@ class ManifestError(BundleError):
     """A manifest value has the wrong type, is out of range, or disagrees with the bundle's graphs."""
 
 
+class MissingDependency(SpecrtError):
+    """An optional dependency (an extra) that this command needs is not installed; the message names the extra."""
+
+    exit_code = 2
+
+
 class GeneratorBusy(SpecrtError):
     """Another thread's stream holds the Generator and has not been read for too long (it was abandoned)."""
 

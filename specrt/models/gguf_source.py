@@ -13,12 +13,14 @@ Needs the optional extra: pip install 'specrt[gguf]' (gguf, transformers, accele
 from __future__ import annotations
 
 import collections
+import contextlib
+import functools
 import hashlib
 import json
 import shutil
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from specrt.core.errors import CheckpointError
 from specrt.models.gguf_check import check_gguf, missing_weights, read_architecture
@@ -123,6 +125,27 @@ def _import_extra() -> Any:
     return transformers
 
 
+@contextlib.contextmanager
+def _quiet_gguf_reader() -> Iterator[None]:
+    """transformers' GGUF reader draws its own tqdm bar ("Converting and de-quantizing GGUF tensors...", one
+    line per refresh when stderr is not a terminal) beside specrt's progress line, and its bar ignores
+    `disable_progress_bar`: run it with that bar disabled."""
+    try:
+        import transformers.modeling_gguf_pytorch_utils as reader
+    except ImportError:
+        yield
+        return
+    bar = getattr(reader, "tqdm", None)
+    if bar is None:
+        yield
+        return
+    reader.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        reader.tqdm = bar
+
+
 def checkpoint_dir_from_gguf(gguf_file: Path, out: Path) -> None:
     """Write config.json, model.safetensors, tokenizer files and generation_config.json into `out`."""
     import torch
@@ -134,11 +157,12 @@ def checkpoint_dir_from_gguf(gguf_file: Path, out: Path) -> None:
     tf.utils.logging.disable_progress_bar()  # specrt's own progress line says what is running
     folder, name = str(gguf_file.parent), gguf_file.name
     try:
-        config = tf.AutoConfig.from_pretrained(folder, gguf_file=name)
-        _head_dim_from_metadata(config, gguf_file)
-        model, info = tf.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, config=config,
-                                                              dtype=torch.float32, output_loading_info=True)
-        tokenizer = tf.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        with _quiet_gguf_reader():
+            config = tf.AutoConfig.from_pretrained(folder, gguf_file=name)
+            _head_dim_from_metadata(config, gguf_file)
+            model, info = tf.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, config=config,
+                                                                  dtype=torch.float32, output_loading_info=True)
+            tokenizer = tf.AutoTokenizer.from_pretrained(folder, gguf_file=name)
     except (ValueError, KeyError, RuntimeError, OSError, TypeError, ZeroDivisionError,
             OverflowError) as exc:  # unsupported architecture, corrupt file
         first = (str(exc) or type(exc).__name__).splitlines()[0]

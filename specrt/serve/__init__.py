@@ -2,9 +2,9 @@
 
 Module map: app.py (create_app, routes), schemas.py (request bodies), requests.py (validation -> Job),
 service.py (responses, JSON and SSE), slots.py (generator pool, wait queue, cancellable runs),
-worker.py (the worker-thread loop: detokenize, stop strings), chat.py (chat templates),
+worker.py (the worker-thread loop: detokenize, stop strings); chat templates: specrt.runtime.chat_template,
 metrics.py (Prometheus), middleware.py (API key, body limit, request counts), sse.py, errors.py,
-config.py. Needs the `serve` extra (fastapi, uvicorn, prometheus-client, jinja2).
+config.py. Needs the `serve` extra (fastapi, uvicorn, prometheus-client).
 """
 
 from specrt.serve.app import create_app, load_generators

@@ -7,7 +7,7 @@ from typing import Mapping, Optional, Union
 
 from specrt.core.errors import InvalidArgument
 
-METHODS = ("draft", "ngram", "hybrid", "medusa", "none")
+METHODS = ("draft", "ngram", "hybrid", "medusa", "head", "hybrid-head", "none")
 API_KEY_ENV = "SPECRT_API_KEY"
 
 

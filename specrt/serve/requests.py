@@ -13,7 +13,7 @@ import uuid
 from typing import Any, Optional
 
 from specrt.core.errors import InvalidArgument
-from specrt.serve.chat import ChatFormatter
+from specrt.runtime.chat_template import ChatFormatter
 from specrt.serve.config import ServeConfig
 from specrt.runtime.sampling import MAX_TEMPERATURE, MIN_TEMPERATURE
 from specrt.serve.errors import APIError, bad_request

@@ -1,6 +1,9 @@
 """Requests -> generation jobs -> OpenAI responses (JSON or server-sent events).
 
-Validation happens before a slot is taken; prompt tokenization runs in a thread, not on the loop.
+Validation happens before a slot is taken; prompt tokenization runs in a thread, not on the loop. Chat
+templates render in their own small pool (`RENDER_THREADS`), each render bounded in time and size
+(`specrt.runtime.template_bounds`: a hit bound is a 400), so slow templates never hold the threads that
+plain completions use.
 A request waits for a slot in the bounded queue (429 beyond it); once it has one, the first event
 (first token or an error) is awaited before the response starts, so argument errors are real 400s
 even for `stream: true`.
@@ -17,7 +20,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from specrt.core.errors import InvalidArgument
-from specrt.serve.chat import ChatFormatter
+from specrt.runtime.chat_template import ChatFormatter
 from specrt.serve.config import ServeConfig
 from specrt.serve.errors import APIError, error_body
 from specrt.serve.metrics import ServerMetrics
@@ -25,6 +28,9 @@ from specrt.serve.requests import Prepared, prepare_chat, prepare_completion
 from specrt.serve.slots import QueueFull, Run, SlotPool
 from specrt.serve.sse import DONE, EventStream, sse
 from specrt.serve.worker import Delta, Done
+
+
+RENDER_THREADS = 2  # chat-template renders at a time (each bounded: RenderBounds.max_seconds)
 
 
 def spec_stats(stats: Any) -> dict[str, Any]:
@@ -61,9 +67,11 @@ class Service:
         self.metrics = ServerMetrics(self.pool, self.generator.max_draft_tokens)
         self.chat = ChatFormatter.from_manifest(self.generator.manifest)
         self.executor = ThreadPoolExecutor(max_workers=len(generators), thread_name_prefix="specrt-slot")
+        self.render_pool = ThreadPoolExecutor(max_workers=RENDER_THREADS, thread_name_prefix="specrt-chat")
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.render_pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------------------------- routes
     async def completion(self, request: Request, body: Any) -> Response:
@@ -73,7 +81,8 @@ class Service:
 
     async def chat_completion(self, request: Request, body: Any) -> Response:
         arrived = time.perf_counter()
-        prep = await asyncio.to_thread(prepare_chat, body, self.generator, self.config, self.chat)
+        prep = await asyncio.get_running_loop().run_in_executor(
+            self.render_pool, prepare_chat, body, self.generator, self.config, self.chat)
         return await self._respond(request, prep, arrived, "/v1/chat/completions")
 
     # -------------------------------------------------------------------------------- internals

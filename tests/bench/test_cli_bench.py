@@ -38,6 +38,7 @@ def check_result(out: dict, suites=("code", "grounded", "open")):
     assert out["memory"]["peak_rss_mb"] > 0
 
 
+@pytest.mark.slow  # a whole bench run in a real process
 def test_bench_cli_subprocess_json_markdown_plot(pair_bundle, tmp_path):
     js, md, png = tmp_path / "out.json", tmp_path / "out.md", tmp_path / "out.png"
     proc = subprocess.run([sys.executable, "-m", "specrt", "bench", str(pair_bundle), *SMALL, "--k", "1,4,auto",

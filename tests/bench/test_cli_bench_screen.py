@@ -60,3 +60,13 @@ def test_tables_fit_80_columns_and_wide_shows_every_column(pair_bundle):
     assert proc.returncode == 0 and "…" not in proc.stdout
     for col in ("a/token", "V(k)/V(0)", "draft/verify %", "e2e speedup", "tokens/step"):
         assert col in proc.stdout, col
+
+
+def test_tables_at_exactly_100_columns_cut_nothing(pair_bundle):
+    """At 100 columns the full headers did not fit and rich cut cells ("speed…"): the table falls back to the
+    short headers whenever its natural width exceeds the terminal's."""
+    for columns in (100, 101, 140):
+        proc, _ = run([pair_bundle, *SMALL, "--methods", "draft,hybrid"], columns=columns)
+        assert proc.returncode == 0, proc.stderr
+        assert "…" not in proc.stdout, proc.stdout
+        assert all(len(line) <= columns for line in proc.stdout.splitlines()), proc.stdout

@@ -3,8 +3,6 @@ manifest values validated with typed errors naming the key."""
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -79,8 +77,9 @@ def test_malformed_manifest_values_name_the_key(bundle, tamper, key):
 
 
 def specrt_generate(bundle):
-    return subprocess.run([sys.executable, "-m", "specrt", "generate", str(bundle), "--prompt", "x",
-                           "--max-new-tokens", "2", "--backend", "ort"], capture_output=True, text=True, timeout=300)
+    from helpers import run_cli
+
+    return run_cli("generate", bundle, "--prompt", "x", "--max-new-tokens", "2", "--backend", "ort")
 
 
 @pytest.mark.parametrize("content", [b"[1, 2, 3]", b"\xff\xfe{\x00", b'{"format": "specrt-bundle", "format_version": 1}'])

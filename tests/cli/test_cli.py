@@ -1,4 +1,6 @@
-"""The CLI as a user runs it: real subprocesses, exit codes, one-line errors, no tracebacks."""
+"""The CLI as a user runs it: exit codes, one-line errors, no tracebacks. Most cases run in-process
+(click's CliRunner: the same code path after argument parsing, no new interpreter); a real `python -m specrt`
+process checks the entry point, the exit code and the one-line stderr end to end."""
 
 import json
 import subprocess
@@ -6,17 +8,27 @@ import sys
 
 import pytest
 
+from helpers import run_cli
 
-def specrt(*args, check=None):
-    proc = subprocess.run([sys.executable, "-m", "specrt", *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
+
+def check_code(proc, check):
     if check is not None:
         assert proc.returncode == check, proc.stderr
     return proc
 
 
+def specrt(*args, check=None):
+    return check_code(run_cli(*args), check)
+
+
+def specrt_process(*args, check=None):
+    proc = subprocess.run([sys.executable, "-m", "specrt", *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+    return check_code(proc, check)
+
+
 def test_generate_json(pair_bundle, pair_generator):
-    proc = specrt("generate", pair_bundle, "--prompt", "import os", "--max-new-tokens", 12,
+    proc = specrt_process("generate", pair_bundle, "--prompt", "import os", "--max-new-tokens", 12,
                   "--method", "draft", "--num-speculative-tokens", 3, "--json", check=0)
     out = json.loads(proc.stdout)
     assert set(out) == {"text", "token_ids", "finish_reason", "stats"}
@@ -64,6 +76,16 @@ def test_errors_are_one_line_with_exit_code(pair_bundle, llama_target, args, cod
     assert "Traceback" not in proc.stderr
 
 
+def test_a_real_process_errors_in_one_line():
+    """The entry point itself: a usage error and a bad bundle, each one stderr line and exit 2."""
+    for args, message in ((["generate", "--bogus"], "No such option"),
+                          (["generate", "/nonexistent-bundle", "--prompt", "hi"], "does not exist")):
+        proc = specrt_process(*args)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
 def test_compile_cli_writes_bundle(tmp_path, llama_target, llama_draft):
     out = tmp_path / "b"
     proc = specrt("compile", "--target", llama_target, "--draft", llama_draft, "-o", out, "--max-seq-len", 64,

@@ -1,16 +1,19 @@
 """Exit codes and one-line messages (issue 10 #17): bad input exits 2, never a bare exception name."""
 
 import subprocess
-import sys
 
 import numpy as np
 import pytest
+from helpers import run_cli
 
 from specrt.core.errors import BackendError, InvalidArgument
 
 
 def specrt(*args):
-    return subprocess.run([sys.executable, "-m", "specrt", *args], capture_output=True, timeout=300)
+    """In-process (tests/helpers.py run_cli); stdout and stderr as bytes, as a subprocess gives them."""
+    proc = run_cli(*args)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.encode("utf-8", "backslashreplace"),
+                                       proc.stderr.encode("utf-8", "backslashreplace"))
 
 
 @pytest.mark.parametrize("extra, words", [

@@ -27,6 +27,7 @@ def tiny_pair(tmp_path_factory, llama_target, llama_draft):
     return d
 
 
+@pytest.mark.slow  # three demo runs, two compiles
 def test_demo_json_reuse_and_rebuild(tmp_path, tiny_pair):
     args = ["--models", tiny_pair, "--max-new-tokens", 12, "--repeats", 1, "--json"]
     proc = demo(*args, cwd=tmp_path)
@@ -50,10 +51,13 @@ def test_demo_json_reuse_and_rebuild(tmp_path, tiny_pair):
 
 
 def test_demo_missing_models_is_a_clear_error(tmp_path):
-    proc = demo("--models", tmp_path / "nothing", cwd=tmp_path)
+    from helpers import run_cli
+
+    proc = run_cli("demo", "--models", tmp_path / "nothing", cwd=tmp_path)
     assert proc.returncode == 2 and "demo models not found" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # compiles the packaged pair, two demo runs
 @pytest.mark.skipif(not (ASSETS / "target" / "config.json").exists(), reason="the packaged demo pair is not built")
 def test_packaged_pair_when_the_download_fails_and_offline(tmp_path, monkeypatch):
     """No index reachable: one line says why, then the packaged toy pair runs; --offline runs it silently."""

@@ -16,6 +16,7 @@ def tiny_pair(tmp_path_factory, llama_target, llama_draft):
     return d
 
 
+@pytest.mark.slow  # compiles the pair and runs the demo in a pseudo-terminal, twice per width
 @pytest.mark.parametrize("columns", [80, 100])
 def test_demo_results_stay_on_screen(tmp_path, tiny_pair, columns):
     args = ["demo", "--models", tiny_pair, "--max-new-tokens", 12, "--repeats", 2]
@@ -30,6 +31,10 @@ def test_demo_results_stay_on_screen(tmp_path, tiny_pair, columns):
     assert len(steps) == 1 and steps[0] < results[0], "the compile block is printed once, above the results"
     rules = [i for i, line in enumerate(lines) if line.startswith("─")]
     assert len(rules) == 5 and all(len(lines[i]) == columns for i in rules), screen  # full rules, nothing run into them
+    titles = [lines[i].strip("─ ") for i in rules]
+    assert len(set(titles)) == 5 and titles[-1] == "overall: every prompt", titles  # no title repeats another
+    assert titles[0].endswith("(1 of 4)") and titles[3].endswith("(4 of 4)"), titles
+    assert "[cut off: the answer reached --max-new-tokens 12]" in screen, screen  # 12 tokens: the answers are cut
     assert re.search(r"speedup \d+\.\d\dx \(median; \d+\.\d\d-\d+\.\d\d over 2 repeats\)", screen), screen
     assert all(len(line) <= columns for line in lines)
     for i in range(1, 5):

@@ -2,15 +2,13 @@
 branch proposed; the output equals plain decoding."""
 
 import json
-import subprocess
-import sys
+
+from helpers import run_cli
 
 PROMPT = "import os\nimport sys\nimport os\nimport sys\ndef main(argv):\n    "
 
 
-def specrt(*args):
-    return subprocess.run([sys.executable, "-m", "specrt", *map(str, args)], capture_output=True, text=True,
-                          timeout=600)
+specrt = run_cli  # in-process: tests/helpers.py
 
 
 def test_generate_hybrid_reports_branches(pair_bundle):

@@ -2,15 +2,14 @@
 the memory plan of a CPU bundle is a CPU plan, a larger --max-seq-len is commented, 80 columns suffice."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
+
+from helpers import run_cli
 
 
 def specrt(*args, columns=80):
-    return subprocess.run([sys.executable, "-m", "specrt", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "COLUMNS": str(columns)})
+    """In-process (tests/helpers.py run_cli) with the terminal width set through COLUMNS."""
+    return run_cli(*args, env={"COLUMNS": str(columns)})
 
 
 def test_tampered_bundle_is_described_with_failed_checks(pair_bundle, tmp_path):

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import run_cli
 
 
 def specrt(*args, cwd=None):
@@ -24,6 +25,7 @@ def text_dir(tmp_path_factory):
     return d
 
 
+@pytest.mark.slow
 def test_distill_draft_then_compile_and_generate(tmp_path, llama_target, text_dir):
     out = tmp_path / "draft"
     proc = specrt("distill-draft", "--target", llama_target, "--data", text_dir, "-o", out, "--layers", 1,
@@ -39,6 +41,7 @@ def test_distill_draft_then_compile_and_generate(tmp_path, llama_target, text_di
     assert json.loads(proc.stdout)["stats"]["method"] == "draft"
 
 
+@pytest.mark.slow
 def test_train_medusa_then_compile(tmp_path, llama_target, text_dir):
     out = tmp_path / "heads"
     proc = specrt("train-medusa", "--target", llama_target, "--data", text_dir, "-o", out, "--num-heads", 2,
@@ -56,7 +59,7 @@ def test_train_medusa_then_compile(tmp_path, llama_target, text_dir):
 
 
 def test_bad_training_input(tmp_path, llama_target):
-    proc = specrt("distill-draft", "--target", tmp_path / "nope", "--data", tmp_path, "-o", tmp_path / "o")
+    proc = run_cli("distill-draft", "--target", tmp_path / "nope", "--data", tmp_path, "-o", tmp_path / "o")
     assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
-    proc = specrt("train-medusa", "--target", llama_target, "--data", tmp_path / "missing", "-o", tmp_path / "o")
+    proc = run_cli("train-medusa", "--target", llama_target, "--data", tmp_path / "missing", "-o", tmp_path / "o")
     assert proc.returncode == 2 and "--data" in proc.stderr

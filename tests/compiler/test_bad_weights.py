@@ -1,8 +1,6 @@
 """Non-finite weights (issue 10 #6): refused by the checkpoint reader, and validation fails on NaN/Inf."""
 
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -21,9 +19,9 @@ def test_compile_refuses_non_finite_weights_naming_the_tensor(tmp_path, llama_ta
     name = "model.layers.1.mlp.down_proj.weight"
     tensors[name][3, 5] = bad
     save_file(tensors, str(ckpt / "model.safetensors"), metadata={"format": "pt"})
-    proc = subprocess.run([sys.executable, "-m", "specrt", "compile", "--target", str(ckpt), "-o",
-                           str(tmp_path / "b"), "--max-seq-len", "64", "--max-draft-tokens", "4"],
-                          capture_output=True, text=True, timeout=300)
+    from helpers import run_cli
+
+    proc = run_cli("compile", "--target", ckpt, "-o", tmp_path / "b", "--max-seq-len", "64", "--max-draft-tokens", "4")
     assert proc.returncode == 2, proc.stderr
     assert name in proc.stderr and "non-finite" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "b").exists()

@@ -1,7 +1,9 @@
-"""Nothing lost: every `-o` / `--force` combination through the real CLI (subprocesses), end to end.
+"""Nothing lost: every `-o` / `--force` combination through the CLI, end to end.
 
 A directory holding a user's file must survive each of them; refused outputs exit 2 with one line naming
-the path, before anything is exported.
+the path, before anything is exported. Refusals run the CLI in-process (tests/helpers.py run_cli); what
+depends on the process itself (signals, two processes racing, a dead owner's temporary) runs
+`python -m specrt` for real.
 """
 
 import json
@@ -14,13 +16,18 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import run_cli
 
 from specrt.bundle.manifest import read_manifest
 
 FAST = ("--max-seq-len", "64", "--max-draft-tokens", "4")
 
 
-def specrt(*args, cwd=None, timeout=300):
+def specrt(*args, cwd=None):
+    return run_cli(*args, cwd=cwd)
+
+
+def specrt_process(*args, cwd=None, timeout=300):
     return subprocess.run([sys.executable, "-m", "specrt", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd)
 
@@ -99,6 +106,7 @@ def test_output_that_is_a_file_is_refused_up_front(tmp_path, ckpt, force):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "ckpt"]
 
 
+@pytest.mark.slow
 def test_force_replaces_a_bundle_and_an_empty_directory(tmp_path, ckpt):
     out = tmp_path / "b"
     out.mkdir()
@@ -127,6 +135,7 @@ def test_demo_rebuilds_only_its_own_bundle(tmp_path, llama_target, llama_draft, 
     assert (stale / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_two_compiles_racing_for_one_output(tmp_path, ckpt):
     out = tmp_path / "b"
     cmd = [sys.executable, "-m", "specrt", "compile", "--target", str(ckpt), "-o", str(out), *FAST]
@@ -141,6 +150,7 @@ def test_two_compiles_racing_for_one_output(tmp_path, ckpt):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+@pytest.mark.slow
 def test_sigterm_during_compile_leaves_no_temporary(tmp_path, ckpt, llama_draft):
     # target + draft: two exports, so the signal lands well inside the compile
     proc = subprocess.Popen([sys.executable, "-m", "specrt", "compile", "--target", str(ckpt), "--draft",
@@ -159,6 +169,7 @@ def test_sigterm_during_compile_leaves_no_temporary(tmp_path, ckpt, llama_draft)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "b") == ["ckpt"]
 
 
+@pytest.mark.slow
 def test_next_compile_removes_temporaries_of_dead_processes(tmp_path, ckpt):
     import psutil
 
@@ -171,6 +182,6 @@ def test_next_compile_removes_temporaries_of_dead_processes(tmp_path, ckpt):
         d.mkdir()
         (d / ".specrt-owner.json").write_text(json.dumps(record))
         (d / "model.onnx.data").write_bytes(b"x" * 1000)
-    proc = specrt("compile", "--target", ckpt, "-o", tmp_path / "b", *FAST)
+    proc = specrt_process("compile", "--target", ckpt, "-o", tmp_path / "b", *FAST)
     assert proc.returncode == 0, proc.stderr
     assert not stale.exists() and alive.exists()  # a live owner's temporary is left alone

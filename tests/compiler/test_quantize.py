@@ -214,8 +214,8 @@ def test_max_ppl_increase_refuses_and_writes_nothing(tmp_path):
     assert not out.exists() and list(out.parent.iterdir()) == []
 
 
-def test_readme_quantize_block_runs(tmp_path, llama_target):
-    """The README's quantized-bundle commands, executed as written."""
+def test_docs_quantize_block_runs(tmp_path, llama_target):
+    """docs/quantization.md's quantized-bundle commands, executed as written."""
     import os
     import re
     import shutil
@@ -223,7 +223,7 @@ def test_readme_quantize_block_runs(tmp_path, llama_target):
     import sys
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "quantization.md").read_text()
     (block,) = re.findall(r"<!-- readme-test: quantize -->\n```bash\n(.*?)```", readme, flags=re.S)
     shutil.copytree(llama_target, tmp_path / "my-target")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")

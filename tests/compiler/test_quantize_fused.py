@@ -160,7 +160,7 @@ def test_runners_pad_one_token_calls_at_level_4(tmp_path, pair_bundle, variant):
 
 
 def test_fast_decode_flag_reaches_the_plan():
-    from specrt.compiler.quantize_cli import prepare_quantization
+    from specrt.compiler.quantize_prepare import prepare_quantization
 
     options = {"quantize": "int4", "draft_quantize": None, "quant_block_size": 32, "quant_symmetric": True,
                "quant_accuracy_level": 4, "quant_batch_invariant": True, "calibration_data": None,

@@ -44,6 +44,7 @@ def deep_checkpoint(tmp_path_factory, tokenizer_path):
     return d
 
 
+@pytest.mark.slow  # a 12-layer model compiled and validated
 def test_deep_model_with_large_logits_compiles(tmp_path, deep_checkpoint):
     out = compile_bundle(deep_checkpoint, tmp_path / "b", max_seq_len=96, max_draft_tokens=4)
     v = read_manifest(out).models["target"].validation
@@ -117,10 +118,8 @@ def test_tolerance_parses():
 
 
 def test_cli_bad_tolerance_is_one_line_exit_2(tmp_path, llama_target):
-    import subprocess
-    import sys
+    from helpers import run_cli
 
-    proc = subprocess.run([sys.executable, "-m", "specrt", "compile", "--target", str(llama_target), "-o",
-                           str(tmp_path / "out"), "--tolerance", "1e-4"], capture_output=True, text=True, timeout=300)
+    proc = run_cli("compile", "--target", llama_target, "-o", tmp_path / "out", "--tolerance", "1e-4")
     assert proc.returncode == 2 and "ATOL,RTOL" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()

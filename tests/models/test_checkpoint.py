@@ -2,8 +2,6 @@
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -40,8 +38,8 @@ def test_absurd_config_is_refused_before_allocating(tmp_path, llama_target):
     cfg.update(hidden_size=262144, intermediate_size=1048576, num_hidden_layers=200, num_attention_heads=64,
                num_key_value_heads=64, head_dim=4096)
     (ckpt / "config.json").write_text(json.dumps(cfg))
-    proc = subprocess.run([sys.executable, "-m", "specrt", "compile", "--target", str(ckpt), "-o",
-                           str(tmp_path / "b"), "--max-seq-len", "64", "--max-draft-tokens", "4"],
-                          capture_output=True, text=True, timeout=300)
+    from helpers import run_cli
+
+    proc = run_cli("compile", "--target", ckpt, "-o", tmp_path / "b", "--max-seq-len", "64", "--max-draft-tokens", "4")
     assert proc.returncode == 2, proc.stderr
     assert "parameters" in proc.stderr and "GiB" in proc.stderr and "Traceback" not in proc.stderr

@@ -3,8 +3,6 @@ names and conventions, see gguf_writer.py) compile, and greedy output equals tra
 file, plainly and speculatively (n-gram). Each written file is first checked against the checkpoint it came from
 (transformers on the GGUF == transformers on the checkpoint), so a wrong convention in the writer cannot hide."""
 
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -58,6 +56,9 @@ def make_model(path, arch: str, tokenizer):
     shutil.copy(tokenizer, path / "tokenizer.json")
     return path
 
+
+# every test here uses the module fixture that writes and compiles four GGUF models
+pytestmark = pytest.mark.slow
 
 ARCHS = ("qwen2", "qwen3", "gemma3", "mistral")
 EXPECTED = {"qwen2": ("Qwen2ForCausalLM", "qwen2"), "qwen3": ("Qwen3ForCausalLM", "qwen3"),
@@ -174,8 +175,9 @@ def test_unreadable_file_is_a_one_line_error(tmp_path, gguf_cases, case, message
         bad = _other_architecture(tmp_path / f"{case}.gguf")
     else:
         bad = write_gguf(gguf_cases["mistral"][2], tmp_path / f"{case}.gguf", "F32", name="mistral")
-    proc = subprocess.run([sys.executable, "-m", "specrt", "compile", "--target", str(bad), "-o", str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=600)
+    from helpers import run_cli
+
+    proc = run_cli("compile", "--target", bad, "-o", tmp_path / "out")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and f"{case}.gguf" in errors[0] and message in errors[0], proc.stderr

@@ -2,7 +2,6 @@
 transformers loading the same GGUF file."""
 
 import json
-import subprocess
 import sys
 import zipfile
 
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 
 from gguf_writer import write_llama_gguf
+from helpers import run_cli
 
 from specrt.bundle.manifest import read_manifest
 from specrt.compiler import compile_bundle
@@ -45,6 +45,7 @@ def transformers_greedy(gguf_file, prompt_ids, n):
 
 
 @pytest.mark.parametrize("qtype", ["F32", "Q8_0"])
+@pytest.mark.slow  # two GGUF compiles (module fixture)
 def test_gguf_greedy_equals_transformers(gguf_files, gguf_bundles, qtype):
     import transformers as tf
 
@@ -64,6 +65,7 @@ def test_gguf_greedy_equals_transformers(gguf_files, gguf_bundles, qtype):
 
 
 @pytest.mark.parametrize("qtype", ["F32", "Q8_0"])
+@pytest.mark.slow
 def test_manifest_records_the_source(gguf_files, gguf_bundles, qtype):
     m = read_manifest(gguf_bundles[qtype])
     src = m.models["target"].source
@@ -72,6 +74,7 @@ def test_manifest_records_the_source(gguf_files, gguf_bundles, qtype):
     assert m.tokenizer.chat_template is not None
 
 
+@pytest.mark.slow
 def test_quantized_file_really_differs_from_f32(gguf_bundles):
     """Q8_0 dequantized weights are not the F32 ones (the quantized path is exercised, not bypassed)."""
     import onnx
@@ -85,9 +88,10 @@ def test_quantized_file_really_differs_from_f32(gguf_bundles):
     assert 0 < np.abs(f32 - q8).max() < 0.02 * np.abs(f32).max()
 
 
+@pytest.mark.slow
 def test_chat_template_from_gguf_metadata(gguf_bundles):
     from specrt.runtime import load
-    from specrt.serve.chat import ChatFormatter, chat_prompt_ids
+    from specrt.runtime.chat_template import ChatFormatter, chat_prompt_ids
 
     gen = load(gguf_bundles["F32"], backend="ort")
     fmt = ChatFormatter.from_manifest(gen.manifest)
@@ -97,17 +101,16 @@ def test_chat_template_from_gguf_metadata(gguf_bundles):
     assert gen.tokenizer.decode(ids) == "<system>be brief\n<user>hi\n<assistant>"
 
 
-def specrt(*args):
-    return subprocess.run([sys.executable, "-m", "specrt", *map(str, args)], capture_output=True, text=True,
-                          timeout=600)
+specrt = run_cli  # in-process (tests/helpers.py)
 
 
+@pytest.mark.slow
 def test_cli_generate_chat_and_inspect(gguf_bundles):
     proc = specrt("generate", gguf_bundles["F32"], "--chat", "hi", "--system", "be brief", "--max-new-tokens", 8,
                   "--json")
     assert proc.returncode == 0, proc.stderr
     from specrt.runtime import load
-    from specrt.serve.chat import chat_prompt_ids
+    from specrt.runtime.chat_template import chat_prompt_ids
 
     gen = load(gguf_bundles["F32"], backend="ort")
     expected = gen.generate(chat_prompt_ids(gen, "hi", "be brief"), 8, method="none").token_ids

@@ -56,6 +56,7 @@ def specrt(*args):
                           timeout=600)
 
 
+@pytest.mark.slow  # distill + compile + decode through real processes
 def test_cli_init_from_target_compiles_and_drafts(tmp_path, deep_target):
     """--steps 0: the saved draft is exactly the initialisation (layers 1 and 3 of the target)."""
     data = tmp_path / "text"
@@ -89,7 +90,9 @@ def test_cli_init_from_target_compiles_and_drafts(tmp_path, deep_target):
                                          (["--num-layers", "9"], "num_layers must be in [1, 5]"),
                                          (["--layers", "1", "--num-layers", "2"], "not both")])
 def test_cli_bad_layer_choice(tmp_path, deep_target, args, match):
-    proc = specrt("distill-draft", "--target", deep_target, "--data", tmp_path, "-o", tmp_path / "o",
-                  "--init-from-target", *args)
+    from helpers import run_cli
+
+    proc = run_cli("distill-draft", "--target", deep_target, "--data", tmp_path, "-o", tmp_path / "o",
+                   "--init-from-target", *args)
     assert proc.returncode == 2 and match in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "o").exists()

@@ -81,8 +81,9 @@ def test_primed_controller_starts_at_the_predicted_k_and_says_why_it_is_off():
     slow = AdaptiveK(8)
     slow.prime([1e-3] * 9, 2e-3)  # a draft token costs two target steps: never worth it
     assert slow.next_k() == 0 and slow.current_k == 0
-    assert slow.off_reason().startswith("speculation off: drafting is slower than plain decoding here; "
-                                        "per-token acceptance 0.60, a draft token costs 2.00 target steps")
+    assert slow.off_reason().startswith("speculation off: drafting is slower than plain decoding here, by the "
+                                        "controller's estimates (per-token acceptance 0.60, a draft token "
+                                        "costing 2.00 target steps)")
 
 
 def test_generator_primes_its_controllers_from_load_time_costs(pair_generator):

@@ -1,7 +1,5 @@
 """--ngram-min / --ngram-max are bounded (issue 10 #12): no table per size up to a billion."""
 
-import subprocess
-import sys
 
 import pytest
 
@@ -24,7 +22,8 @@ def test_largest_allowed_size_works(pair_generator):
 
 
 def test_cli_ngram_max_exits_2(pair_bundle):
-    proc = subprocess.run([sys.executable, "-m", "specrt", "generate", str(pair_bundle), "--prompt", "x",
-                           "--method", "ngram", "--ngram-max", "1000000000", "--backend", "ort"],
-                          capture_output=True, text=True, timeout=300)
+    from helpers import run_cli
+
+    proc = run_cli("generate", pair_bundle, "--prompt", "x", "--method", "ngram", "--ngram-max", "1000000000",
+                   "--backend", "ort")
     assert proc.returncode == 2 and "ngram" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

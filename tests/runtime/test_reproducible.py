@@ -26,6 +26,7 @@ def test_same_seed_same_text_five_times_with_auto(generators, method):
     assert len(others | {tuple(runs[0].token_ids)}) > 1  # different seeds differ
 
 
+@pytest.mark.slow  # two real processes
 def test_same_seed_same_text_across_processes(pair_bundle, pair_generator):
     args = [sys.executable, "-m", "specrt", "generate", str(pair_bundle), "--prompt", PROMPT, "--max-new-tokens",
             "30", "--temperature", "1", "--seed", "3", "--backend", "ort"]

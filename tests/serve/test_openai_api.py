@@ -83,7 +83,7 @@ def test_completion_stream_matches(client, pair_generator):
 
 
 def test_chat_matches_plain_template(client, pair_generator):
-    from specrt.serve.chat import plain_template
+    from specrt.runtime.chat_template import plain_template
 
     ref = expected(pair_generator, plain_template(MESSAGES), 25)
     resp = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=25, temperature=0)
@@ -95,7 +95,7 @@ def test_chat_matches_plain_template(client, pair_generator):
 
 
 def test_chat_stream_matches(client, pair_generator):
-    from specrt.serve.chat import plain_template
+    from specrt.runtime.chat_template import plain_template
 
     ref = expected(pair_generator, plain_template(MESSAGES), 25)
     chunks = list(client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=25, temperature=0,
@@ -107,7 +107,7 @@ def test_chat_stream_matches(client, pair_generator):
 
 
 def test_chat_default_max_tokens_fills_context(client, pair_generator):
-    from specrt.serve.chat import plain_template
+    from specrt.runtime.chat_template import plain_template
 
     prompt_len = len(pair_generator.encode_prompt(plain_template(MESSAGES)))
     resp = client.chat.completions.create(model="tiny", messages=MESSAGES, temperature=0)
@@ -158,7 +158,7 @@ def test_same_as_generate_cli(client, pair_bundle):
 
 
 def test_chat_with_checkpoint_template(server, client, pair_generator):
-    from specrt.serve.chat import ChatFormatter
+    from specrt.runtime.chat_template import ChatFormatter
 
     service = server.server.config.app.state.service
     fmt = ChatFormatter("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
@@ -174,3 +174,22 @@ def test_chat_with_checkpoint_template(server, client, pair_generator):
         service.chat = saved
     assert resp.choices[0].message.content == ref.text
     assert resp.usage.prompt_tokens == len(ids)
+
+
+def test_chat_template_over_its_bound_is_a_400(server, client):
+    import openai
+
+    from specrt.runtime.chat_template import ChatFormatter
+    from specrt.runtime.template_bounds import RenderBounds
+
+    service = server.server.config.app.state.service
+    hostile = ChatFormatter("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+                            bounds=RenderBounds(max_seconds=0.3))
+    saved, service.chat = service.chat, hostile
+    try:
+        with pytest.raises(openai.BadRequestError, match="chat template ran longer"):
+            client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=4, temperature=0)
+    finally:
+        service.chat = saved
+    resp = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=4, temperature=0)
+    assert resp.usage.completion_tokens == 4  # the server still answers

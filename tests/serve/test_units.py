@@ -8,7 +8,7 @@ import json
 import pytest
 
 from specrt.core.errors import BundleError, InvalidArgument
-from specrt.serve.chat import ChatFormatter, plain_template
+from specrt.runtime.chat_template import ChatFormatter, plain_template
 from specrt.serve.config import ServeConfig
 from specrt.serve.slots import QueueFull, SlotPool
 from specrt.serve.worker import StopText

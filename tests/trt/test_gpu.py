@@ -35,7 +35,7 @@ if MISSING:  # one short line for the whole module in `pytest -rs`, not one per 
 
 def compile_trt(llama_target, llama_draft, out, precision: str):
     from specrt.compiler import compile_bundle
-    from specrt.compiler.trt.cli import trt_extra_steps
+    from specrt.compiler.trt.compile_steps import trt_extra_steps
 
     steps = trt_extra_steps({"engines": "trt", "precision": precision, "workspace": 1 << 28}, 128, 8, bundle=out)
     return compile_bundle(llama_target, out, llama_draft, max_seq_len=128, max_draft_tokens=8, force=True,

@@ -9,8 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from specrt.cli.main import handle_errors
-from specrt.compiler.trt.cli import (build_options, check_budget_before_build, prepare_trt_compile,
-                                     trt_compile_options, trt_extra_steps)
+from specrt.cli.trt_options import trt_compile_options
+from specrt.compiler.trt.compile_steps import (build_options, check_budget_before_build, prepare_trt_compile,
+                                               trt_extra_steps)
 from specrt.core.errors import BackendUnavailable, InvalidArgument
 
 tensorrt_missing = pytest.mark.skipif(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
@@ -27,7 +26,7 @@ from specrt.bundle.writer import ManifestDraft, write_manifest  # noqa: E402
 from specrt.compiler.quality import GraphScorer  # noqa: E402
 from specrt.compiler.quantize_step import QualityRefused  # noqa: E402
 from specrt.compiler.trt.build import BuildOptions, engine_entry, half_precision  # noqa: E402
-from specrt.compiler.trt.cli import ptq_config, ptq_step, trt_extra_steps  # noqa: E402
+from specrt.compiler.trt.compile_steps import ptq_config, ptq_step, trt_extra_steps  # noqa: E402
 from specrt.compiler.trt.memory import model_row, weight_bytes  # noqa: E402
 from specrt.compiler.trt.precision import half_onnx_from_fp32  # noqa: E402
 from specrt.compiler.trt.ptq import PTQConfig, import_modelopt, qdq_summary  # noqa: E402
@@ -150,8 +149,9 @@ def test_manifest_records_the_engine_quantization_and_inspect_shows_it(quantized
     write_manifest(root, draft)
     entry = read_manifest(root).engines["target"]
     assert entry.precision == precision and entry.quantization == facts
-    proc = subprocess.run([sys.executable, "-m", "specrt", "inspect", str(root)], capture_output=True, text=True,
-                          timeout=300)
+    from helpers import run_cli
+
+    proc = run_cli("inspect", root)
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if "Q/DQ" in x)
     assert f"engine target: {precision} Q/DQ (nvidia-modelopt, {facts['calibration_method']}" in line
@@ -212,7 +212,9 @@ def test_compile_cli_refuses_before_any_work(llama_target, tmp_path):
     """`specrt compile` with the new precisions: one-line errors (exit 2 bad input, 1 missing backend), nothing
     written."""
     out = tmp_path / "out" / "bundle"
-    base = [sys.executable, "-m", "specrt", "compile", "--target", str(llama_target), "-o", str(out)]
+    from helpers import run_cli
+
+    base = ["compile", "--target", llama_target, "-o", out]
     cases = [
         (["--precision", "int8"], 2, "--precision int8 is for TensorRT engines (add --engines trt)"),
         (["--engines", "trt", "--precision", "int4", "--ptq-method", "max"], 2,
@@ -222,6 +224,6 @@ def test_compile_cli_refuses_before_any_work(llama_target, tmp_path):
         (["--engines", "trt", "--precision", "int8"], 1, "TensorRT is not installed"),
     ]
     for extra, code, message in cases:
-        proc = subprocess.run(base + extra, capture_output=True, text=True, timeout=300)
+        proc = run_cli(*base, *extra)  # in-process
         assert proc.returncode == code and message in proc.stderr, (extra, proc.stderr)
         assert "Traceback" not in proc.stderr and not out.exists()

@@ -36,7 +36,7 @@ def _k(value: str):
 @click.option("--suite", "suites", default="code,grounded,open", show_default=True, callback=_csv(str, "suite names"))
 @click.option("--prompts-per-suite", default=2, show_default=True, type=int, help="Built-in prompts per suite.")
 @click.option("--methods", default=None, callback=_csv(str, "methods"),
-              help="Comma-separated: draft,ngram,medusa (default: every method the bundle has; plain is always run).")
+              help="Comma-separated: draft,hybrid,ngram,medusa (default: every method the bundle has; plain is always run).")
 @click.option("--k", "ks", default="1,2,4,8,auto", show_default=True, callback=_csv(_k, "integers or 'auto'"))
 @click.option("--max-new-tokens", default=96, show_default=True, type=int)
 @click.option("--repeats", default=3, show_default=True, type=int, help="Timed rounds (medians and spread over them).")

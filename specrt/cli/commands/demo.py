@@ -43,7 +43,8 @@ def demo_cmd(output, offline, backend, method, k, max_new_tokens, repeats, model
     screen = DemoScreen(Console(stderr=as_json), chat=wheel is not None)
     if not as_json:
         current = gguf_bundle_is_current(wheel, output) if wheel is not None else bundle_is_current(models, output)
-        screen.announce(current, output, SMOLLM2.name if wheel is not None else "the demo pair")
+        screen.announce(current, output, SMOLLM2.name if wheel is not None else "the demo pair",
+                        "about 5 minutes on 2 cores, less on more" if wheel is not None else "about a minute")
         screen.warn_if_busy()
         if not current:  # the live compile display ends here, before any result is printed
             with step_progress() as progress:

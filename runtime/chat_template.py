@@ -1,5 +1,8 @@
 """Chat prompts: the checkpoint's Jinja `chat_template` when the bundle has one, else a plain template.
 
+Runtime side (the demo, `generate --chat` and `serve` all render through here; it needs jinja2, a base
+dependency, and nothing of the web server).
+
 The plain template (documented in the README, "Serving") is one line per message and an open assistant turn:
 
     system: You are terse.
@@ -8,7 +11,8 @@ The plain template (documented in the README, "Serving") is one line per message
 
 A checkpoint template is rendered like Hugging Face transformers does (sandboxed Jinja, `trim_blocks`,
 `lstrip_blocks`, `add_generation_prompt=True`, `bos_token` / `eos_token` from tokenizer_config.json).
-Its text already holds any special tokens, so it is tokenized without adding them again.
+Its text already holds any special tokens, so it is tokenized without adding them again. Rendering is
+bounded in time and size (`runtime/template_bounds.py`): a hit bound is an `InvalidArgument`.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from datetime import datetime
 from typing import Any, Optional, Sequence
 
 from specrt.core.errors import BundleError, InvalidArgument
+from specrt.runtime.template_bounds import (RenderBounds, TemplateBoundExceeded, bounded_filter, bounded_join,
+                                            check_args, check_binop, check_format, check_result, render_bounded)
 
 
 def plain_template(messages: Sequence[dict[str, str]]) -> str:
@@ -39,29 +45,58 @@ def _pick_template(raw: Any) -> Optional[str]:
     return None
 
 
+def _bounded_environment(bounds: RenderBounds) -> Any:
+    """The sandboxed Jinja environment of transformers' `apply_chat_template`, with size checks."""
+    from jinja2.exceptions import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class BoundedEnvironment(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**", "%", "+"})
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            check_binop(bounds, operator, left, right)
+            return super().call_binop(context, operator, left, right)
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+            check_args(bounds, list(args) + list(kwargs.values()))
+            method = getattr(__obj, "__wrapped__", __obj)  # the sandbox wraps str.format
+            if getattr(method, "__name__", None) in ("format", "format_map") and isinstance(
+                    getattr(method, "__self__", None), str):
+                check_format(bounds, method.__self__, args)
+            return check_result(bounds, super().call(__context, __obj, *args, **kwargs))
+
+    def raise_exception(message: str) -> None:
+        raise TemplateError(message)
+
+    env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.filters = {name: bounded_filter(bounds, fn) for name, fn in env.filters.items()}
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env
+
+
 class ChatFormatter:
     """Messages -> (prompt text, whether the tokenizer should add its special tokens)."""
 
-    def __init__(self, template: Optional[str] = None, bos_token: str = "", eos_token: str = "") -> None:
+    def __init__(self, template: Optional[str] = None, bos_token: str = "", eos_token: str = "",
+                 bounds: RenderBounds = RenderBounds()) -> None:
         self.template_source = template
         self.bos_token, self.eos_token = bos_token, eos_token
+        self.bounds = bounds
         self._compiled = None
         if template is not None:
             from jinja2.exceptions import TemplateError
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-            def raise_exception(message: str) -> None:
-                raise TemplateError(message)
-
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                                extensions=["jinja2.ext.loopcontrols"])
-            env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
-            env.globals["raise_exception"] = raise_exception
-            env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+            env = _bounded_environment(bounds)
             try:
                 self._compiled = env.from_string(template)
             except TemplateError as exc:
                 raise BundleError(f"the bundle's chat_template does not compile: {exc}") from None
+            names = self._compiled.root_render_func.__globals__  # the compiled template's `~` operator
+            for join in ("str_join", "markup_join"):
+                if join in names:
+                    names[join] = bounded_join(bounds, names[join])
 
     @property
     def kind(self) -> str:
@@ -108,9 +143,12 @@ class ChatFormatter:
         from jinja2.exceptions import TemplateError
 
         try:
-            text = self._compiled.render(messages=list(messages), add_generation_prompt=True,
-                                         bos_token=self.bos_token, eos_token=self.eos_token)
-        except TemplateError as exc:
+            text = render_bounded(self.bounds, self._compiled.generate(
+                messages=list(messages), add_generation_prompt=True, bos_token=self.bos_token,
+                eos_token=self.eos_token))
+        except TemplateBoundExceeded:
+            raise
+        except (TemplateError, OverflowError, MemoryError, RecursionError) as exc:
             raise InvalidArgument(f"the model's chat template rejected the messages: {exc}") from None
         return text, False
 

@@ -1,14 +1,10 @@
-"""`specrt compile` options for TensorRT engines and GPU memory budgets, and the compile step they add.
+"""The compile steps for TensorRT engines and GPU memory budgets, from `specrt compile`'s option values.
 
-Wiring (specrt/cli/commands/core.py):
+The options themselves (click) are in specrt/cli/trt_options.py, which passes them here as one dict
+`trt_options` (keys: OPTION_NAMES):
 
-    @main.command("compile")
-    @click.option(...)                      # the existing options
-    @trt_compile_options                    # adds the options below; passes them as trt_options=dict
-    @handle_errors
-    def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, as_json, trt_options):
-        extra += prepare_trt_compile(trt_options, target=target, draft=draft, output=output,
-                                     max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens)
+    extra += prepare_trt_compile(trt_options, target=target, draft=draft, output=output,
+                                 max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens)
 
 `prepare_trt_compile` fails before any work: no TensorRT / GPU with --engines trt, bad option values,
 or a memory plan over --gpu-memory-budget (computed from the checkpoint configs, no TensorRT needed).
@@ -17,73 +13,19 @@ or a memory plan over --gpu-memory-budget (computed from the checkpoint configs,
 from __future__ import annotations
 
 import dataclasses
-import functools
 from pathlib import Path
 from typing import Any, Callable
 
-import click
-
 from specrt.bundle.writer import ManifestDraft
 from specrt.core.errors import BackendUnavailable, InvalidArgument
-from specrt.compiler.trt.memory import (DEFAULT_WORKSPACE, check_budget, model_row, parse_size, plan_from_rows, safetensors_parameters,
-                     weight_bytes)
-from specrt.compiler.trt.ptq import METHODS, PTQ_PRECISIONS, PTQConfig
+from specrt.compiler.trt.memory import (DEFAULT_WORKSPACE, check_budget, model_row, plan_from_rows,
+                                       safetensors_parameters, weight_bytes)
+from specrt.compiler.trt.ptq import PTQ_PRECISIONS, PTQConfig
 
 Step = Callable[[Path, ManifestDraft], None]  # (temporary bundle directory, the manifest being written)
+# the keys of `trt_options` (specrt/cli/trt_options.py defines one option per key)
 OPTION_NAMES = ("engines", "precision", "ptq_method", "hardware_compat", "version_compatible", "workspace",
                 "builder_optimization_level", "timing_cache", "gpu_memory_budget")
-
-
-class SizeType(click.ParamType):
-    name = "SIZE"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
-        if value is None or isinstance(value, int):
-            return value
-        try:
-            return parse_size(value)
-        except InvalidArgument as exc:
-            self.fail(str(exc), param, ctx)
-
-
-_OPTIONS = [
-    click.option("--engines", "engines", type=click.Choice(["none", "trt"]), default="none", show_default=True,
-                 help="none: ONNX graphs only. trt: also build TensorRT engines (NVIDIA GPU + TensorRT)."),
-    click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", *PTQ_PRECISIONS]), default="fp32",
-                 show_default=True,
-                 help="Engine precision (the ONNX graph is converted; logits stay fp32). int8 / fp8: Q/DQ on MatMul "
-                      "weights and activations, int4: weight-only AWQ, fp16 elsewhere; calibrated with NVIDIA Model "
-                      "Optimizer (pip install 'specrt[trt-quant]') on held-out text or --calibration-data, quality "
-                      "recorded in the manifest (--max-ppl-increase applies)."),
-    click.option("--ptq-method", type=click.Choice(sorted({m for ms in METHODS.values() for m in ms})), default=None,
-                 help="Calibration for --precision int8 / fp8 (entropy, max; default entropy / max) or int4 "
-                      "(awq_clip, awq_lite, rtn_dq; default awq_clip)."),
-    click.option("--hardware-compat", type=click.Choice(["none", "ampere-plus", "same-compute-capability"]),
-                 default="none", show_default=True, help="Engines that also run on other GPUs."),
-    click.option("--version-compatible", is_flag=True,
-                 help="Engines that run on later TensorRT versions (embeds the lean runtime)."),
-    click.option("--workspace", type=SizeType(), default=None, help="TensorRT workspace limit, e.g. 4GiB (default 1GiB)."),
-    click.option("--builder-optimization-level", type=click.IntRange(0, 5), default=None,
-                 help="TensorRT builder optimization level 0-5 (default 3)."),
-    click.option("--timing-cache", type=click.Path(path_type=Path), default=None,
-                 help="TensorRT timing cache file (default: <bundle>.timing-cache next to the bundle)."),
-    click.option("--gpu-memory-budget", type=SizeType(), default=None,
-                 help="Refuse before building when both models do not fit, e.g. 20GiB."),
-]
-
-
-def trt_compile_options(fn: Callable) -> Callable:
-    """Click decorator: adds the options above and passes them to `fn` as one kwarg `trt_options`."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        trt_options = {name: kwargs.pop(name, None) for name in OPTION_NAMES}
-        return fn(*args, trt_options=trt_options, **kwargs)
-
-    wrapper.__click_params__ = list(getattr(fn, "__click_params__", []))
-    for option in reversed(_OPTIONS):
-        wrapper = option(wrapper)
-    return wrapper
 
 
 def build_options(options: dict[str, Any], bundle: Path | None = None):
@@ -155,7 +97,7 @@ def ptq_step(cfg: PTQConfig, options: dict[str, Any], results: dict[str, dict]) 
     """The compile step that writes each model's Q/DQ graph (`<role>/model.<precision>.qdq.onnx`) and measures
     its quality; `results[role]` gets `engines.<role>.quantization`. Runs on a CPU (no TensorRT)."""
     from specrt.compiler.quality import quality_texts
-    from specrt.compiler.quantize_cli import read_calibration
+    from specrt.compiler.quantize_prepare import read_calibration
     from specrt.compiler.trt.ptq import ptq_model
 
     calibration = options.get("calibration_data")

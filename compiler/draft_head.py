@@ -1,0 +1,115 @@
+"""`draft_head_step`: export a trained draft head (specrt/models/draft_head.py) as `draft_head/head.onnx`.
+
+Graph: `features [1,S,D]`, `input_ids [1,S]`, `position_ids [1,S]`, `past_key`, `past_value [1,P,Hkv,D]`
+-> `logits [1,S,V']`, `hidden_states [1,S,D]`, `new_key`, `new_value [1,S,Hkv,D]` (only the S new rows, like
+the decoder graphs). Validated against the PyTorch module at compile (prefill-, draft- and catch-up-shaped
+calls); `draft_head/head_config.json` carries `vocab_ids` (logit index -> full-vocabulary token id).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from specrt.bundle.entries import TensorSpec
+from specrt.bundle.parts import DraftHeadEntry
+from specrt.bundle.writer import ManifestDraft
+from specrt.compiler.export import export_module
+from specrt.compiler.validate import ValidationError
+from specrt.models.checkpoint import open_checkpoint
+from specrt.models.draft_head import CONFIG, DraftHead, load_head, read_head_config
+
+PREFIX = "head:"
+INPUTS = ("features", "input_ids", "position_ids", "past_key", "past_value")
+OUTPUTS = ("logits", "hidden_states", "new_key", "new_value")
+SHAPES = ((4, 0), (1, 4), (3, 5), (1, 9))  # (new rows S, past P) validated
+
+
+def head_dir_of(draft: str | Path | None) -> Path | None:
+    """`head:DIR` -> DIR (None for any other --draft value)."""
+    text = str(draft) if isinstance(draft, (str, Path)) else ""
+    return Path(text[len(PREFIX):]) if text.startswith(PREFIX) else None
+
+
+def sample_inputs(head: DraftHead, s: int, p: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    c = head.config
+    g = torch.Generator().manual_seed(seed)
+    feats = torch.randn(1, s, c.hidden_size, generator=g)
+    ids = torch.randint(0, c.vocab_size, (1, s), generator=g)
+    pos = torch.arange(p, p + s)[None, :]
+    kv = (1, p, c.num_kv_heads, c.head_dim)
+    return feats, ids, pos, torch.randn(kv, generator=g), torch.randn(kv, generator=g)
+
+
+def export_head(head: DraftHead, path: Path) -> Path:
+    s = torch.export.Dim("new_tokens", min=1, max=65536)
+    p = torch.export.Dim("past_len", min=0, max=1 << 20)
+    dynamic = ({1: s}, {1: s}, {1: s}, {1: p}, {1: p})
+    return export_module(head.eval(), sample_inputs(head, 3, 5), path, list(INPUTS), list(OUTPUTS), dynamic,
+                         "the draft head")
+
+
+def validate_head(head: DraftHead, path: Path, atol: float = 1e-4, rtol: float = 1e-3) -> dict:
+    """Run the graph and the module on every SHAPES call; raise ValidationError beyond the bound."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for i, (s, p) in enumerate(SHAPES):
+        args = sample_inputs(head, s, p, seed=i + 1)
+        got = sess.run(list(OUTPUTS), {n: a.numpy() for n, a in zip(INPUTS, args)})
+        with torch.no_grad():
+            ref = [t.numpy() for t in head(*args)]
+        for name, a, b in zip(OUTPUTS, got, ref):
+            diff = float(np.abs(a - b).max())
+            if not np.isfinite(a).all() or diff > atol + rtol * float(np.abs(b).max()):
+                raise ValidationError(f"draft head output {name} (S={s}, P={p}) differs from PyTorch by {diff:.3g}")
+            worst = max(worst, diff)
+        if not np.array_equal(got[0].argmax(-1), ref[0].argmax(-1)):
+            top2 = np.sort(ref[0], axis=-1)[..., -2:]
+            if float((top2[..., 1] - top2[..., 0]).min()) > 1e-3:
+                raise ValidationError(f"draft head argmax differs from PyTorch (S={s}, P={p})")
+    return {"max_abs_diff": worst, "shapes": [list(x) for x in SHAPES]}
+
+
+def _target_dir(target: str | Path, tmp: Path) -> Path:
+    """The target's checkpoint directory (a GGUF target was converted inside the temporary bundle)."""
+    from specrt.compiler.pipeline import SOURCES
+    from specrt.models.gguf_source import is_gguf_source
+
+    return tmp / SOURCES / "target" / "checkpoint" if is_gguf_source(target) else Path(target)
+
+
+def draft_head_step(head_dir: Path, target: str | Path) -> Callable[[Path, ManifestDraft], None]:
+    """A compile_bundle extra step adding the head to the bundle being written (fails fast on a bad dir)."""
+    read_head_config(head_dir)
+
+    def step(tmp: Path, manifest: ManifestDraft) -> None:
+        decoder = open_checkpoint(_target_dir(target, tmp)).load_decoder(torch.float32)
+        head, _ = load_head(head_dir, decoder)
+        del decoder
+        (tmp / "draft_head").mkdir()
+        onnx_path = export_head(head, tmp / "draft_head" / "head.onnx")
+        validation = validate_head(head, onnx_path)
+        shutil.copy2(Path(head_dir) / CONFIG, tmp / "draft_head" / CONFIG)
+        c = head.config
+        kv = (1, "P", c.num_kv_heads, c.head_dim)
+        new = (1, "S", c.num_kv_heads, c.head_dim)
+        manifest.draft_head = DraftHeadEntry(
+            onnx="draft_head/head.onnx", onnx_data="draft_head/head.onnx.data", config=f"draft_head/{CONFIG}",
+            draft_vocab_size=head.draft_vocab_size, hidden_size=c.hidden_size, num_kv_heads=c.num_kv_heads,
+            head_dim=c.head_dim,
+            inputs=(TensorSpec("features", (1, "S", c.hidden_size), "float32"),
+                    TensorSpec("input_ids", (1, "S"), "int64"),
+                    TensorSpec("position_ids", (1, "S"), "int64"), TensorSpec("past_key", kv, "float32"),
+                    TensorSpec("past_value", kv, "float32")),
+            outputs=(TensorSpec("logits", (1, "S", head.draft_vocab_size), "float32"),
+                     TensorSpec("hidden_states", (1, "S", c.hidden_size), "float32"),
+                     TensorSpec("new_key", new, "float32"), TensorSpec("new_value", new, "float32")),
+            validation=validation)
+
+    return step

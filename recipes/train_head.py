@@ -1,0 +1,164 @@
+"""`train_head_for_target` (`specrt train-head`): a draft head for a target, from the target's own answers.
+
+Steps, all in a run directory (default `<output>_run`, resumable): the target (a GGUF converted once), its
+answers to the prompt set with features and top-K logits (recipes/head_data.py, cached), the head's vocabulary
+(the `draft_vocab` most frequent tokens of the training answers), training (recipes/head_train.py, resumable),
+held-out acceptance per draft position on prompts never trained on (every tenth prompt). The head directory is
+written to a temporary sibling and renamed at the end: an existing non-empty output is refused without `force`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from specrt.core.errors import InvalidArgument
+from specrt.models.checkpoint import open_checkpoint
+from specrt.models.draft_head import DraftHead, save_head
+from specrt.recipes.head_data import build_dataset, chat_encoder, read_prompts
+from specrt.recipes.head_train import acceptance_per_position, choose_vocab, train_head
+
+HELDOUT_EVERY = 10  # prompt i is held out when i % 10 == 9
+GENERATION_SHARE = 0.6  # of --max-minutes, at most, for making the data
+# Answers are generated on one thread: one-token steps have little parallel work, and on a shared CPU a second
+# thread made them far slower (measured on 2 loaded cores: tiny model 30x, SmolLM2-135M 1.8 s vs 18 s a token).
+
+
+def check_output(out: Path, force: bool) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise InvalidArgument(f"{out} exists and is not empty: pass --force to replace it")
+
+
+def _target_dir(target: Path, run: Path) -> Path:
+    from specrt.models.gguf_source import is_gguf_source, prepare_gguf
+
+    if not is_gguf_source(target):
+        return target
+    done = run / "target" / "checkpoint"
+    if not (done / "config.json").exists():
+        shutil.rmtree(run / "target", ignore_errors=True)
+        prepare_gguf(target, run / "target")
+    return done
+
+
+def heldout_prompts(n: int) -> set[int]:
+    """Prompts never trained on: every tenth (the last one when there are fewer than ten)."""
+    held = {i for i in range(n) if i % HELDOUT_EVERY == HELDOUT_EVERY - 1}
+    return held or {n - 1}
+
+
+def _say(progress: bool, text: str) -> None:
+    if progress:
+        print(text, file=sys.stderr, flush=True)
+
+
+def train_head_for_target(target: str | Path, out: str | Path, *, prompts: str | Path | None = None,
+                          draft_vocab: int = 8192, answer_tokens: int = 128, samples: int = 1,
+                          steps: int | None = None, max_minutes: float | None = 30.0, batch_size: int = 8,
+                          max_rows: int = 256, lr: float = 1e-3, seed: int = 0, run_dir: str | Path | None = None,
+                          force: bool = False, progress: bool = True) -> dict:
+    """Train a head for `target` into `out` (see the module docstring); returns the metrics (also metrics.json)."""
+    started = time.time()
+    target, out = Path(target), Path(out)
+    check_output(out, force)
+    if draft_vocab < 2 or answer_tokens < 2 or samples < 0:
+        raise InvalidArgument("--draft-vocab and --answer-tokens must be >= 2, --samples >= 0")
+    texts = read_prompts(Path(prompts) if prompts else None)
+    if len(texts) < 2:
+        raise InvalidArgument("the prompt set needs at least 2 prompts (one is held out)")
+    run = Path(run_dir) if run_dir is not None else out.with_name(out.name + "_run")
+    run.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    tdir = _target_dir(target, run)
+    ck = open_checkpoint(tdir)
+    decoder = ck.load_decoder(torch.float32).eval().requires_grad_(False)
+    eos = set(int(e) for e in ck.config.eos_token_ids)
+
+    def tick(done: int, total: int) -> None:
+        if progress and (done % 10 == 0 or done == total):
+            _say(True, f"[train-head] target answers {done}/{total} ({time.time() - started:.0f}s)")
+
+    gen_budget = max_minutes * 60 * GENERATION_SHARE if max_minutes else None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one-token steps: a thread pool costs more than it gives (measured above)
+    try:
+        seqs = build_dataset(decoder, chat_encoder(tdir), texts, run, max_new=answer_tokens, samples=samples,
+                             eos=eos, seed=seed, progress=tick, max_seconds=gen_budget)
+    finally:
+        torch.set_num_threads(threads)
+    held = heldout_prompts(len(texts))
+    heldout = [s for s in seqs if s["prompt"] in held]
+    train = [s for s in seqs if s["prompt"] not in held]
+    if not train:
+        raise InvalidArgument("no training answers: give more prompts or more --max-minutes")
+    vocab = choose_vocab(train, ck.config.vocab_size, draft_vocab, eos)
+    head = DraftHead(decoder, vocab)
+    del decoder
+    left = None if max_minutes is None else max(0.2, max_minutes - (time.time() - started) / 60 - 0.5)
+    _say(progress, f"[train-head] {len(train)} training answers ({sum(s['ids'].numel() for s in train)} tokens), "
+                   f"{len(heldout)} held out; vocabulary {vocab.numel()} tokens; training for "
+                   f"{'%d steps' % steps if steps else '%.1f minutes' % left}")
+    stats = train_head(head, train, run, steps=steps, max_minutes=left if steps is None else None,
+                       batch_size=batch_size, max_rows=max_rows, lr=lr, seed=seed, progress=progress)
+    head.eval()
+    acc = acceptance_per_position(head, heldout)
+    coverage = _coverage(heldout, vocab)
+    metrics = {"target": str(target), "draft_vocab_size": int(vocab.numel()), "heldout_vocab_coverage": coverage,
+               "train_answers": len(train), "heldout_answers": len(heldout),
+               "train_tokens": int(sum(s["ids"].numel() for s in train)), "heldout_acceptance": acc,
+               "train": {k: v for k, v in stats.items() if k != "loss_curve"},
+               "wall_s": round(time.time() - started, 1),
+               "settings": {"answer_tokens": answer_tokens, "samples": samples, "batch_size": batch_size,
+                            "max_rows": max_rows, "lr": lr, "seed": seed, "prompts": str(prompts or "builtin")}}
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_head(head, tmp, extra={"training": {"heldout_acceptance": acc, "draft_vocab_size": int(vocab.numel())}})
+    (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str) + "\n")
+    (tmp / "README.md").write_text(model_card(metrics, head))
+    if out.exists():
+        check_output(out, force)
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+    os.replace(tmp, out)
+    (run / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str) + "\n")
+    return metrics
+
+
+def _coverage(seqs: list[dict], vocab: torch.Tensor) -> float:
+    """Share of held-out answer tokens inside the head's vocabulary."""
+    keep = set(vocab.tolist())
+    toks = [int(t) for s in seqs for t in s["ids"][s["prompt_len"]:].tolist()]
+    return round(sum(t in keep for t in toks) / max(len(toks), 1), 4)
+
+
+def model_card(m: dict, head: DraftHead) -> str:
+    a = m["heldout_acceptance"]
+    trained = sum(p.numel() for p in head.trained_parameters())
+    rows = "\n".join(f"| {i + 1} | {r:.3f} |" for i, r in enumerate(a["per_position"]))
+    return f"""# Draft head for {Path(m['target']).name}
+
+An EAGLE-style draft head (fc + one decoder layer initialised from the target's last layer, the target's final
+norm, and the target's own output-embedding rows of the {m['draft_vocab_size']} most frequent tokens of the
+training answers), trained by `specrt train-head` on the target's own answers. Use it with
+`specrt compile --target TARGET --draft head:THIS_DIR -o BUNDLE`, then `--method head` or `hybrid`.
+
+- trained parameters: {trained:,} (fc and the layer); the rest is rebuilt from the target at compile
+- training data: {m['train_answers']} answers ({m['train_tokens']} tokens) to the prompt set
+  ({m['settings']['prompts']}), greedy + {m['settings']['samples']} sampled per prompt
+- training: {m['train'].get('steps_done')} steps, {m['train'].get('wall_s', 0):.0f} s; whole run {m['wall_s']:.0f} s
+- held-out vocabulary coverage of answer tokens: {m['heldout_vocab_coverage']:.3f}
+
+## Held-out greedy acceptance ({a['positions']} positions of {m['heldout_answers']} answers to prompts never
+trained on; k = {a['k']})
+
+| draft position i | P(drafts 1..i all accepted) |
+|---|---|
+{rows}
+
+Mean accepted drafts per step: {a['mean_accepted']:.3f} (per drafted token: {a['acceptance']:.3f}).
+"""

@@ -1,0 +1,128 @@
+"""Draft-head proposer: an EAGLE-style head (specrt/models/draft_head.py) drafts on the target's hidden states.
+
+Head row t reads the target's feature f_t (its final hidden state at position t) and the embedding of token
+t + 1, and guesses token t + 2 plus the feature f_{t+1}, which the next draft row reads in place of the
+target's. Its KV cache holds one row per committed position whose target feature it has seen:
+
+* `start`: the prefill's last chunk of features (positions n-1-S .. n-2) is queued (a longer prompt's earlier
+  chunks are not seen by the head: its cache starts at the chunk; the target still verifies everything);
+* `propose`: the head first runs over the queued features (one multi-row call, the last row guesses d_1),
+  then k - 1 one-row calls on its own features;
+* `observe`: its draft rows are dropped (O(1): a length) and the verify pass's features of the newly
+  committed positions are queued. Steps it did not draft (k = 0, hybrid's n-gram branch) only queue.
+
+Greedy drafts are argmaxes over the head's V' tokens (a point mass). Sampling drafts from the warped head
+distribution, zero outside V' (mapped to full-vocabulary ids): the rejection rule stays exact.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from specrt.core.errors import BackendUnavailable, InvalidArgument
+from specrt.runtime.proposers.base import Proposal
+from specrt.runtime.sampling import SamplingParams, sample, warp
+
+INPUTS = ("features", "input_ids", "position_ids", "past_key", "past_value")
+
+
+class HeadRunner:
+    """ONNX Runtime session for `draft_head/head.onnx` with its own KV cache [1, capacity, Hkv, D]."""
+
+    def __init__(self, manifest, capacity: int, threads: int = 1) -> None:
+        from specrt.runtime.backends.ort.runner import import_ort
+
+        try:
+            ort = import_ort()
+        except BackendUnavailable as exc:
+            raise BackendUnavailable(f"the draft head runs on ONNX Runtime: {exc}") from None
+        entry = manifest.draft_head
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads  # a few rows per call: one thread, no pool to wake
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.session = ort.InferenceSession(str(manifest.path(entry.onnx)), opts, providers=["CPUExecutionProvider"])
+        cfg = json.loads(manifest.path(entry.config).read_text())
+        self.vocab_ids = np.asarray(cfg["vocab_ids"], dtype=np.int64)  # [V'] logit index -> token id
+        shape = (1, capacity, entry.num_kv_heads, entry.head_dim)
+        self.keys = np.zeros(shape, dtype=np.float32)
+        self.values = np.zeros(shape, dtype=np.float32)
+        self.capacity = capacity
+        self.length = 0
+        self._ids = np.empty((1, capacity), dtype=np.int64)
+
+    def truncate(self, length: int) -> None:
+        self.length = min(self.length, length)
+
+    def __call__(self, features: np.ndarray, token_ids: np.ndarray, position: int) -> tuple[np.ndarray, np.ndarray]:
+        """features [S, D], token_ids [S] at positions [position, position + S) -> (logits [S, V'], hidden [S, D])."""
+        p, s = self.length, token_ids.size
+        if p + s > self.capacity:
+            raise InvalidArgument(f"draft head cache full: {p} + {s} rows > capacity {self.capacity}")
+        self._ids[0, :s] = token_ids
+        feeds = dict(zip(INPUTS, (np.ascontiguousarray(features, dtype=np.float32)[None], self._ids[:, :s],
+                                  np.arange(position, position + s, dtype=np.int64)[None],
+                                  self.keys[:, :p], self.values[:, :p])))
+        logits, hidden, k, v = self.session.run(None, feeds)
+        self.keys[:, p:p + s], self.values[:, p:p + s] = k, v
+        self.length = p + s
+        return logits[0], hidden[0]
+
+
+class HeadProposer:
+    name = "head"
+
+    def __init__(self, runner: HeadRunner, params: SamplingParams, rng: np.random.Generator,
+                 target_vocab: int) -> None:
+        self.runner = runner
+        self.params = params
+        self.rng = rng
+        self.vocab = target_vocab
+        self._queued: list[np.ndarray] = []  # target features [rows, D] of committed positions not yet fed
+        self._base = 0  # position of head cache row 0
+        self._rows = 0  # head cache rows that hold committed positions (target features)
+        self._n = 0  # committed length at the last start / observe
+
+    def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None:
+        if target_hidden is None:
+            raise ValueError("the head proposer needs the target's hidden states (want_hidden=True)")
+        self.runner.truncate(0)
+        rows = target_hidden.shape[0]  # the prefill's last chunk: positions n-1-rows .. n-2
+        self._base, self._rows, self._n = n - 1 - rows, 0, n
+        self._queued = [np.array(target_hidden, dtype=np.float32)]
+
+    def _pick(self, logits_row: np.ndarray, probs: np.ndarray | None, i: int) -> int:
+        ids = self.runner.vocab_ids
+        if self.params.greedy:
+            return int(ids[int(logits_row.argmax())])
+        p = warp(logits_row[None, :], self.params)[0]
+        probs[i, ids] = p
+        return int(ids[sample(p, self.rng)])
+
+    def propose(self, tokens: np.ndarray, n: int, k: int) -> Proposal:
+        r = self.runner
+        r.truncate(self._rows)  # drop the last proposal's draft rows
+        feats = self._queued[0] if len(self._queued) == 1 else np.concatenate(self._queued)
+        self._queued = []
+        first = self._base + self._rows  # position of the first queued feature
+        logits, hidden = r(feats, tokens[first + 1:n], first)
+        self._rows += feats.shape[0]
+        draft = np.empty(k, dtype=np.int64)
+        probs = None if self.params.greedy else np.zeros((k, self.vocab), dtype=np.float64)
+        draft[0] = self._pick(logits[-1], probs, 0)
+        h = hidden[-1:]
+        for i in range(1, k):
+            logits, hidden = r(h, draft[i - 1:i], n - 2 + i)
+            draft[i] = self._pick(logits[-1], probs, i)
+            h = hidden[-1:]
+        if probs is None:
+            return Proposal.point_mass(draft, calls=k)
+        return Proposal.sampled(draft, probs, calls=k)
+
+    def observe(self, n: int, num_accepted: int, target_hidden: np.ndarray | None = None) -> None:
+        # the verify pass started at position self._n - 1: its first n - self._n rows are now committed
+        rows = n - self._n
+        if rows > 0:
+            self._queued.append(np.array(target_hidden[:rows], dtype=np.float32))
+        self._n = n

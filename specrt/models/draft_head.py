@@ -1,0 +1,177 @@
+"""An EAGLE-style draft head on the target's hidden states, with a reduced vocabulary (FR-Spec).
+
+Per row t (position t, its own small KV cache, one decoder layer):
+
+    x_t      = fc([f_t ; e(tok_{t+1})])       f_t [D]: the target's final hidden state at position t (after its
+                                              final norm: the graphs' `hidden_states` output); e: the target's
+                                              own input embedding (frozen, kept in fp16)
+    y_t      = layer(x_t)                     a decoder layer of the target's architecture, initialised from the
+                                              target's last layer (trained)
+    h_t      = norm(y_t)                      the target's final norm (frozen): the head's guess of f_{t+1}, fed
+                                              back as the feature of the next draft row
+    logits_t = h_t @ W'^T                     W' [V', D]: the target's lm_head rows of the V' kept tokens (frozen);
+                                              Gemma 3's final soft-cap applied; index i is token `vocab_ids[i]`
+
+So the head at row t guesses tok_{t+2}; drafting k tokens feeds its own h back k - 1 times. Only `fc` and
+`layer` are trained. The target verifies over the full vocabulary, so drafting over V' tokens stays exact.
+
+Head directory (written by `specrt train-head`, read by `specrt compile --draft head:DIR`):
+    head_config.json   {"format": "specrt-draft-head", "version": 1, "target": {architecture, hidden_size,
+                        vocab_size, num_layers, num_kv_heads, head_dim}, "vocab_ids": [V' ints], ...}
+    head.safetensors   fc.weight [D, 2D], fc.bias [D], layer.* (the trained layer)
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from specrt.core.errors import CheckpointError
+from specrt.models.base import Decoder
+
+FORMAT = "specrt-draft-head"
+CONFIG = "head_config.json"
+WEIGHTS = "head.safetensors"
+TRAINED = ("fc.", "layer.")  # parameter prefixes the head directory stores
+
+
+def target_fingerprint(c) -> dict[str, Any]:
+    """The target facts a head depends on (checked when it is compiled against a target)."""
+    return {"architecture": c.architecture, "hidden_size": c.hidden_size, "vocab_size": c.vocab_size,
+            "num_layers": c.num_layers, "num_kv_heads": c.num_kv_heads, "head_dim": c.head_dim}
+
+
+def _parts(target: Decoder):
+    """(kind, embedding, last layer, final norm) of a target decoder."""
+    family = target.config.family
+    if family == "gpt2":
+        t = target.transformer
+        return "gpt2", t.wte.weight, t.h[-1], t.ln_f
+    body = target.model
+    return ("gemma3" if family == "gemma3" else "rope"), body.embed_tokens.weight, body.layers[-1], body.norm
+
+
+class DraftHead(nn.Module):
+    """forward(features [B,S,D], input_ids [B,S], position_ids [B,S], past_key/value [B,P,Hkv,D])
+    -> (logits [B,S,V'] fp32, hidden [B,S,D], new_key, new_value [B,S,Hkv,D])."""
+
+    def __init__(self, target: Decoder, vocab_ids: torch.Tensor) -> None:
+        super().__init__()
+        c = target.config
+        self.config = c
+        self.kind, embed, last, norm = _parts(target)
+        d = c.hidden_size
+        self.register_buffer("embed_weight", embed.detach().to(torch.float16).clone(), persistent=False)  # [V, D]
+        self.embed_scale = float(torch.tensor(d**0.5, dtype=torch.float32)) if self.kind == "gemma3" else None
+        if self.kind == "gpt2":
+            self.register_buffer("pos_weight", target.transformer.wpe.weight.detach().clone(), persistent=False)
+        self.fc = nn.Linear(2 * d, d)
+        with torch.no_grad():  # start as feature + embedding: the layer sees a residual-stream-like input
+            self.fc.weight.copy_(torch.cat((torch.eye(d), torch.eye(d)), dim=1))
+            self.fc.bias.zero_()
+        self.layer = copy.deepcopy(last)
+        self.norm = copy.deepcopy(norm).requires_grad_(False)
+        if self.kind == "rope":
+            self.rotary = copy.deepcopy(target.rotary)
+        elif self.kind == "gemma3":
+            windowed = last.self_attn.window is not None
+            self.rotary = copy.deepcopy(target.rotary_local if windowed else target.rotary_global)
+        ids = vocab_ids.to(torch.long)
+        self.register_buffer("lm_weight", target.lm_head_weight().detach()[ids].float().clone(), persistent=False)
+        self.register_buffer("vocab_ids", ids.clone(), persistent=False)  # [V']
+        # frozen buffers are rebuilt from the target, never saved (state_dict: fc, layer, norm)
+        self.softcap = c.final_logit_softcapping if self.kind == "gemma3" else None
+
+    @property
+    def draft_vocab_size(self) -> int:
+        return int(self.vocab_ids.numel())
+
+    def trained_parameters(self) -> list[nn.Parameter]:
+        return list(self.fc.parameters()) + list(self.layer.parameters())
+
+    def trained_state(self) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in self.state_dict().items() if k.startswith(TRAINED)}
+
+    def embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:  # -> [B, S, D]
+        x = nn.functional.embedding(input_ids, self.embed_weight).float()
+        if self.embed_scale is not None:
+            x = x * self.embed_scale
+        if self.kind == "gpt2":
+            x = x + nn.functional.embedding(position_ids, self.pos_weight)
+        return x
+
+    def forward(self, features, input_ids, position_ids, past_key, past_value):
+        x = self.fc(torch.cat((features, self.embed(input_ids, position_ids)), dim=-1))
+        if self.kind == "gpt2":
+            y, k, v = self.layer(x, past_key, past_value)
+        else:
+            cos, sin = self.rotary.cos_sin(position_ids)
+            y, k, v = self.layer(x, cos, sin, past_key, past_value)
+        hidden = self.norm(y)
+        logits = torch.matmul(hidden, self.lm_weight.T).float()
+        if self.softcap is not None:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits, hidden, k, v
+
+
+def save_head(head: DraftHead, out_dir: Path, extra: dict[str, Any] | None = None) -> None:
+    """Write head_config.json + head.safetensors (the trained fc and layer only) into `out_dir`."""
+    from safetensors.torch import save_file
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = {"format": FORMAT, "version": 1, "target": target_fingerprint(head.config),
+           "draft_vocab_size": head.draft_vocab_size, **(extra or {}),
+           "vocab_ids": [int(i) for i in head.vocab_ids.tolist()]}
+    (out_dir / CONFIG).write_text(json.dumps(cfg) + "\n")
+    tensors = {k: v.detach().float().contiguous() for k, v in head.trained_state().items()}
+    save_file(tensors, str(out_dir / WEIGHTS), metadata={"format": "pt"})
+
+
+def read_head_config(head_dir: Path) -> dict[str, Any]:
+    head_dir = Path(head_dir)
+    if not (head_dir / CONFIG).is_file() or not (head_dir / WEIGHTS).is_file():
+        raise CheckpointError(f"{head_dir} is not a draft-head directory: needs {CONFIG} and {WEIGHTS} "
+                              "(written by `specrt train-head`)")
+    try:
+        cfg = json.loads((head_dir / CONFIG).read_text())
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{head_dir / CONFIG} is not valid JSON: {exc}") from None
+    if not isinstance(cfg, dict) or cfg.get("format") != FORMAT or cfg.get("version") != 1:
+        raise CheckpointError(f"{head_dir / CONFIG}: not a {FORMAT} version 1 file")
+    ids = cfg.get("vocab_ids")
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
+        raise CheckpointError(f"{head_dir / CONFIG}: vocab_ids must be a non-empty list of token ids")
+    return cfg
+
+
+def load_head(head_dir: Path, target: Decoder) -> tuple[DraftHead, dict[str, Any]]:
+    """The head in `head_dir` on `target` (its frozen parts rebuilt from the target). Raises CheckpointError."""
+    from safetensors.torch import load_file
+
+    from specrt.models.checkpoint import check_finite
+
+    cfg = read_head_config(head_dir)
+    want = target_fingerprint(target.config)
+    if cfg.get("target") != want:
+        raise CheckpointError(f"this head was trained for the target {cfg.get('target')}; the target is {want}")
+    ids = torch.tensor(cfg["vocab_ids"], dtype=torch.long)
+    if int(ids.min()) < 0 or int(ids.max()) >= target.config.vocab_size or ids.unique().numel() != ids.numel():
+        raise CheckpointError(f"{head_dir}: vocab_ids must be distinct ids below {target.config.vocab_size}")
+    head = DraftHead(target, ids)
+    tensors = load_file(str(Path(head_dir) / WEIGHTS))
+    check_finite(tensors, Path(head_dir))
+    own = head.trained_state()
+    if set(tensors) != set(own):
+        raise CheckpointError(f"{head_dir / WEIGHTS} holds {sorted(tensors)[:4]}..., expected {sorted(own)[:4]}...")
+    for name, value in tensors.items():
+        if tuple(value.shape) != tuple(own[name].shape):
+            raise CheckpointError(f"{head_dir / WEIGHTS}: {name} has shape {tuple(value.shape)}, "
+                                  f"expected {tuple(own[name].shape)}")
+    head.load_state_dict({**head.state_dict(), **{k: v.float() for k, v in tensors.items()}})
+    return head.eval(), cfg

@@ -1,0 +1,118 @@
+"""`specrt train-head` on tiny random targets of every architecture: data, training, resume, card, compile, decode."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from helpers import make_checkpoint
+
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "gpt2")
+PROMPTS = "\n".join(f"def f{i}(x):" for i in range(10)) + "\n"
+
+
+def _train(target, out, prompts, steps, **kw):
+    from specrt.recipes.train_head import train_head_for_target
+
+    return train_head_for_target(target, out, prompts=prompts, draft_vocab=64, answer_tokens=10, samples=1,
+                                 steps=steps, max_minutes=None, batch_size=2, max_rows=16, progress=False, **kw)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+def test_train_head_compile_and_decode(workdir, tokenizer_path, arch):
+    from specrt.compiler import compile_bundle
+    from specrt.runtime import load
+
+    base = workdir / "train_head" / arch
+    target = make_checkpoint(base / "target", arch, tokenizer_path, layers=3 if arch == "gemma3" else 2, seed=4)
+    prompts = base / "prompts.txt"
+    prompts.write_text(PROMPTS)
+    out = base / "head"
+    metrics = _train(target, out, prompts, steps=3)
+    acc = metrics["heldout_acceptance"]
+    assert acc["positions"] > 0 and len(acc["per_position"]) == 3 and 0.0 <= acc["acceptance"] <= 1.0
+    assert metrics["heldout_answers"] == 2 and metrics["train_answers"] == 18  # prompt 9 held out, greedy + 1 sample
+    cfg = json.loads((out / "head_config.json").read_text())
+    assert len(cfg["vocab_ids"]) == 64 == metrics["draft_vocab_size"] and 0 in cfg["vocab_ids"]  # EOS kept
+    assert "Held-out greedy acceptance" in (out / "README.md").read_text()
+    assert (base / "head_run" / "data.pt").exists() and (base / "head_run" / "ckpt.pt").exists()
+
+    bundle = compile_bundle(target, base / "bundle", f"head:{out}", max_seq_len=64, max_draft_tokens=4)
+    gen = load(bundle, backend="ort")
+    for prompt in ("def main(argv):\n    ", "import os\n"):
+        plain = gen.generate(prompt, 24, method="none")
+        for method in ("head", "hybrid"):
+            spec = gen.generate(prompt, 24, method=method, num_speculative_tokens=3)
+            assert spec.token_ids == plain.token_ids, (arch, method)
+    sampled = gen.generate("import os\n", 16, method="head", temperature=0.8, seed=2, num_speculative_tokens=3)
+    assert 1 <= len(sampled.token_ids) <= 16 and sampled.stats.drafted_tokens > 0
+
+
+@pytest.mark.slow
+def test_train_head_resumes_and_refuses_to_overwrite(workdir, tokenizer_path, capsys):
+    from specrt.core.errors import InvalidArgument
+
+    base = workdir / "train_head_resume"
+    target = make_checkpoint(base / "target", "llama", tokenizer_path, layers=1, seed=5)
+    prompts = base / "prompts.txt"
+    prompts.write_text(PROMPTS)
+    out = base / "head"
+    first = _train(target, out, prompts, steps=2)
+    assert first["train"]["steps_done"] == 2
+    with pytest.raises(InvalidArgument, match="--force"):
+        _train(target, out, prompts, steps=4)
+    second = _train(target, out, prompts, steps=2, force=True)  # same run dir: data cached, training resumed
+    assert "resumed from" in capsys.readouterr().out
+    assert second["train"]["steps_done"] == 2 and second["train_tokens"] == first["train_tokens"]
+    assert second["heldout_acceptance"] == first["heldout_acceptance"]  # the same weights came back
+
+
+def test_cli_train_head_bad_input_is_one_line(tmp_path, llama_target):
+    from specrt.cli.main import main
+
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "x").write_text("x")
+    runner = CliRunner()
+    res = runner.invoke(main, ["train-head", "--target", str(llama_target), "-o", str(taken)])
+    assert res.exit_code == 2 and "--force" in res.output and "Traceback" not in res.output
+    res = runner.invoke(main, ["train-head", "--target", str(llama_target), "-o", str(tmp_path / "h"),
+                               "--prompts", str(tmp_path / "missing.txt")])
+    assert res.exit_code == 2 and "missing.txt" in res.output
+    res = runner.invoke(main, ["train-head", "--target", str(tmp_path / "nothing"), "-o", str(tmp_path / "h")])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+
+
+def test_compile_refuses_a_bad_head_dir(tmp_path, llama_target):
+    from specrt.compiler import compile_bundle
+    from specrt.core.errors import CheckpointError
+
+    (tmp_path / "head").mkdir()
+    with pytest.raises(CheckpointError, match="train-head"):
+        compile_bundle(llama_target, tmp_path / "b", f"head:{tmp_path / 'head'}", max_seq_len=64, max_draft_tokens=4)
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.slow
+def test_cli_compile_with_head(tmp_path, llama_target):
+    """`specrt compile --draft head:DIR` (a head saved straight from the module) then `generate --method head`."""
+    import torch
+
+    from specrt.cli.main import main
+    from specrt.models.checkpoint import open_checkpoint
+    from specrt.models.draft_head import DraftHead, save_head
+
+    decoder = open_checkpoint(llama_target).load_decoder(torch.float32)
+    save_head(DraftHead(decoder, torch.arange(50)), tmp_path / "head")
+    runner = CliRunner()
+    res = runner.invoke(main, ["compile", "--target", str(llama_target), "--draft", f"head:{tmp_path / 'head'}",
+                               "-o", str(tmp_path / "b"), "--max-seq-len", "64", "--max-draft-tokens", "4"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(main, ["generate", str(tmp_path / "b"), "--prompt", "import os", "--method", "head",
+                               "--max-new-tokens", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output[res.output.index("{"):])
+    assert out["stats"]["method"] == "head"

@@ -1,0 +1,65 @@
+"""Chat templates render under a time and size bound (a template is code from the checkpoint)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from specrt.core.errors import InvalidArgument
+from specrt.runtime.chat_template import ChatFormatter
+from specrt.runtime.template_bounds import RenderBounds, TemplateBoundExceeded
+
+MSGS = [{"role": "user", "content": "hi"}]
+HOSTILE = {
+    "nested loop": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x",
+    "filter loop": "{% for i in range(100000) %}{{ range(100000)|map('string')|join('-') }}{% endfor %}",
+    "repetition": "{{ 'x' * 10**9 }}",
+    "big power": "{{ 7 ** 100000000 }}",
+    "wide filter": "{{ 'x'|center(1000000000) }}",
+    "percent width": "{{ '%1000000000s' % 'x' }}",
+    "format width": "{{ '{:>1000000000}'.format('x') }}",
+    "doubling ~": "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}"
+                  "{% endfor %}{{ ns.s|length }}",
+    "doubling +": "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s + ns.s %}"
+                  "{% endfor %}{{ ns.s|length }}",
+    "long output": "{% for i in range(100000) %}{{ 'abcdefghij' * 99 }}{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_template_is_refused_quickly(name):
+    fmt = ChatFormatter(HOSTILE[name], bounds=RenderBounds(max_seconds=0.5))
+    t0 = time.perf_counter()
+    with pytest.raises(TemplateBoundExceeded) as err:
+        fmt.render(MSGS)
+    assert time.perf_counter() - t0 < 5.0  # the bound (0.5 s) plus one filter pass at most, on a loaded machine
+    assert isinstance(err.value, InvalidArgument) and "chat template" in str(err.value)
+
+
+def test_formatter_still_usable_after_a_hit_bound():
+    fmt = ChatFormatter("{% if messages|length > 1 %}{% for i in range(100000) %}{% for j in range(100000) %}"
+                        "{% endfor %}{% endfor %}{% endif %}<{{ messages[-1]['content'] }}>",
+                        bounds=RenderBounds(max_seconds=0.3))
+    with pytest.raises(TemplateBoundExceeded):
+        fmt.render(MSGS * 2)
+    assert fmt.render(MSGS) == ("<hi>", False)
+
+
+def test_ordinary_templates_render_as_before():
+    chatml = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+              "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+              "{% endif %}")
+    text, add = ChatFormatter(chatml).render([{"role": "system", "content": "be brief"}] + MSGS)
+    assert text == "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert add is False
+    # moderate sizes and numbers stay allowed
+    assert ChatFormatter("{{ '-' * 80 }}{{ 2 ** 20 }}{{ 'x'|center(9) }}{{ '%5s' % 'a' }}").render(MSGS)[0] == \
+        "-" * 80 + "1048576" + "    x    " + "    a"
+
+
+def test_bounds_are_validated():
+    with pytest.raises(ValueError, match="max_seconds"):
+        RenderBounds(max_seconds=0)
+    with pytest.raises(ValueError, match="max_chars"):
+        RenderBounds(max_chars=10)

@@ -1,0 +1,116 @@
+"""The draft-head proposer on a real compiled bundle: alignment proven by an oracle head, outputs equal plain.
+
+The oracle: a one-layer Llama target whose attention output is zero (o_proj = 0), so its logits at position t
+depend only on token t. A head with fc = [0 | I] (it reads only the embedding of token t + 1), the target's own
+layer, norm and full vocabulary then computes exactly the target's next-token logits: if the proposer feeds
+features, tokens and positions in the right order, every greedy draft is accepted, after prefill, after partial
+acceptance, after hybrid's n-gram steps and after steps with k = 0.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def oracle_bundle(workdir, tokenizer_path):
+    from safetensors.torch import load_file, save_file
+
+    from helpers import make_checkpoint
+    from specrt.compiler import compile_bundle
+    from specrt.models.checkpoint import open_checkpoint
+    from specrt.models.draft_head import DraftHead, save_head
+
+    base = workdir / "oracle_head"
+    target = make_checkpoint(base / "target", "llama", tokenizer_path, layers=1, seed=3)
+    weights = load_file(str(target / "model.safetensors"))
+    for name in list(weights):
+        if name.endswith("o_proj.weight"):
+            weights[name] = torch.zeros_like(weights[name])
+        if name.endswith("embed_tokens.weight"):  # the head keeps its embedding in fp16: make that exact
+            weights[name] = weights[name].half().float()
+    save_file(weights, str(target / "model.safetensors"), metadata={"format": "pt"})
+    decoder = open_checkpoint(target).load_decoder(torch.float32)
+    head = DraftHead(decoder, torch.arange(decoder.config.vocab_size))
+    d = decoder.config.hidden_size
+    with torch.no_grad():
+        head.fc.weight.copy_(torch.cat((torch.zeros(d, d), torch.eye(d)), dim=1))
+    save_head(head, base / "head")
+    return compile_bundle(target, base / "bundle", f"head:{base / 'head'}", max_seq_len=128, max_draft_tokens=6)
+
+
+@pytest.fixture(scope="module")
+def oracle(oracle_bundle):
+    from specrt.runtime import load
+
+    return load(oracle_bundle, backend="ort")
+
+
+PROMPTS = ("def main(argv):\n    ", "import os\nimport json\n\n\nclass Config:\n")
+
+
+def test_manifest_entry(oracle):
+    entry = oracle.manifest.draft_head
+    assert entry.draft_vocab_size == oracle.vocab_size and entry.validation["max_abs_diff"] < 1e-4
+    cfg = json.loads(oracle.manifest.path(entry.config).read_text())
+    assert cfg["vocab_ids"] == list(range(oracle.vocab_size))
+    assert oracle.methods[:2] == ["hybrid", "head"] and oracle.default_method == "hybrid"
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_oracle_head_accepts_every_greedy_draft(oracle, prompt, k):
+    plain = oracle.generate(prompt, 40, method="none")
+    spec = oracle.generate(prompt, 40, method="head", num_speculative_tokens=k)
+    assert spec.token_ids == plain.token_ids
+    assert spec.stats.drafted_tokens > 0
+    assert spec.stats.accepted_tokens == spec.stats.drafted_tokens
+
+
+def test_hybrid_and_auto_equal_plain(oracle):
+    for prompt in PROMPTS:
+        plain = oracle.generate(prompt, 48, method="none")
+        for k in (2, "auto"):
+            spec = oracle.generate(prompt, 48, method="hybrid", num_speculative_tokens=k)
+            assert spec.token_ids == plain.token_ids
+            assert spec.stats.accepted_tokens == spec.stats.drafted_tokens  # both branches are exact here
+
+
+def test_sampling_with_oracle_head_accepts_everything(oracle):
+    """q == p for every draft (same distribution, zero nowhere): min(1, q/p) = 1, all accepted."""
+    res = oracle.generate(PROMPTS[0], 30, method="head", temperature=0.9, seed=5, num_speculative_tokens=3)
+    assert res.stats.drafted_tokens > 0 and res.stats.accepted_tokens == res.stats.drafted_tokens
+
+
+def test_sampled_head_proposal_is_zero_outside_its_vocabulary(oracle_bundle):
+    """A reduced head gives probabilities on its V' ids only (the rejection rule treats the rest as q-only)."""
+    from specrt.bundle.manifest import read_manifest
+    from specrt.runtime.proposers.head import HeadProposer, HeadRunner
+    from specrt.runtime.sampling import SamplingParams
+
+    manifest = read_manifest(oracle_bundle)
+    runner = HeadRunner(manifest, 64)
+    vocab = int(runner.vocab_ids.size)
+    rng = np.random.default_rng(0)
+    prop = HeadProposer(runner, SamplingParams(temperature=1.0), rng, vocab)
+    tokens = np.arange(10, dtype=np.int64) + 5
+    hidden = np.random.default_rng(1).standard_normal((9, manifest.draft_head.hidden_size)).astype(np.float32)
+    prop.start(tokens, 10, hidden)
+    p = prop.propose(tokens, 10, 3)
+    assert p.probs.shape == (3, vocab) and np.allclose(p.probs.sum(1), 1.0)
+    # the head's cache holds the 9 committed rows + 2 draft rows; observe + propose drops the draft rows
+    assert runner.length == 11
+    prop.observe(11, 0, hidden[:2])
+    prop.propose(np.concatenate((tokens, [7])), 11, 1)
+    assert runner.length == 10
+
+
+def test_head_method_needs_a_head(pair_generator):
+    from specrt.core.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="head:DIR"):
+        pair_generator.generate("x", 4, method="head")
