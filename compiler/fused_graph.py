@@ -13,6 +13,10 @@ Gemma 3 (compiler/fused_gemma3.py) swaps in its own block (four norms, (1 + w) f
 scales the embeddings, gives GroupQueryAttention `local_window_size` and a second rope cache on its sliding
 layers and `query_pre_attn_scalar ** -0.5` as scale, and soft-caps the logits rows.
 
+Batch B is a graph dimension (one KV region per sequence, `seqlens_k [B]` per-sequence lengths): a batch of B
+one-token decodes is one pass; several new tokens with a past run one sequence per pass (ONNX Runtime's CPU
+GroupQueryAttention refuses B > 1 there; see DESIGN.md "Batching"). Bundles written before this have B fixed at 1.
+
 Weights are initializers in the layout the MatMul consumes ([in, out]); a tied lm_head reuses the
 embedding through Gemm(transB=1) so the vocabulary matrix is stored once. I/O: see `fused_io`.
 """
@@ -52,13 +56,13 @@ def fused_unsupported_reason(c: DecoderConfig) -> str | None:
 
 def fused_io(c: DecoderConfig) -> tuple[list[dict], list[dict]]:
     """(inputs, outputs) of the fused graph for the manifest: name, dtype, shape (C = cache capacity)."""
-    kv = [1, c.num_kv_heads, "C", c.head_dim]
-    inputs = [{"name": graph_io.INPUT_IDS, "dtype": "int64", "shape": [1, "S"]},
+    kv = ["B", c.num_kv_heads, "C", c.head_dim]
+    inputs = [{"name": graph_io.INPUT_IDS, "dtype": "int64", "shape": ["B", "S"]},
               {"name": LOGIT_POSITIONS, "dtype": "int64", "shape": ["R"]},
-              {"name": SEQLENS_K, "dtype": "int32", "shape": [1]},
+              {"name": SEQLENS_K, "dtype": "int32", "shape": ["B"]},
               {"name": TOTAL_SEQUENCE_LENGTH, "dtype": "int32", "shape": []}]
-    outputs = [{"name": graph_io.LOGITS, "dtype": "float32", "shape": [1, "R", c.vocab_size]},
-               {"name": graph_io.HIDDEN_STATES, "dtype": "float32", "shape": [1, "S", c.hidden_size]}]
+    outputs = [{"name": graph_io.LOGITS, "dtype": "float32", "shape": ["B", "R", c.vocab_size]},
+               {"name": graph_io.HIDDEN_STATES, "dtype": "float32", "shape": ["B", "S", c.hidden_size]}]
     for i in range(c.num_layers):
         inputs += [{"name": n, "dtype": "float32", "shape": kv} for n in (graph_io.past_key(i), graph_io.past_value(i))]
         outputs += [{"name": n, "dtype": "float32", "shape": kv} for n in (present_key(i), present_value(i))]
@@ -233,8 +237,8 @@ def build_fused_model(decoder: Decoder, max_seq_len: int):
         x, residual = _layers(g, x, body, c)
     hidden, _ = _skip_norm(g, x, residual, body.norm, "norm", c)
     g.nodes.append(helper.make_node("Identity", [hidden], [graph_io.HIDDEN_STATES], name="hidden_states"))
-    rows = g.op("Gather", [hidden, LOGIT_POSITIONS], axis=1, name="logit_rows")  # [1, R, hidden]
-    rows2d = g.op("Squeeze", [rows, g.const_i64("axis0", [0])], name="logit_rows_2d")  # [R, hidden]
+    rows = g.op("Gather", [hidden, LOGIT_POSITIONS], axis=1, name="logit_rows")  # [B, R, hidden]
+    rows2d = g.op("Reshape", [rows, g.const_i64("rows_2d_shape", [-1, c.hidden_size])], name="logit_rows_2d")  # [B*R, hidden]
     if c.tie_word_embeddings:
         logits2d = g.op("Gemm", [rows2d, embed], transB=1, name="lm_head")
     else:
@@ -243,7 +247,9 @@ def build_fused_model(decoder: Decoder, max_seq_len: int):
         cap = g.weight("final_logit_softcap", np.array(c.final_logit_softcapping, np.float32))
         tanh = g.op("Tanh", [g.op("Div", [logits2d, cap], name="softcap/div")], name="softcap/tanh")
         logits2d = g.op("Mul", [tanh, cap], name="softcap/mul")
-    g.nodes.append(helper.make_node("Unsqueeze", [logits2d, "axis0"], [graph_io.LOGITS], name="logits"))
+    batch = g.op("Shape", [graph_io.INPUT_IDS], start=0, end=1, name="batch_size")  # [1] = B
+    shape3 = g.op("Concat", [batch, g.const_i64("rows_vocab", [-1, c.vocab_size])], axis=0, name="logits_shape")
+    g.nodes.append(helper.make_node("Reshape", [logits2d, shape3], [graph_io.LOGITS], name="logits"))  # [B, R, V]
 
     dtypes = {"int64": TensorProto.INT64, "int32": TensorProto.INT32, "float32": TensorProto.FLOAT}
     inputs, outputs = fused_io(c)

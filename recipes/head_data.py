@@ -46,13 +46,26 @@ def read_prompts(path: Path | None) -> list[str]:
     return prompts
 
 
+def checkpoint_chat_formatter(target_dir: Path):
+    """The checkpoint's chat template: chat_template.jinja wins over tokenizer_config.json (as in transformers);
+    none: the plain template."""
+    import json
+
+    from specrt.runtime.chat_template import ChatFormatter
+
+    jinja, cfg_path = target_dir / "chat_template.jinja", target_dir / "tokenizer_config.json"
+    if not jinja.is_file():
+        return ChatFormatter.from_tokenizer_config(cfg_path)
+    cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+    token = lambda v: v.get("content", "") if isinstance(v, dict) else (v or "")  # noqa: E731
+    return ChatFormatter(jinja.read_text(), token(cfg.get("bos_token")), token(cfg.get("eos_token")))
+
+
 def chat_encoder(target_dir: Path) -> Callable[[str], list[int]]:
     """prompt text -> token ids through the target's chat template (plain template when it has none)."""
     from tokenizers import Tokenizer
 
-    from specrt.runtime.chat_template import ChatFormatter
-
-    fmt = ChatFormatter.from_tokenizer_config(Path(target_dir) / "tokenizer_config.json")
+    fmt = checkpoint_chat_formatter(Path(target_dir))
     tok = Tokenizer.from_file(str(Path(target_dir) / "tokenizer.json"))
 
     def encode(prompt: str) -> list[int]:

@@ -1,13 +1,17 @@
 """specrt.runtime: load a compiled bundle and decode speculatively.
 
-Module map: generator.py (load / Generator API), loop.py (the orchestrator), acceptance.py (the
-rejection sampler), sampling.py (warping), proposers/ (draft model, n-gram, Medusa), policy.py
+Module map: generator.py (load / Generator API), request.py (GenerationRequest: the one typed request), loop.py (the orchestrator), acceptance.py (the
+rejection sampler), sampling.py (warping), proposers/ (draft model, n-gram, Medusa), constraint.py +
+constrained.py (structured output: JSON schema / regex / grammar masks, forced tokens), policy.py
 (speculation length: FixedK, AdaptiveK), kv_cache.py, backends/ (ort/, pytorch/, trt/ runners), stats.py.
 Layer: above specrt.bundle and specrt.core; never imports specrt.compiler or specrt.recipes.
 """
 
+from specrt.runtime.constraint import ConstraintError, ConstraintSpec
 from specrt.runtime.generator import GenerationResult, Generator, load
+from specrt.runtime.request import GenerationRequest
 from specrt.runtime.sampling import SamplingParams
 from specrt.runtime.stats import GenerationStats
 
-__all__ = ["GenerationResult", "GenerationStats", "Generator", "SamplingParams", "load"]
+__all__ = ["ConstraintError", "ConstraintSpec", "GenerationRequest", "GenerationResult", "GenerationStats", "Generator",
+           "SamplingParams", "load"]

@@ -2,6 +2,7 @@
 
     gen = load("artifacts/my-pair")                  # backend="auto" | "ort" | "torch" | "trt"
     res = gen.generate("def fib(n):", max_new_tokens=128, method="draft", num_speculative_tokens=5)
+    res = gen.generate("def fib(n):", request=GenerationRequest(max_new_tokens=128, temperature=0.7))
     res.text, res.token_ids, res.stats.acceptance_rate
     for piece in gen.stream("def fib(n):", max_new_tokens=64): print(piece, end="")
 
@@ -16,26 +17,26 @@ import dataclasses
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from specrt.bundle.manifest import Manifest, read_manifest
+from specrt.bundle.manifest import Manifest, read_manifest, verify_files
 from specrt.core.errors import GeneratorBusy, InvalidArgument
 from specrt.core.tokenizer import IncrementalDecoder, Tokenizer
 from specrt.runtime import backends
-from specrt.runtime.arguments import check_k, check_options, check_threads, prompt_ids, sampling_params
+from specrt.runtime.arguments import check_threads, prompt_ids
 from specrt.runtime.loop import decode
 from specrt.runtime.policy import AdaptiveK, CountOnlyAdaptiveK, FixedK, KPolicy, model_draft_cost
 from specrt.runtime.proposers.base import Proposer
 from specrt.runtime.proposers.draft_model import DraftModelProposer
-from specrt.runtime.proposers.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, NgramProposer, check_sizes
+from specrt.runtime.proposers.ngram import NgramProposer
+from specrt.runtime.request import METHODS, GenerationRequest, generation_defaults
 from specrt.runtime.sampling import SamplingParams
 from specrt.runtime.stats import GenerationStats
 from specrt.runtime.warmup import warm_up
 
-METHODS = ("draft", "ngram", "hybrid", "medusa", "head", "hybrid-head", "none")
-DEFAULT_K = 5
+HOOKS = ("proposer", "policy", "on_step")  # call options that are objects, not request fields
 SMALL_DRAFT_PARAMETERS = 50_000_000
 STREAM_IDLE_S = 30.0  # seconds an unread stream may hold the Generator before waiters get GeneratorBusy
 
@@ -62,15 +63,17 @@ def load(bundle: str | Path, backend: str = "auto", *, threads: int | None = Non
     backend           "auto" | "ort" | "torch" | "trt" | "ort-cuda" | "ort-trt" (see runtime/backends)
     threads           CPU threads per model (default: all cores; a small draft runs on one)
     target_device, draft_device   e.g. "cpu", "cuda:0", "cuda:1" (draft and target may differ)
-    verify_checksums  check every file's sha256 (sizes are always checked)
+    verify_checksums  check the sha256 of every file this backend opens, before it opens any (every listed
+                      file's presence and size is always checked; graph variants the backend never opens are
+                      not hashed: an int4 bundle's fp32 graphs, ~7 s of SmolLM2's cold start)
     warmup            run and time every verify shape now (False: on the first call that needs the timings,
                       an adaptive-k speculative call; a one-shot `specrt generate` starts faster)
     Raises BundleError / ChecksumMismatch / VersionMismatch / BackendUnavailable with the fix in the message.
     """
     check_threads(threads)  # before the bundle is read
-    manifest = read_manifest(bundle, verify_checksums=verify_checksums)
+    manifest = read_manifest(bundle, verify_checksums=False)  # sizes, paths, values; sha256 below
     return Generator(manifest, backend=backend, threads=threads, target_device=target_device,
-                     draft_device=draft_device, warmup=warmup)
+                     draft_device=draft_device, warmup=warmup, verify_checksums=verify_checksums)
 
 
 class Generator:
@@ -81,10 +84,13 @@ class Generator:
     """
 
     def __init__(self, manifest: Manifest, backend: str = "auto", *, threads: int | None = None,
-                 target_device: str | None = None, draft_device: str | None = None, warmup: bool = True) -> None:
+                 target_device: str | None = None, draft_device: str | None = None, warmup: bool = True,
+                 verify_checksums: bool = False) -> None:
         threads = check_threads(threads)
         self.manifest = manifest
         self.backend = backends.resolve_backend(backend, manifest)
+        if verify_checksums:  # load(): the files this backend opens, before any of them is opened
+            verify_files(manifest, backends.files_to_verify(manifest, self.backend))
         self.max_seq_len = manifest.max_seq_len
         self.max_draft_tokens = manifest.max_draft_tokens
         tok = manifest.tokenizer
@@ -109,9 +115,11 @@ class Generator:
             self.draft = backends.create_runner(manifest, "draft", self.backend, capacity=self.max_seq_len,
                                                 max_short_tokens=short, threads=draft_threads,
                                                 device=draft_device, alternating=alternating)
+        self.sampling_defaults = generation_defaults(manifest.root) if manifest.root is not None else {}
         self._medusa_cache: dict = {}  # the heads session, created on first use
         self._head_runner = None  # the draft head's session and cache (draft_head bundles), created on first use
         self._policies: dict = {}  # AdaptiveK per (method, max k), kept across calls
+        self._constraints = None  # ConstraintCompiler and MaskWorker, built on the first constrained call
         self._load_costs = None  # (verify seconds per k, draft seconds), from warmup()
         if warmup:
             self.warmup()
@@ -136,43 +144,79 @@ class Generator:
         if self.manifest.draft_head is not None:
             if self.draft is not None:  # hybrid is n-gram + the draft model here; hybrid-head: n-gram + the head
                 out += ["head", "hybrid-head"]
-            else:  # default: n-gram where the context matches, else the head
+            else:  # default: n-gram where the context matches, else the head (hybrid-head: the same here)
                 out[0:0] = ["hybrid", "head"]
+                out.append("hybrid-head")
         return out
 
     @property
     def default_method(self) -> str:
         return self.methods[0] if self.draft is not None or self.manifest.draft_head is not None else "ngram"
 
-    def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 128, **options: Any) -> GenerationResult:
-        """Generate up to `max_new_tokens` tokens after `prompt` (text, or a sequence of token ids).
+    def engine(self, max_batch: int = 8):
+        """A continuous-batching engine on this generator's weights: several requests decode together
+        (`generate_batch([...])`, `stream_tokens(...)` from any thread; runtime/batch/engine.py, docs/batching.md).
+        Close it when done; this Generator stays usable for single calls meanwhile (its own KV cache)."""
+        from specrt.runtime.batch.engine import BatchEngine
 
-        Keyword options (all validated before any backend runs; a bad value raises InvalidArgument):
-          temperature (0 = greedy), top_k (0 = off), top_p (1 = off), seed (reproducible sampling)
+        return BatchEngine(self, max_batch=max_batch)
+
+    def request(self, public: str = "generate", max_new_tokens: int | None = None,
+                request: GenerationRequest | None = None, **options: Any) -> GenerationRequest:
+        """The resolved `GenerationRequest` of a call: `request` or the keyword options (not both), with
+        `max_new_tokens` when given, omitted sampling fields from the bundle's generation_config (else greedy),
+        checked against the bundle (k, method). Raises InvalidArgument / TypeError before any runner runs."""
+        if request is None:
+            request = GenerationRequest.from_options(f"Generator.{public}", **options)
+        elif not isinstance(request, GenerationRequest):
+            raise InvalidArgument(f"request must be a GenerationRequest, got {type(request).__name__}")
+        elif options:
+            raise TypeError(f"Generator.{public}() takes either request= or keyword options, not both "
+                            f"(got {', '.join(options)})")
+        if max_new_tokens is not None:
+            request = request.replace(max_new_tokens=max_new_tokens)
+        request = request.with_defaults(self.sampling_defaults)
+        request.check_for(self.max_draft_tokens, self.methods)
+        return request
+
+    def generate(self, prompt: str | Sequence[int], max_new_tokens: int | None = None, *,
+                 request: GenerationRequest | None = None, **options: Any) -> GenerationResult:
+        """Generate up to `max_new_tokens` tokens (default 128) after `prompt` (text, or a sequence of token ids).
+
+        The request: `request=GenerationRequest(...)` or its fields as keyword options (runtime/request.py;
+        all validated before any backend runs; a bad value raises InvalidArgument):
+          temperature (0 = greedy), top_k (0 = off), top_p (1 = off): omitted ones come from the bundle's
+                            generation_config.json, else greedy; seed (reproducible sampling)
           method            "draft" | "ngram" | "hybrid" | "medusa" | "head" | "hybrid-head" | "none" (default: draft
                             if the bundle has one, else hybrid with a draft head; hybrid = n-gram where the context
                             has a match, else the draft model, or the draft head in a bundle without a draft model;
                             hybrid-head = n-gram, else the draft head)
-          num_speculative_tokens   k, an int in [0, max_draft_tokens] or "auto" (adaptive; default 5)
+          num_speculative_tokens   k, an int in [0, max_draft_tokens] or "auto" (adaptive; the default)
           ngram_min, ngram_max     n-gram match lengths for methods "ngram" (default 1, 3) and "hybrid" (2, 3)
+          stop              stop strings (used by the scheduler and the server; here the text is not cut)
+          strict            refuse a prompt + max_new_tokens beyond the context (default: stop at it)
+        Hooks (keyword options, not request fields):
           proposer          a Proposer object to draft with instead of `method`'s (e.g. a custom one)
           policy            a KPolicy object choosing k per step instead of `num_speculative_tokens`
           on_step           callable(k, drafted, accepted) called after every speculative step
+          constraint        a ConstraintSpec (runtime/constraint.py: JSON schema, json_object, regex, grammar):
+                            the output matches it; a spec the library cannot compile raises ConstraintError
+          forced_tokens     with a constraint and a drafting method: verify the tokens it forces in the same
+                            pass as the drafts (default True; output is the same either way)
         Returns a GenerationResult (text, new token ids, stats, finish_reason "stop" or "length").
         """
-        check_options("generate", options)
         ids: list[int] = []
         stats = None
         prompt_ids = None
-        for chunk, prompt_ids, stats in self._iterate(prompt, max_new_tokens, **options):
+        for chunk, prompt_ids, stats in self._iterate("generate", prompt, max_new_tokens, request, options):
             ids.extend(chunk)
         return GenerationResult(self.tokenizer.decode(ids), ids, prompt_ids, stats, stats.finish_reason)
 
-    def stream(self, prompt: str | Sequence[int], max_new_tokens: int = 128, **options: Any) -> Iterator[str]:
+    def stream(self, prompt: str | Sequence[int], max_new_tokens: int | None = None, *,
+               request: GenerationRequest | None = None, **options: Any) -> Iterator[str]:
         """Yield text pieces as tokens are accepted (incremental detokenization); options as `generate`."""
-        check_options("stream", options)
         dec = IncrementalDecoder(self.tokenizer)
-        with contextlib.closing(self._iterate(prompt, max_new_tokens, **options)) as steps:
+        with contextlib.closing(self._iterate("stream", prompt, max_new_tokens, request, options)) as steps:
             for chunk, _, _ in steps:
                 piece = dec.push(chunk)
                 if piece:
@@ -181,11 +225,11 @@ class Generator:
         if tail:
             yield tail
 
-    def stream_tokens(self, prompt: str | Sequence[int], max_new_tokens: int = 128, **options: Any):
+    def stream_tokens(self, prompt: str | Sequence[int], max_new_tokens: int | None = None, *,
+                      request: GenerationRequest | None = None, **options: Any):
         """Yield (new token ids, stats) per step; the stats object is complete after the last step.
         Options as `generate`."""
-        check_options("stream_tokens", options)
-        with contextlib.closing(self._iterate(prompt, max_new_tokens, **options)) as steps:
+        with contextlib.closing(self._iterate("stream_tokens", prompt, max_new_tokens, request, options)) as steps:
             for chunk, _, stats in steps:
                 yield chunk, stats
 
@@ -240,6 +284,20 @@ class Generator:
             return self._policies[key]
         return FixedK(min(k, max_k))
 
+    def compile_constraint(self, spec):
+        """A fresh `Constraint` (parser state) for `spec` on this bundle's tokenizer (ConstraintError if the
+        library cannot compile it). The tokenizer is converted once per Generator (~1 s)."""
+        from specrt.runtime.constraint import ConstraintCompiler, ConstraintSpec
+        from specrt.runtime.constrained import MaskWorker
+
+        if not isinstance(spec, ConstraintSpec):
+            raise InvalidArgument(f"constraint must be a ConstraintSpec, got {type(spec).__name__}")
+        if self._constraints is None:
+            text = self.manifest.path(self.manifest.tokenizer.path).read_text(encoding="utf-8")
+            eos = sorted(self.eos_ids)
+            self._constraints = (ConstraintCompiler(text, self.vocab_size, eos), MaskWorker())
+        return self._constraints[0].compile(spec)
+
     def make_proposer(self, method: str, params: SamplingParams, rng: np.random.Generator, options: dict):
         """The proposer for `method` bound to this generator's runners (None for method "none")."""
         if method == "none":
@@ -282,48 +340,29 @@ class Generator:
             self._head_runner = HeadRunner(self.manifest, self.max_seq_len)
         return HeadProposer(self._head_runner, params, rng, self.vocab_size)
 
-    def _iterate(self, prompt, max_new_tokens: int, *, temperature: float = 0.0, top_k: int = 0,
-                 top_p: float = 1.0, seed: int | None = None, method: str | None = None,
-                 num_speculative_tokens: int | str | None = None, ngram_min: int | None = None,
-                 ngram_max: int | None = None, proposer: Proposer | None = None, policy: KPolicy | None = None,
-                 on_step: Callable[[int, int, int], None] | None = None, strict: bool = False):
-        # Validate everything before touching a runner.
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
-            raise InvalidArgument(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-        params = sampling_params(temperature, top_k, top_p, seed)
-        if proposer is not None:  # a caller's own drafting method: its name goes into the stats
-            method = getattr(proposer, "name", "custom")
+    def _iterate(self, public: str, prompt, max_new_tokens: int | None, request: GenerationRequest | None,
+                 options: dict):
+        """Validate everything (request, hooks, prompt) before touching a runner; then the step generator."""
+        hooks = {name: options.pop(name) for name in HOOKS if name in options}
+        request = self.request(public, max_new_tokens, request, **options)
+        proposer, policy = hooks.get("proposer"), hooks.get("policy")
         if policy is not None and not isinstance(policy, KPolicy):
             raise InvalidArgument(f"policy must implement next_k / current_k / update, got {type(policy).__name__}")
-        method = method or self.default_method
-        if proposer is None:
-            if method not in METHODS:
-                raise InvalidArgument(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-            if method == "draft" and self.draft is None or method == "hybrid" and self.draft is None and \
-                    self.manifest.draft_head is None:
-                raise InvalidArgument(f"method {method!r} needs a bundle compiled with --draft")
-            if method in ("head", "hybrid-head") and self.manifest.draft_head is None:
-                raise InvalidArgument(f"method {method!r} needs a bundle compiled with --draft head:DIR "
-                                      "(specrt train-head)")
-            if method == "medusa" and self.manifest.medusa is None:
-                raise InvalidArgument("method 'medusa' needs a bundle compiled with --medusa")
-        if num_speculative_tokens is None:
-            num_speculative_tokens = min(DEFAULT_K, self.max_draft_tokens)
-        k = check_k(num_speculative_tokens, self.max_draft_tokens)
+        method = getattr(proposer, "name", "custom") if proposer is not None else (request.method or self.default_method)
+        k = request.num_speculative_tokens
         prompt_ids = self.encode_prompt(prompt)
         room = self.max_seq_len - int(prompt_ids.size)
-        if strict and max_new_tokens > room:
+        max_new_tokens = request.max_new_tokens
+        if request.strict and max_new_tokens > room:
             raise InvalidArgument(
                 f"prompt has {prompt_ids.size} tokens: with max_new_tokens={max_new_tokens} it exceeds the "
                 f"bundle's context of {self.max_seq_len} tokens (at most {room} new tokens fit)")
-        options = {key: v for key, v in (("min_n", ngram_min), ("max_n", ngram_max)) if v is not None}
-        if options:
-            check_sizes(options.get("min_n", DEFAULT_MIN_N), options.get("max_n", DEFAULT_MAX_N))
-        return self._run(prompt_ids, max_new_tokens, params, method, k, options, proposer, policy, on_step,
-                         max_new_tokens > room)
+        state = self.compile_constraint(request.constraint) if request.constraint is not None else None
+        return self._run(prompt_ids, max_new_tokens, request.sampling, method, k, request.ngram_sizes, proposer,
+                         policy, hooks.get("on_step"), max_new_tokens > room, state, request.forced_tokens)
 
     def _run(self, prompt_ids, max_new_tokens, params, method, k, options, proposer, policy, on_step,
-             context_limited=False):
+             context_limited=False, constraint=None, forced_tokens=True):
         rng = params.rng()
         with self._exclusive():
             if proposer is None and max_new_tokens > 1:  # one token comes from the prefill: nothing to draft
@@ -332,13 +371,16 @@ class Generator:
                 policy = self.make_policy(k, method, params.seed is not None and not params.greedy)
             stats = GenerationStats(method=method, backend=self.backend, prompt_tokens=int(prompt_ids.size),
                                     provider=self.target.describe().get("provider", self.backend),
-                                    context_limited=context_limited)
+                                    context_limited=context_limited,
+                                    constraint=constraint.spec.describe() if constraint is not None else "")
             started = time.perf_counter()
             explains = policy is not None and hasattr(policy, "off_reason")
             noted_off = False  # whether speculation_note describes speculation as off
             for chunk in decode(self.target, proposer, policy, prompt_ids, max_new_tokens=max_new_tokens,
                                 max_draft_tokens=self.max_draft_tokens, params=params, rng=rng,
-                                eos_ids=self.eos_ids, stats=stats, on_step=on_step):
+                                eos_ids=self.eos_ids, stats=stats, on_step=on_step, constraint=constraint,
+                                mask_worker=self._constraints[1] if constraint is not None else None,
+                                forced_tokens=forced_tokens):
                 stats.elapsed_s = time.perf_counter() - started
                 # why speculation is off, built when it turns off (not every step), cleared when it turns back
                 # on: a caller that reads the stats mid-stream or stops early sees the current state

@@ -18,6 +18,8 @@ import numpy as np
 
 from specrt.runtime.acceptance import greedy_accept, rejection_sample
 from specrt.runtime.backends.base import Runner
+from specrt.runtime.constrained import MaskWorker, masked_logits, shape_proposal
+from specrt.runtime.constraint import Constraint
 from specrt.runtime.policy import KPolicy
 from specrt.runtime.proposers.base import Proposer
 from specrt.runtime.sampling import SamplingParams, sample, warp
@@ -35,10 +37,14 @@ def pick_token(logits_row: np.ndarray, params: SamplingParams, rng: np.random.Ge
 def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, prompt_ids: np.ndarray, *,
            max_new_tokens: int, max_draft_tokens: int, params: SamplingParams, rng: np.random.Generator,
            eos_ids: frozenset[int], stats: GenerationStats,
-           on_step: Callable[[int, int, int], None] | None = None) -> Iterator[list[int]]:
+           on_step: Callable[[int, int, int], None] | None = None, constraint: Constraint | None = None,
+           mask_worker: MaskWorker | None = None, forced_tokens: bool = True) -> Iterator[list[int]]:
     """Yield the emitted tokens of each step (1 + accepted drafts, cut at EOS / limits).
 
     `on_step(k, drafted, accepted)` (optional) sees every step that had a proposer, k as clamped by the loop.
+    `constraint` (optional): every verified position's distribution is masked by it, drafts it refuses end
+    the proposal, and with `forced_tokens` (and a proposer) the tokens it forces are verified in the same
+    pass; masks are computed by `mask_worker` while the target runs (runtime/constrained.py).
     """
     capacity = target.capacity
     tokens = np.empty(capacity, dtype=np.int64)  # committed sequence, preallocated
@@ -46,7 +52,13 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
     tokens[:n] = prompt_ids
     started = time.perf_counter()
     target.reset()
-    first = pick_token(target.prefill(tokens[:n], PREFILL_CHUNK), params, rng)
+    if constraint is not None:
+        pending = mask_worker.submit(constraint.masks, [])
+        last_logits = masked_logits(target.prefill(tokens[:n], PREFILL_CHUNK)[None, :], pending.result())[0]
+        first = pick_token(last_logits, params, rng)
+        constraint.consume([first])
+    else:
+        first = pick_token(target.prefill(tokens[:n], PREFILL_CHUNK), params, rng)
     stats.target_calls += (n + PREFILL_CHUNK - 1) // PREFILL_CHUNK
     tokens[n] = first
     n += 1
@@ -75,11 +87,23 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
             source, catch_up_s = proposal.source, proposal.catch_up_s
         else:
             drafts, draft_probs = tokens[:0], None
+        own = drafts.size  # the proposer's tokens (for the policy and the proposer's observe)
+        if constraint is not None:
+            limit = min(max_draft_tokens, remaining - 1, room - 1) if forced_tokens and proposer is not None else 0
+            shaped = shape_proposal(constraint, drafts, draft_probs, limit)
+            drafts, draft_probs, verify_ids, own = shaped.drafts, shaped.probs, shaped.verify_ids, shaped.kept
+            pending = mask_worker.submit(constraint.masks, verify_ids.tolist())
+        else:
+            verify_ids = drafts
         t1 = time.perf_counter()
-        kk = drafts.size
-        tokens[n:n + kk] = drafts  # scratch: overwritten by what is actually emitted below
+        kk = verify_ids.size
+        tokens[n:n + kk] = verify_ids  # scratch: overwritten by what is actually emitted below
         logits = target.forward(tokens[n - 1:n + kk])  # [kk + 1, V]
         stats.target_calls += 1
+        if constraint is not None:
+            logits = masked_logits(logits, pending.result())
+            if drafts.size > kk:  # a refused sampled draft, rejected for sure: a row the rule never reads
+                logits = np.concatenate([logits, logits[-1:]])
         if params.greedy:
             j, nxt = greedy_accept(drafts, logits)
         else:
@@ -89,6 +113,12 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
             j, nxt = rejection_sample(drafts, draft_probs, q, rng)
         t2 = time.perf_counter()
         emitted = drafts[:j].tolist() + [nxt]
+        if constraint is not None:
+            constraint.rollback(kk - j)
+            stats.forced_tokens += shaped.forced
+            stats.forced_accepted += min(max(j - own, 0), shaped.forced)
+            if nxt not in eos_ids or constraint.valid_prefix([nxt]):
+                constraint.consume([nxt])
         for i, t in enumerate(emitted):
             if t in eos_ids:
                 emitted = emitted[: i + 1]
@@ -96,12 +126,14 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
         tokens[n:n + len(emitted)] = emitted
         n += len(emitted)
         target.truncate(n - 1)
-        stats.record_step(k, kk, j, source)
+        stats.record_step(k, drafts.size, j, source)
         stats.draft_seconds += t1 - t0
         stats.verify_seconds += t2 - t1
         if proposer is not None:
-            proposer.observe(n, j, target.hidden_states)
-            policy.update(k, kk, j, t1 - t0 - catch_up_s, t2 - t1)
+            # the proposer's own tokens were cut or followed by forced ones: it saw no further than its own
+            proposer.observe(n if own == drafts.size else min(n, n - len(emitted) + own + 1), j,
+                             target.hidden_states)
+            policy.update(k, own, min(j, own), t1 - t0 - catch_up_s, t2 - t1)
             if on_step is not None:
                 on_step(k, kk, j)
             stats.num_speculative_tokens = policy.current_k

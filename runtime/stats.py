@@ -5,6 +5,9 @@
   prefill, counting the bonus or recovered token (1.0 for plain decoding)
 * accepted_histogram[j] = number of verify steps that accepted exactly j drafts
 * num_speculative_tokens = the k used at the last step (0 when speculation was off)
+* constraint = the output constraint ("json_schema: ...", "regex: ...", "" when unconstrained); forced_tokens =
+  tokens the constraint forced and the loop verified as drafts (counted in drafted_tokens too), forced_accepted
+  = how many of them were accepted
 * branches[name] = {"steps", "drafted", "accepted"} per drafting branch, for proposers that name one per
   proposal (hybrid: "ngram" / "draft"); empty for single-branch methods
 """
@@ -37,6 +40,9 @@ class GenerationStats:
     finish_reason: str = ""
     provider: str = ""
     speculation_note: str = ""  # why speculation is off (adaptive k settled on 0), else ""
+    constraint: str = ""
+    forced_tokens: int = 0
+    forced_accepted: int = 0
     context_limited: bool = False  # prompt + max_new_tokens exceeded max_seq_len: output stops at the context
 
     @property

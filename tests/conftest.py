@@ -54,6 +54,26 @@ def self_bundle(workdir, llama_target) -> Path:
 
 
 @pytest.fixture(scope="session")
+def target_only_bundle(workdir, llama_target) -> Path:
+    """the target alone (no draft: n-gram and plain decoding only), compiled once for the whole session."""
+    from specrt.compiler import compile_bundle
+
+    return compile_bundle(llama_target, workdir / "bundles" / "target_only", max_seq_len=64, max_draft_tokens=4)
+
+
+@pytest.fixture(scope="session")
+def int4_self8_bundle(workdir, llama_target) -> Path:
+    """int4 target at the default settings (accuracy level 4 for this Llama: two-row decode calls) with the
+    int8 copy of the target as its draft; compiled once for the whole session."""
+    from specrt.compiler import compile_bundle
+    from specrt.compiler.quantize import QuantizeConfig
+    from specrt.compiler.quantize_step import QuantizePlan
+
+    return compile_bundle(llama_target, workdir / "bundles" / "q4_self8", "self:int8", max_seq_len=256,
+                          max_draft_tokens=8, quantization=QuantizePlan(target=QuantizeConfig("int4")))
+
+
+@pytest.fixture(scope="session")
 def pair_generator(pair_bundle):
     from specrt.runtime import load
 

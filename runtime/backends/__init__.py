@@ -65,6 +65,42 @@ def resolve_backend(backend: str, manifest) -> str:
     return "torch"
 
 
+def opened_graph(manifest, role: str, backend: str) -> str | None:
+    """The graph file `create_runner` opens for `role` on `backend` (None: TensorRT, which opens engines)."""
+    entry = manifest.models[role]
+    if backend == "ort" and entry.ort_fused_onnx is not None:
+        return entry.ort_fused_onnx
+    if backend in ("ort", "ort-portable", "ort-cuda", "ort-trt"):
+        return entry.ort_onnx
+    return entry.onnx if backend == "torch" else None
+
+
+def files_to_verify(manifest, backend: str) -> set[str]:
+    """Every listed file except the graph variants (and their weights) this backend never opens: an int4
+    bundle's fp32 graphs are not hashed to run its int4 graph (1.1 GB of SmolLM2's 1.5 GB)."""
+    files = set(manifest.files)
+    opened = {opened_graph(manifest, role, backend) for role in manifest.models}
+    if None in opened:
+        return files
+    for entry in manifest.models.values():
+        for onnx, data in graph_files(entry).items():
+            if onnx not in opened:
+                files.discard(onnx)
+                files.discard(data)
+    return files
+
+
+def graph_files(entry) -> dict[str, str | None]:
+    """graph file -> its external weights file, for every graph the entry lists (variants, quantized)."""
+    out = {entry.onnx: entry.onnx_data}
+    for g in (entry.graphs or {}).values():
+        out[g.onnx] = g.onnx_data
+    if entry.quantization is not None:
+        for g in entry.quantization.graphs.values():
+            out[g.onnx] = g.onnx_data
+    return out
+
+
 def create_runner(manifest, role: str, backend: str, *, capacity: int, max_short_tokens: int,
                   threads: int | None = None, want_hidden: bool = False, device: str | None = None,
                   alternating: bool = False) -> Runner:

@@ -48,6 +48,13 @@ def suites_of(result: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(r["suite"] for r in result["results"]))
 
 
+def natural_width(console, table) -> int:
+    """The width `table` takes uncut (rich's own measure is clamped to the console's width)."""
+    from rich.measure import Measurement
+
+    return Measurement.get(console, console.options.update_width(10_000), table).maximum
+
+
 def suite_table(result: dict[str, Any], suite: str, columns: tuple[str, ...], compact: bool) -> Any:
     from rich.table import Table
 
@@ -70,7 +77,7 @@ def print_tables(result: dict[str, Any], console, compact: bool = False, wide: b
 
     for suite in suites_of(result):
         table = suite_table(result, suite, COLUMNS if wide else tuple(COMPACT) if compact else TERMINAL, compact)
-        if not (wide or compact) and console.measure(table).maximum > console.width:
+        if not (wide or compact) and natural_width(console, table) > console.width:
             compact = True  # the full headers do not fit this terminal (at 100 columns they did not): cut nothing
             table = suite_table(result, suite, tuple(COMPACT), compact)
         console.print(table)
@@ -93,7 +100,8 @@ def print_tables(result: dict[str, Any], console, compact: bool = False, wide: b
     from specrt.core.text import pack
 
     m = result["machine"]
-    phrases = [f"{m['cpu']}, {m['cores_available']} cores, backend {m['backend']} ({m['provider']}, {m['threads']} threads);",
+    phrases = [f"{m['cpu']}, {m['cores_available']} cores,",  # two phrases: pack() may wrap between them
+               f"backend {m['backend']} ({m['provider']}, {m['threads']} threads);",
                f"peak RSS {result['memory']['peak_rss_mb']:.0f} MiB;",
                f"greedy outputs identical to plain: {_fmt(result['identical'])};", f"{result['elapsed_s']:.0f}s"]
     for line in pack(phrases, console.width, sep=" "):

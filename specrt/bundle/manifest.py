@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from specrt.core.errors import BundleError, ChecksumMismatch
 from specrt.core.jsonfile import load_json
@@ -20,7 +20,7 @@ from specrt.bundle.paths import check_relative, resolve_inside
 from specrt.bundle.schema import FORMAT_NAME, Manifest
 
 __all__ = ["FORMAT_NAME", "MANIFEST", "Manifest", "file_entries", "has_demo_mark", "listed_files", "manifest_json",
-           "read_manifest", "sha256_file"]
+           "read_manifest", "sha256_file", "verify_files"]
 
 MANIFEST = "manifest.json"
 
@@ -100,3 +100,15 @@ def file_entries(root: Path) -> dict[str, dict[str, Any]]:
         rel = path.relative_to(root).as_posix()
         out[rel] = {"sha256": sha256_file(path), "size": path.stat().st_size}
     return out
+
+
+def verify_files(manifest: Manifest, rels: Iterable[str]) -> None:
+    """sha256 of the listed files `rels` against the manifest (read_manifest with verify_checksums=False has
+    checked every file's presence and size already). Raises ChecksumMismatch naming the first bad file."""
+    for rel in sorted(set(rels)):
+        digest = sha256_file(manifest.path(rel))
+        if digest != manifest.files[rel].sha256:
+            raise ChecksumMismatch(
+                f"bundle file {rel} has sha256 {digest[:16]}..., manifest says {manifest.files[rel].sha256[:16]}... "
+                "(corrupted or modified); recompile the bundle"
+            )

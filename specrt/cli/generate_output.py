@@ -14,7 +14,14 @@ def stats_line(s) -> str:
     return (f"[{s.method}, {k}, {s.new_tokens} tokens, {s.tokens_per_second:.1f} tok/s, "
             f"{acceptance_text(s.drafted_tokens, s.accepted_tokens)}"
             f"{f'mean accepted {s.mean_accepted_tokens:.2f}, ' if s.drafted_tokens else ''}"
-            f"{branches_text(s.branches)}finish_reason {s.finish_reason}, backend {s.backend}]")
+            f"{branches_text(s.branches)}{constraint_text(s)}finish_reason {s.finish_reason}, backend {s.backend}]")
+
+
+def constraint_text(s) -> str:
+    """'constraint json_schema, forced 12/14 accepted, ' for a constrained run, else ''."""
+    if not s.constraint:
+        return ""
+    return f"constraint {s.constraint.split(':')[0]}, forced {s.forced_accepted}/{s.forced_tokens} accepted, "
 
 
 def acceptance_text(drafted: int, accepted: int, tail: str = ", ") -> str:

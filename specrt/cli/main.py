@@ -60,12 +60,13 @@ class KType(click.ParamType):
     name = "K|auto"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> Any:
-        if value == "auto" or isinstance(value, int):
-            return value
+        from specrt.core.errors import InvalidArgument
+        from specrt.runtime.request import parse_k
+
         try:
-            return int(value)
-        except ValueError:
-            self.fail(f"{value!r} is neither an integer nor 'auto'", param, ctx)
+            return parse_k(value)
+        except InvalidArgument as exc:
+            self.fail(str(exc), param, ctx)
 
 
 _NO_ARGS = getattr(click.exceptions, "NoArgsIsHelpError", ())

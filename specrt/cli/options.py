@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from specrt.runtime.backends import BACKENDS
-from specrt.runtime.generator import METHODS
+from specrt.runtime.request import METHODS
 
 
 def backend_option(help_text: str = "Run-time backend: auto picks trt / ort-cuda / ort / torch by what is installed."):

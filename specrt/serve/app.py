@@ -51,13 +51,19 @@ def create_app(bundle_or_generators: Union[str, Path, Any, Sequence[Any]], *, se
                api_key: Optional[str] = None, max_concurrency: int = 1, max_queue: int = 64,
                method: Optional[str] = None, num_speculative_tokens: Union[int, str] = "auto",
                backend: str = "auto", threads: Optional[int] = None, max_body_bytes: int = 1 << 20,
-               body_timeout_s: float = 30.0,
+               body_timeout_s: float = 30.0, max_batch: int = 0,
                health_extra: Optional[Callable[[], Awaitable[dict[str, Any]]]] = None) -> FastAPI:
     """A bundle path loads `max_concurrency` generators; a Generator or a list of them is used as given
     (one slot each). With an `api_key` the API docs (/docs, /redoc, /openapi.json) are off;
     `body_timeout_s` bounds how long a request body may take to arrive (408 after it); `health_extra` adds
-    keys to /health (the Ray replica's name and the replica count)."""
-    if isinstance(bundle_or_generators, (str, Path)):
+    keys to /health (the Ray replica's name and the replica count). `max_batch` N >= 1 (a bundle path): one
+    generator and N slots that decode as one batch (serve/batching.py) instead of one generator per slot."""
+    engine = None
+    if max_batch and isinstance(bundle_or_generators, (str, Path)):
+        from specrt.serve.batching import batched_generators
+
+        generators, engine = batched_generators(bundle_or_generators, max_batch, backend, threads)
+    elif isinstance(bundle_or_generators, (str, Path)):
         generators = load_generators(bundle_or_generators, max_concurrency, backend, threads)
     elif isinstance(bundle_or_generators, (list, tuple)):
         generators = list(bundle_or_generators)
@@ -67,12 +73,18 @@ def create_app(bundle_or_generators: Union[str, Path, Any, Sequence[Any]], *, se
     config = ServeConfig(served_model_name=name, api_key=api_key, max_queue=max_queue, method=method,
                          num_speculative_tokens=num_speculative_tokens, max_body_bytes=max_body_bytes)
     service = Service(generators, config)
+    if engine is not None:
+        from specrt.serve.batching import add_batch_metrics
+
+        add_batch_metrics(service.metrics, engine)
     started = int(time.time())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
         service.close()
+        if engine is not None:
+            engine.close()
 
     # A body without Content-Type is parsed as JSON (curl -d habits); newer FastAPI needs it said.
     lenient = {"strict_content_type": False} if "strict_content_type" in inspect.signature(FastAPI).parameters else {}

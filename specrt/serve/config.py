@@ -6,8 +6,8 @@ import dataclasses
 from typing import Mapping, Optional, Union
 
 from specrt.core.errors import InvalidArgument
+from specrt.runtime.request import DEFAULT_K, METHODS, parse_k
 
-METHODS = ("draft", "ngram", "hybrid", "medusa", "head", "hybrid-head", "none")
 API_KEY_ENV = "SPECRT_API_KEY"
 
 
@@ -28,7 +28,7 @@ class ServeConfig:
     api_key: Optional[str] = None
     max_queue: int = 64  # requests waiting for a slot before 429
     method: Optional[str] = None  # default drafting method (None: the bundle's default)
-    num_speculative_tokens: Union[int, str] = "auto"  # default k per request
+    num_speculative_tokens: Union[int, str] = DEFAULT_K  # default k per request
     max_body_bytes: int = 1 << 20
     retry_after_s: int = 1
 
@@ -39,9 +39,7 @@ class ServeConfig:
             raise InvalidArgument(f"max_queue must be >= 0, got {self.max_queue}")
         if self.method is not None and self.method not in METHODS:
             raise InvalidArgument(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
-        k = self.num_speculative_tokens
-        if k != "auto" and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
-            raise InvalidArgument(f"num_speculative_tokens must be an integer >= 0 or 'auto', got {k!r}")
+        object.__setattr__(self, "num_speculative_tokens", parse_k(self.num_speculative_tokens))
         if self.max_body_bytes < 1024:
             raise InvalidArgument(f"max_body_bytes must be >= 1024, got {self.max_body_bytes}")
         if self.api_key is not None and not self.api_key.strip():

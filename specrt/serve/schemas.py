@@ -6,6 +6,10 @@ output but are not implemented (`logprobs`, `echo`, `best_of`, penalties) get a 
 
     {"speculative": {"method": "draft" | "ngram" | "hybrid" | "medusa" | "none", "num_speculative_tokens": 5 | "auto"}}
 
+Structured output: `response_format` as OpenAI defines it, `{"type": "text"}`, `{"type": "json_object"}` or
+`{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": true}}` (the output is
+constrained to the schema whether `strict` is true or not; a schema the library cannot compile is a 400).
+
 Ranges that depend on the bundle (context length, compiled maximum k, methods) are checked in
 `service.py`, where the bundle is known.
 """
@@ -14,7 +18,9 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 Number = Union[StrictInt, StrictFloat]
 Stop = Union[StrictStr, list[StrictStr], None]
@@ -25,6 +31,22 @@ class SpeculativeOptions(BaseModel):
 
     method: Optional[Literal["draft", "ngram", "hybrid", "medusa", "none"]] = None
     num_speculative_tokens: Union[StrictInt, Literal["auto"], None] = None
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: Optional[StrictStr] = None
+    description: Optional[StrictStr] = None
+    json_schema: Union[dict[str, Any], StrictBool] = Field(alias="schema")
+    strict: Optional[StrictBool] = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: Optional[JsonSchemaFormat] = None
 
 
 class StreamOptions(BaseModel):
@@ -48,6 +70,7 @@ class SamplingFields(BaseModel):
     stream: StrictBool = False
     stream_options: Optional[StreamOptions] = None
     speculative: Optional[SpeculativeOptions] = None
+    response_format: Optional[ResponseFormat] = None
 
 
 class CompletionRequest(SamplingFields):

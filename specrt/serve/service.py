@@ -36,11 +36,13 @@ RENDER_THREADS = 2  # chat-template renders at a time (each bounded: RenderBound
 def spec_stats(stats: Any) -> dict[str, Any]:
     if stats is None:
         return {"acceptance_rate": 0.0, "mean_accepted_tokens": 0.0, "drafted_tokens": 0, "accepted_tokens": 0,
-                "verify_steps": 0, "num_speculative_tokens": 0, "method": None}
+                "verify_steps": 0, "num_speculative_tokens": 0, "method": None, "constraint": None,
+                "forced_tokens": 0, "forced_accepted": 0}
     return {"acceptance_rate": stats.acceptance_rate, "mean_accepted_tokens": stats.mean_accepted_tokens,
             "drafted_tokens": stats.drafted_tokens, "accepted_tokens": stats.accepted_tokens,
             "verify_steps": stats.verify_steps, "num_speculative_tokens": stats.num_speculative_tokens,
-            "method": stats.method}
+            "method": stats.method, "constraint": stats.constraint or None,
+            "forced_tokens": stats.forced_tokens, "forced_accepted": stats.forced_accepted}
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:

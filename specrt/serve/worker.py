@@ -13,14 +13,21 @@ import time
 from typing import Any, Callable, Optional, Sequence
 
 from specrt.core.tokenizer import IncrementalDecoder
+from specrt.runtime.request import GenerationRequest
 
 
 @dataclasses.dataclass
 class Job:
     prompt_ids: list[int]
-    max_tokens: int
-    kwargs: dict[str, Any]  # temperature, top_p, top_k, seed, method, num_speculative_tokens
-    stop: Sequence[str] = ()
+    request: GenerationRequest  # resolved: sampling defaults filled, checked against the bundle
+
+    @property
+    def max_tokens(self) -> int:
+        return self.request.max_new_tokens
+
+    @property
+    def stop(self) -> Sequence[str]:
+        return self.request.stop
 
 
 @dataclasses.dataclass
@@ -73,7 +80,7 @@ def run_job(gen: Any, job: Job, cancel: threading.Event, emit: Callable[[Any], N
     stopper = StopText(job.stop)
     tokens, stats, finish = 0, None, None
     try:
-        steps = gen.stream_tokens(job.prompt_ids, job.max_tokens, **job.kwargs)
+        steps = gen.stream_tokens(job.prompt_ids, request=job.request)
         try:
             for ids, stats in steps:
                 tokens += len(ids)

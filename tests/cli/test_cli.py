@@ -57,7 +57,7 @@ def test_inspect_json(pair_bundle):
 
 
 @pytest.mark.parametrize("args, code, message", [
-    (["generate", "{b}", "--prompt", "hi", "--num-speculative-tokens", "-1"], 2, "outside [0, 8]"),
+    (["generate", "{b}", "--prompt", "hi", "--num-speculative-tokens", "-1"], 2, "must be >= 0 or 'auto', got -1"),
     (["generate", "{b}", "--prompt", "hi", "--num-speculative-tokens", "99"], 2, "outside [0, 8]"),
     (["generate", "{b}", "--prompt", "hi", "--temperature", "-1"], 2, "temperature must be >= 0"),
     (["generate", "{b}", "--prompt", "hi", "--top-p", "0"], 2, "--top-p must be in (0, 1]"),

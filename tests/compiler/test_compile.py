@@ -102,12 +102,33 @@ def test_load_rejects_corrupted_file(tmp_path, pair_bundle):
     from specrt.runtime import load
 
     b = copy_bundle(pair_bundle, tmp_path / "b")
-    data = b / "target" / "model.onnx.data"
-    raw = bytearray(data.read_bytes())
+    for rel in ("target/model.onnx.data", "target/model.fused.onnx.data"):
+        raw = bytearray((b / rel).read_bytes())
+        raw[100] ^= 0xFF
+        (b / rel).write_bytes(bytes(raw))
+    # load hashes the files its backend opens, before opening any: the CPU runner opens the fused graph,
+    # the portable backends the portable one
+    with pytest.raises(ChecksumMismatch, match="target/model.fused.onnx.data has sha256"):
+        load(b, backend="ort")
+    for backend in ("ort-portable", "torch"):
+        with pytest.raises(ChecksumMismatch, match="target/model.onnx.data has sha256"):
+            load(b, backend=backend)
+
+
+def test_load_does_not_hash_graphs_its_backend_never_opens(tmp_path, pair_bundle):
+    """The portable graph's weights corrupted (same size): the CPU runner, which runs the fused graph, loads
+    and decodes exactly as before; `inspect` (every file) still reports the corruption."""
+    from specrt.cli.inspect_checks import read_for_inspect
+    from specrt.runtime import load
+
+    b = copy_bundle(pair_bundle, tmp_path / "b")
+    raw = bytearray((b / "target" / "model.onnx.data").read_bytes())
     raw[100] ^= 0xFF
-    data.write_bytes(bytes(raw))
-    with pytest.raises(ChecksumMismatch, match="target/model.onnx.data has sha256"):
-        load(b)
+    (b / "target" / "model.onnx.data").write_bytes(bytes(raw))
+    expected = load(pair_bundle, backend="ort").generate("def main(", 8, method="none").token_ids
+    assert load(b, backend="ort").generate("def main(", 8, method="none").token_ids == expected
+    _, failed = read_for_inspect(b)
+    assert any("target/model.onnx.data" in f for f in failed)
 
 
 def test_load_rejects_truncated_and_missing_files(tmp_path, pair_bundle):

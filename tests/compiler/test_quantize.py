@@ -16,7 +16,6 @@ from specrt.compiler import compile_bundle
 from specrt.compiler.fused_scorer import FusedScorer
 from specrt.compiler.quality import GraphScorer, verify_consistency
 from specrt.compiler.quantize import QuantizationError, QuantizeConfig, quantize_onnx
-from specrt.compiler.quantize_step import QuantizePlan
 from specrt.core.errors import InvalidArgument
 from specrt.runtime import load
 
@@ -24,10 +23,9 @@ PROMPTS = ["def main(argv):", "import os\nimport sys\n", "class Parser:\n    def
 
 
 @pytest.fixture(scope="module")
-def int4_self8(workdir, llama_target):
-    """int4 target (default settings) with the int8 copy of the target as its draft."""
-    return compile_bundle(llama_target, workdir / "bundles" / "q4_self8", "self:int8", max_seq_len=256,
-                          max_draft_tokens=8, quantization=QuantizePlan(target=QuantizeConfig("int4")))
+def int4_self8(int4_self8_bundle):
+    """int4 target (default settings) with the int8 copy of the target as its draft (tests/conftest.py)."""
+    return int4_self8_bundle
 
 
 @pytest.fixture(scope="module")
@@ -214,6 +212,7 @@ def test_max_ppl_increase_refuses_and_writes_nothing(tmp_path):
     assert not out.exists() and list(out.parent.iterdir()) == []
 
 
+@pytest.mark.slow  # a quantized compile and two commands in real processes
 def test_docs_quantize_block_runs(tmp_path, llama_target):
     """docs/quantization.md's quantized-bundle commands, executed as written."""
     import os

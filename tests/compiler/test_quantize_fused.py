@@ -9,12 +9,10 @@ import onnx
 import pytest
 
 from specrt.bundle.manifest import read_manifest
-from specrt.compiler import compile_bundle
 from specrt.compiler.fused_scorer import FusedScorer
 from specrt.compiler.quality import verify_consistency
 from specrt.compiler.quantize import QuantizationError, QuantizeConfig, quantize_onnx
 from specrt.compiler.quantize_fused import quantize_fused_onnx, untie_lm_head, validate_quantized_fused
-from specrt.compiler.quantize_step import QuantizePlan
 from specrt.compiler.validate import validation_shapes
 from specrt.core.errors import InvalidArgument
 from specrt.runtime import load
@@ -25,11 +23,13 @@ PROMPTS = ["def main(argv):", "import os\nimport sys\n", "class Parser:\n    def
 
 
 @pytest.fixture(scope="module")
-def level4(workdir, llama_target):
-    """int4 target at accuracy level 4 (batch-invariant: two-row decode calls), the int8 target as its draft."""
-    return compile_bundle(llama_target, workdir / "bundles" / "q4_level4", "self:int8", max_seq_len=256,
-                          max_draft_tokens=8,
-                          quantization=QuantizePlan(target=QuantizeConfig("int4", accuracy_level=4)))
+def level4(int4_self8_bundle):
+    """int4 target at accuracy level 4 (batch-invariant: two-row decode calls), the int8 target as its draft: the
+    session's int4 bundle (tests/conftest.py), whose default settings are level 4 for this Llama (checked here;
+    an explicit --quant-accuracy-level 4 reaching the plan is tested in test_fast_decode_flag_reaches_the_plan)."""
+    q = read_manifest(int4_self8_bundle).models["target"].quantization
+    assert (q.accuracy_level, q.min_rows) == (4, 2)
+    return int4_self8_bundle
 
 
 def ops(path) -> list[str]:

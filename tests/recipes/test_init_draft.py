@@ -92,7 +92,9 @@ def test_cli_init_from_target_compiles_and_drafts(tmp_path, deep_target):
 def test_cli_bad_layer_choice(tmp_path, deep_target, args, match):
     from helpers import run_cli
 
-    proc = run_cli("distill-draft", "--target", deep_target, "--data", tmp_path, "-o", tmp_path / "o",
+    data = tmp_path / "text"  # beside the output: an output inside --data is refused before anything else
+    data.mkdir()
+    proc = run_cli("distill-draft", "--target", deep_target, "--data", data, "-o", tmp_path / "o",
                    "--init-from-target", *args)
     assert proc.returncode == 2 and match in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "o").exists()

@@ -116,3 +116,56 @@ def test_cli_compile_with_head(tmp_path, llama_target):
     assert res.exit_code == 0, res.output
     out = json.loads(res.output[res.output.index("{"):])
     assert out["stats"]["method"] == "head"
+
+
+def test_chat_encoder_reads_chat_template_jinja(tmp_path, llama_target):
+    """A checkpoint whose template is in chat_template.jinja (SmolLM2's GGUF conversion): the answers are made in it."""
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    from specrt.recipes.head_data import chat_encoder
+
+    ck = tmp_path / "ck"
+    shutil.copytree(llama_target, ck)
+    plain = chat_encoder(ck)("hello")
+    (ck / "chat_template.jinja").write_text("{% for m in messages %}<<{{ m.role }}>>{{ m.content }}{% endfor %}"
+                                            "{% if add_generation_prompt %}<<assistant>>{% endif %}")
+    ids = chat_encoder(ck)("hello")
+    text = Tokenizer.from_file(str(ck / "tokenizer.json")).decode(ids)
+    assert text == "<<user>>hello<<assistant>>" and ids != plain
+
+
+def test_training_rows_and_acceptance_are_aligned(tmp_path, tokenizer_path):
+    """The oracle head of tests/runtime/test_draft_head.py (exactly the target when attention is off): the recipe's
+    acceptance measure must accept every draft, and its loss must see matching features (feature term ~ 0)."""
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from specrt.models.checkpoint import open_checkpoint
+    from specrt.models.draft_head import DraftHead
+    from specrt.recipes.head_data import generate_features
+    from specrt.recipes.head_train import acceptance_per_position, make_batch, reduced_index, row_losses
+
+    target = make_checkpoint(tmp_path / "t", "llama", tokenizer_path, layers=1, seed=3)
+    w = load_file(str(target / "model.safetensors"))
+    for name in list(w):
+        if name.endswith("o_proj.weight"):
+            w[name] = torch.zeros_like(w[name])
+        if name.endswith("embed_tokens.weight"):
+            w[name] = w[name].half().float()
+    save_file(w, str(target / "model.safetensors"), metadata={"format": "pt"})
+    dec = open_checkpoint(target).load_decoder(torch.float32).eval()
+    head = DraftHead(dec, torch.arange(dec.config.vocab_size)).eval()
+    d = dec.config.hidden_size
+    with torch.no_grad():
+        head.fc.weight.copy_(torch.cat((torch.zeros(d, d), torch.eye(d)), dim=1))
+    seqs = [generate_features(dec, [5 + i, 9, 12], 20, set(), 0.0, torch.Generator()) for i in range(3)]
+    acc = acceptance_per_position(head, seqs, k=3)
+    assert acc["positions"] > 30 and acc["per_position"] == [1.0, 1.0, 1.0]
+    lookup = reduced_index(head.vocab_ids, dec.config.vocab_size)
+    batch = make_batch(seqs, [0, 1], 12, np.random.default_rng(0), lookup)
+    with torch.no_grad():
+        _, hidden = row_losses(head, *batch)
+    assert torch.allclose(hidden, batch[3], atol=1e-3)  # the head's output feature = the target's next feature

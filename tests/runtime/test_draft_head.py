@@ -74,8 +74,8 @@ def test_oracle_head_accepts_every_greedy_draft(oracle, prompt, k):
 def test_hybrid_and_auto_equal_plain(oracle):
     for prompt in PROMPTS:
         plain = oracle.generate(prompt, 48, method="none")
-        for k in (2, "auto"):
-            spec = oracle.generate(prompt, 48, method="hybrid", num_speculative_tokens=k)
+        for method, k in (("hybrid", 2), ("hybrid", "auto"), ("hybrid-head", 3)):
+            spec = oracle.generate(prompt, 48, method=method, num_speculative_tokens=k)
             assert spec.token_ids == plain.token_ids
             assert spec.stats.accepted_tokens == spec.stats.drafted_tokens  # both branches are exact here
 

@@ -83,12 +83,11 @@ def test_ngram_sizes_apply_to_the_ngram_branch(pair_generator):
     assert short.stats.branches["ngram"]["steps"] > long.stats.branches.get("ngram", {"steps": 0})["steps"]
 
 
-def test_hybrid_needs_a_draft(tmp_path, llama_target):
-    from specrt.compiler import compile_bundle
+def test_hybrid_needs_a_draft(target_only_bundle):
     from specrt.core.errors import InvalidArgument
     from specrt.runtime import load
 
-    gen = load(compile_bundle(llama_target, tmp_path / "b", max_seq_len=64, max_draft_tokens=4), backend="ort")
+    gen = load(target_only_bundle, backend="ort")
     assert "hybrid" not in gen.methods
     with pytest.raises(InvalidArgument, match="method 'hybrid' needs a bundle compiled with --draft"):
         gen.generate("import os", 4, method="hybrid")

@@ -32,7 +32,8 @@ from specrt.compiler.trt.precision import half_onnx_from_fp32  # noqa: E402
 from specrt.compiler.trt.ptq import PTQConfig, import_modelopt, qdq_summary  # noqa: E402
 from specrt.core.errors import BackendUnavailable, InvalidArgument  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# the tests that quantize (Model Optimizer calibration on the packaged demo target) are slow; the option and
+# memory checks below them run in the fast lane
 ZERO_POINT_TYPE = {"int8": onnx.TensorProto.INT8, "fp8": onnx.TensorProto.FLOAT8E4M3FN}
 
 
@@ -71,6 +72,7 @@ def quantized(request, demo_bundle, tmp_path_factory):
     return precision, root, results["target"]
 
 
+@pytest.mark.slow
 def test_qdq_graph_structure_and_io(quantized, demo_bundle):
     precision, root, facts = quantized
     source = onnx.load(str(demo_bundle / "target" / "model.onnx"), load_external_data=False)
@@ -97,6 +99,7 @@ def test_qdq_graph_structure_and_io(quantized, demo_bundle):
             onnx.TensorProto.DataType.Name(ZERO_POINT_TYPE[precision])]
 
 
+@pytest.mark.slow
 def test_quality_is_measured_on_the_qdq_function(quantized, demo_bundle):
     """The recorded quality is what the Q/DQ graph computes: recomputed here with fresh sessions, then the graph is
     driven the way the runners drive it (a prefill, a verify-shaped call after it, `logit_start` fed)."""
@@ -123,6 +126,7 @@ def test_quality_is_measured_on_the_qdq_function(quantized, demo_bundle):
     np.testing.assert_allclose(last_two[0], b2[3:], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_tensorrt_input_graph_is_fp16_around_the_qdq_nodes(quantized, tmp_path):
     """The graph the engine build parses: Q/DQ types kept, fp16 elsewhere, fp32 logits; well typed."""
     precision, root, facts = quantized
@@ -137,6 +141,7 @@ def test_tensorrt_input_graph_is_fp16_around_the_qdq_nodes(quantized, tmp_path):
     assert {o.name: o.type.tensor_type.elem_type for o in model.graph.output}["logits"] == onnx.TensorProto.FLOAT
 
 
+@pytest.mark.slow
 def test_manifest_records_the_engine_quantization_and_inspect_shows_it(quantized, tmp_path):
     precision, root, facts = quantized
     m = read_manifest(root)
@@ -158,6 +163,7 @@ def test_manifest_records_the_engine_quantization_and_inspect_shows_it(quantized
     assert f"{facts['quantized_matmuls']} MatMuls quantized" in line and "greedy agreement" in line
 
 
+@pytest.mark.slow
 def test_max_ppl_increase_refuses_and_calibration_data_is_measured(demo_bundle, tmp_path):
     """On Python code the int4 demo target loses perplexity: a limit of 0 refuses it; the user's text is used
     for calibration and measured next to the held-out text."""

@@ -41,7 +41,9 @@ class OrtFusedRunner(Runner):
 
     def __init__(self, onnx_path: Path, config: DecoderConfig, capacity: int, max_short_tokens: int,
                  device: str = "cpu", threads: int | None = None, want_hidden: bool = False,
-                 min_rows: int = 1, alternating: bool = False) -> None:
+                 min_rows: int = 1, alternating: bool = False, session=None, cache: KVCache | None = None) -> None:
+        """`session` / `cache` (optional): share another runner's session (one weights copy) and run on a KV
+        region that the caller owns (runtime/batch/pool.py); by default the runner creates both."""
         ort = import_ort()
         if device != "cpu":
             raise BackendUnavailable(f"ort device {device!r}: the fused ONNX Runtime runner runs on the CPU")
@@ -50,10 +52,13 @@ class OrtFusedRunner(Runner):
         max_short_tokens = max(max_short_tokens, min_rows)
         self.want_hidden = want_hidden
         self._ort = ort
-        self.session, opts = cpu_session(ort, onnx_path, threads, alternating)
+        if session is None:
+            self.session, opts = cpu_session(ort, onnx_path, threads, alternating)
+            self.threads = opts.intra_op_num_threads
+        else:
+            self.session, self.threads = session, threads
         self.onnx_path = onnx_path
-        self.threads = opts.intra_op_num_threads
-        self.cache = HeadMajorKVCache(config.num_layers, capacity, config.num_kv_heads, config.head_dim)
+        self.cache = cache or HeadMajorKVCache(config.num_layers, capacity, config.num_kv_heads, config.head_dim)
         self.max_short = max_short_tokens
         v, h = config.vocab_size, config.hidden_size
         self._logits = np.empty((1, max_short_tokens, v), dtype=np.float32)  # [1, R, V] for decode / verify
@@ -71,7 +76,8 @@ class OrtFusedRunner(Runner):
         self._run_bound = binding_runner(self.session, self._binding)
 
     def _bind_cache(self) -> None:
-        """Bind every layer's buffers as past and present once: they never move and never change shape."""
+        """Bind every layer's buffers as past and present once: they never move and never change shape (a
+        pooled runner whose region moves binds again: runtime/batch/pool.py)."""
         b = self._binding
         for i, (k, v) in enumerate(zip(self.cache.keys, self.cache.values)):
             for name_in, name_out, buf in ((graph_io.past_key(i), present_key(i), k),

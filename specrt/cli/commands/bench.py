@@ -36,7 +36,8 @@ def _k(value: str):
 @click.option("--suite", "suites", default="code,grounded,open", show_default=True, callback=_csv(str, "suite names"))
 @click.option("--prompts-per-suite", default=2, show_default=True, type=int, help="Built-in prompts per suite.")
 @click.option("--methods", default=None, callback=_csv(str, "methods"),
-              help="Comma-separated: draft,hybrid,ngram,medusa (default: every method the bundle has; plain is always run).")
+              help="Comma-separated: draft,hybrid,ngram,medusa,head,hybrid-head (default: every method the bundle "
+                   "has; plain is always run).")
 @click.option("--k", "ks", default="1,2,4,8,auto", show_default=True, callback=_csv(_k, "integers or 'auto'"))
 @click.option("--max-new-tokens", default=96, show_default=True, type=int)
 @click.option("--repeats", default=3, show_default=True, type=int, help="Timed rounds (medians and spread over them).")
@@ -62,13 +63,17 @@ def _k(value: str):
 @click.option("--make-random-target", "random_dir", type=click.Path(path_type=Path),
               help="Instead of benchmarking: write a random-weight Llama checkpoint to DIR (see --params) and exit.")
 @click.option("--params", default="120M", show_default=True, help="Size of --make-random-target.")
+@click.option("--concurrency", "concurrency", default=None, callback=_csv(int, "integers"),
+              help="Instead of the k sweep: N clients at once for each N (e.g. 1,2,4,8) on the batching scheduler: "
+                   "one at a time vs plain batched vs speculative batched (first of --methods, default ngram); "
+                   "--peer ort-genai adds its batched generation. --markdown writes the section.")
 @click.option("--force", is_flag=True, help="Replace an existing --make-random-target DIR (one specrt wrote).")
 @click.option("--quiet", is_flag=True, help="No progress bar and no table.")
 @click.option("--wide", is_flag=True, help="Every column in the terminal table (default: what fits the terminal).")
 @handle_errors
 def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_new_tokens, repeats, temperature,
               seed, backend, threads, peer, target_checkpoint, draft_checkpoint, simulate, ttft_prompt_tokens, json_path,
-              plot_path, md_path, title, random_dir, params, force, quiet, wide):
+              plot_path, md_path, title, random_dir, params, concurrency, force, quiet, wide):
     """Benchmark BUNDLE: plain vs speculative decoding per method, k and workload suite."""
     from rich.console import Console
 
@@ -82,9 +87,19 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
         return
     if bundle is None:
         raise click.UsageError("missing BUNDLE (or --make-random-target DIR)")
+    if "json" in suites:
+        return _json_suite(bundle, suites, methods, ks, max_new_tokens, repeats, backend, threads, md_path, json_path,
+                           title, quiet)
     from specrt.bench import BenchSettings, run_bench
     from specrt.bench.report import markdown, print_tables
 
+    if concurrency:
+        settings = BenchSettings(bundle=bundle, backend=backend, threads=threads, suites=suites,
+                                 prompts_file=prompts_file, prompts_per_suite=prompts_per_suite, methods=methods,
+                                 ks=ks, max_new_tokens=max_new_tokens, repeats=repeats, temperature=temperature,
+                                 seed=seed, simulate=(), peer=peer, target_checkpoint=target_checkpoint,
+                                 draft_checkpoint=draft_checkpoint, ttft_prompt_tokens=None)
+        return _concurrency(settings, concurrency, md_path, json_path, title, quiet)
     settings = BenchSettings(bundle=bundle, backend=backend, threads=threads, suites=suites,
                              prompts_file=prompts_file, prompts_per_suite=prompts_per_suite, methods=methods,
                              ks=ks, max_new_tokens=max_new_tokens, repeats=repeats, temperature=temperature,
@@ -122,6 +137,73 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
 
     if busy_warning() and not quiet:
         click.echo(busy_warning(), err=True)
+
+
+def _json_suite(bundle, suites, methods, ks, max_new_tokens, repeats, backend, threads, md_path, json_path, title,
+                quiet) -> None:
+    """`--suite json`: constrained decoding on the JSON extraction suite (specrt/bench/json_bench.py); writes
+    benchmarks/sections/json.md unless --markdown names another file."""
+    from specrt.bench.json_bench import json_markdown, run_json_bench
+    from specrt.bench.measure import machine
+    from specrt.core.errors import InvalidArgument
+    from specrt.runtime import load
+
+    if suites != ("json",):
+        raise InvalidArgument("--suite json runs alone (it has its own configurations): drop the other suites")
+    gen = load(bundle, backend=backend, threads=threads)
+    methods = tuple(m for m in (methods or gen.methods) if m != "none")
+    for m in methods:
+        if m not in gen.methods:
+            raise InvalidArgument(f"method {m!r} is not available with this bundle; choose from {', '.join(gen.methods)}")
+    k = ks[0] if len(ks) == 1 else "auto"
+    report = None if quiet else (lambda line: click.echo(line, err=True))
+    result = run_json_bench(gen, methods, k, max_new_tokens, repeats, progress=report)
+    command = "specrt bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 else None
+    info = machine(gen)
+    load = info.get("load_average")
+    desc = (f"Machine: {info.get('cpu', '?')}, {info.get('cores_available', '?')} cores, ONNX Runtime "
+            f"{info.get('onnxruntime')}, load average {load[0]:.1f} at the end (shared machine: ratios, not absolute "
+            "figures)." if load else f"Machine: {info.get('cpu', '?')}.")
+    md_path = md_path or Path("benchmarks/sections/json.md")
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    md_path.write_text(json_markdown(result, title or "Structured output (JSON extraction suite)", command, desc)
+                       + "\n", encoding="utf-8")
+    if json_path is not None:
+        text = json.dumps(result, indent=2, default=str) + "\n"
+        sys.stdout.write(text) if str(json_path) == "-" else json_path.write_text(text, encoding="utf-8")
+    if not quiet:
+        click.echo(md_path.read_text(encoding="utf-8"))
+
+
+def _concurrency(settings, levels, md_path, json_path, title, quiet) -> None:
+    """`--concurrency`: specrt/bench/concurrency.py."""
+    from specrt.bench.concurrency import concurrency_markdown, run_concurrency
+    from specrt.core.errors import InvalidArgument
+    from specrt.runtime import load
+
+    if any(n < 1 for n in levels):
+        raise InvalidArgument(f"--concurrency values must be >= 1, got {','.join(map(str, levels))}")
+    if set(settings.peer) - {"ort-genai"}:
+        raise InvalidArgument("--concurrency compares with --peer ort-genai only")
+    _check_before_measuring(settings, None)
+    gen = load(settings.bundle, backend=settings.backend if settings.backend != "auto" else "ort",
+               threads=settings.threads)
+    method = (settings.methods or ("ngram",))[0]
+    peer = None
+    if settings.peer:
+        from specrt.bench.peer_ortgenai import OrtGenaiPeer
+
+        p = OrtGenaiPeer(gen, settings)
+        peer = (p.og, p.plain, p.eos[0] if p.eos else 0)
+    result = run_concurrency(gen, list(levels), settings.max_new_tokens, method, peer)
+    text = concurrency_markdown(result, title or "Many clients at once (continuous batching)")
+    if json_path is not None:
+        (click.echo if str(json_path) == "-" else lambda t: json_path.write_text(t + "\n"))(
+            json.dumps(result, indent=2, default=str))
+    if md_path is not None:
+        md_path.write_text(text + "\n", encoding="utf-8")
+    if not quiet:
+        click.echo(text)
 
 
 def _check_before_measuring(settings, plot_path) -> None:

@@ -92,9 +92,10 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
 @click.option("--chat", "chat", default=None, help="A user message, rendered with the bundle's chat template.")
 @click.option("--system", default=None, help="A system message for --chat.")
 @click.option("--max-new-tokens", default=128, show_default=True, type=int)
-@click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy.")
-@click.option("--top-k", default=0, show_default=True, type=int, help="0 = off.")
-@click.option("--top-p", default=1.0, show_default=True, type=float, help="1 = off.")
+@click.option("--temperature", default=None, type=float,
+              help="0 = greedy (default: the bundle's generation_config, else 0).")
+@click.option("--top-k", default=None, type=int, help="0 = off (default: the bundle's generation_config, else 0).")
+@click.option("--top-p", default=None, type=float, help="1 = off (default: the bundle's generation_config, else 1).")
 @click.option("--seed", default=None, type=int, help="Makes sampling reproducible.")
 @method_option()
 @click.option("--num-speculative-tokens", "k", default="auto", show_default=True, type=KType(),
@@ -109,9 +110,16 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
 @click.option("--strict", is_flag=True, help="Refuse (exit 2) when prompt + --max-new-tokens exceed the bundle's context "
                                               "(default: warn, stop at the context, finish_reason length).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"text", "token_ids", "finish_reason", "stats"} as JSON.')
+@click.option("--json-schema", "json_schema", default=None, type=click.Path(path_type=Path),
+              help="Constrain the output to this JSON schema (a file; see docs/structured-output.md).")
+@click.option("--json-object", "json_object", is_flag=True, help="Constrain the output to any JSON object.")
+@click.option("--regex", default=None, help="Constrain the whole output to match this regular expression.")
+@click.option("--grammar", default=None, type=click.Path(path_type=Path),
+              help="Constrain the output to this grammar (a file: Lark / llguidance EBNF, or GBNF).")
 @handle_errors
 def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_k, top_p, seed, method, k, ngram_min,
-                 ngram_max, backend, target_device, draft_device, threads, stream, strict, as_json):
+                 ngram_max, backend, target_device, draft_device, threads, stream, strict, as_json, json_schema,
+                 json_object, regex, grammar):
     """Generate text from BUNDLE with speculative decoding."""
     from specrt.core.errors import InvalidArgument
     from specrt.core.tokenizer import IncrementalDecoder
@@ -127,6 +135,9 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
     for flag, text in (("--chat", chat), ("--system", system)):
         if text is not None:
             check_text(text, flag)
+    from specrt.cli.constraint_options import constraint_from_options
+
+    constraint = constraint_from_options(json_schema, json_object, regex, grammar)
     with loading_status(bundle):
         gen = load(bundle, backend=backend, threads=threads, target_device=target_device,
                    draft_device=draft_device, warmup=False)  # one call: time the shapes only if it needs them
@@ -138,7 +149,8 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
             click.echo("note: the bundle has no chat template: using the plain 'role: content' format", err=True)
         prompt = chat_prompt_ids(gen, chat, system, formatter)
     kwargs = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, method=method,
-                  num_speculative_tokens=k, ngram_min=ngram_min, ngram_max=ngram_max, strict=strict)
+                  num_speculative_tokens=k, ngram_min=ngram_min, ngram_max=ngram_max, strict=strict,
+                  constraint=constraint)
     if stream and not as_json:
         dec, stats = IncrementalDecoder(gen.tokenizer), None
         for chunk, stats in gen.stream_tokens(prompt, max_new_tokens, **kwargs):
@@ -192,4 +204,4 @@ def inspect_cmd(bundle, memory, max_seq_len, as_json):
         from specrt.cli.main import fail
 
         fail(f"bundle {bundle} failed {len(summary['failed_checks'])} check(s) (marked FAILED): generate, serve "
-             "and bench refuse it; recompile it with `specrt compile`", 2)
+             "and bench refuse it wherever they open a failed file; recompile it with `specrt compile`", 2)

@@ -19,6 +19,9 @@ from specrt.cli.options import backend_option, method_option
               help="Default tokens drafted per step, or 'auto' (adaptive).")
 @click.option("--max-concurrency", default=1, show_default=True, type=click.IntRange(min=1),
               help="Generations running at once (one loaded generator each).")
+@click.option("--max-batch", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Continuous batching: N requests decode together on one loaded model (0 = off: one generator "
+                   "per --max-concurrency slot).")
 @click.option("--max-queue", default=64, show_default=True, type=click.IntRange(min=0),
               help="Requests waiting for a slot before the server answers 429.")
 @backend_option()
@@ -38,7 +41,7 @@ from specrt.cli.options import backend_option, method_option
 @click.option("--cpus-per-replica", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="--ray: CPUs Ray reserves per replica (and its threads unless --threads is given).")
 @handle_errors
-def serve_cmd(bundle, host, port, method, k, max_concurrency, max_queue, backend, api_key, served_model_name,
+def serve_cmd(bundle, host, port, method, k, max_concurrency, max_batch, max_queue, backend, api_key, served_model_name,
               threads, log_level, use_ray, replicas, min_replicas, max_replicas, ray_address, cpus_per_replica):
     """Serve BUNDLE with the OpenAI API (/v1/completions, /v1/chat/completions) on HOST:PORT.
 
@@ -68,12 +71,12 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_queue, backend
 
     app = create_app(bundle, served_model_name=served_model_name, api_key=api_key,
                      max_concurrency=max_concurrency, max_queue=max_queue, method=method,
-                     num_speculative_tokens=k, backend=backend, threads=threads)
+                     num_speculative_tokens=k, backend=backend, threads=threads, max_batch=max_batch)
     sock = listen_socket(host, port)  # bound here, so the banner shows the real port (also for --port 0)
     real_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"serving {bundle} as {app.state.service.config.served_model_name!r} on http://{shown}:{real_port}/v1 "
-               f"({max_concurrency} slot(s), queue {max_queue})", err=True)
+               f"({f'batch of up to {max_batch}' if max_batch else f'{max_concurrency} slot(s)'}, queue {max_queue})", err=True)
     from specrt.serve.access_log import configure
 
     configure(log_level)  # our per-request line (method, path, status, tokens, duration) replaces uvicorn's

@@ -1,0 +1,187 @@
+"""`BatchEngine`: the scheduler behind a thread, for several callers at once (the server, streaming clients).
+
+    engine = BatchEngine(gen, max_batch=8)
+    for ids, stats in engine.stream_tokens(prompt_ids, request=req): ...   # from any thread
+    results = engine.generate_batch(["a", "b"], max_new_tokens=32)       # several prompts, one call
+
+One Generator (one weights copy) whatever the batch. Requests join and leave at step boundaries; closing a
+stream (or `cancel`) frees its slot within one step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from typing import Any, Iterator, Sequence as Seq
+
+from specrt.core.tokenizer import IncrementalDecoder
+from specrt.runtime.batch.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
+from specrt.runtime.batch.sequence import Sequence
+from specrt.runtime.request import GenerationRequest
+from specrt.runtime.stats import GenerationStats
+
+END = object()
+
+
+class BatchEngine:
+    def __init__(self, gen, max_batch: int = 8, prefill_chunk: int = DEFAULT_PREFILL_CHUNK) -> None:
+        self.gen = gen
+        self.scheduler = Scheduler(gen, max_batch, prefill_chunk)
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._ids = itertools.count()
+        self._closed = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="specrt-batch", daemon=True)
+        self._thread.start()
+
+    @property
+    def max_batch(self) -> int:
+        return self.scheduler.max_batch
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        sched = self.scheduler
+        while not self._closed:
+            while True:
+                try:
+                    sched.add(self._inbox.get_nowait())  # methods were checked by submit
+                except queue.Empty:
+                    break
+            if not sched.has_work():
+                self._wake.wait(0.05)
+                self._wake.clear()
+                continue
+            try:
+                sched.step()
+            except BaseException as exc:  # noqa: BLE001 - a failed step ends every request in it with the error
+                self._error = exc
+                for s in list(sched.running) + ([sched.prefilling] if sched.prefilling else []) + list(sched.waiting):
+                    s.emit(exc, s)
+                sched.running, sched.prefilling = [], None
+                sched.waiting.clear()
+                sched.targets.used = 0
+                if sched.drafts is not None:
+                    sched.drafts.used = 0
+
+    def submit(self, prompt, request: GenerationRequest | None = None, **options: Any):
+        """Queue one request; returns (Sequence, event queue). Events: (time.perf_counter(), new token ids) per step,
+        then `END` (the stats are complete) or the exception that ended the request."""
+        max_new = options.pop("max_new_tokens", None)
+        req = self.gen.request("submit", max_new, request, **options)
+        method = req.method or self.gen.default_method
+        if req.constraint is not None:  # structured output runs on the one-request loop (runtime/constrained.py)
+            from specrt.core.errors import InvalidArgument
+
+            raise InvalidArgument("a constraint (response_format) is not supported with batching yet: serve without "
+                                  "--max-batch for structured output")
+        if method not in self.scheduler.methods:
+            from specrt.core.errors import InvalidArgument
+
+            raise InvalidArgument(f"method {method!r} is not available with batching; choose one of "
+                                  f"{', '.join(self.scheduler.methods)}")
+        ids = self.gen.encode_prompt(prompt)
+        k = req.num_speculative_tokens
+        max_k = self.gen.max_draft_tokens if k == "auto" else k
+        events: queue.SimpleQueue = queue.SimpleQueue()
+
+        def emit(chunk, seq):
+            if isinstance(chunk, BaseException):
+                events.put(chunk)
+            elif chunk:
+                events.put((time.perf_counter(), chunk))
+            else:
+                events.put(END)
+
+        stats = GenerationStats(method=method, backend=self.gen.backend, prompt_tokens=int(ids.size),
+                                provider="batched", context_limited=req.max_new_tokens > self.gen.max_seq_len - ids.size)
+        seq = Sequence(next(self._ids), ids, req, method, max_k, emit, stats, started=time.perf_counter())
+        self._inbox.put(seq)
+        self._wake.set()
+        return seq, events
+
+    def stream_tokens(self, prompt, max_new_tokens: int | None = None, *, request: GenerationRequest | None = None,
+                      **options: Any) -> Iterator[tuple[list[int], GenerationStats]]:
+        """Like `Generator.stream_tokens`: (new token ids, stats) per step. Closing the iterator cancels."""
+        if max_new_tokens is not None:
+            options["max_new_tokens"] = max_new_tokens
+        seq, events = self.submit(prompt, request, **options)
+        try:
+            while True:
+                ev = events.get()
+                if ev is END:
+                    return
+                if isinstance(ev, BaseException):
+                    raise ev
+                yield ev[1], seq.stats
+        finally:
+            seq.cancel.set()
+            self._wake.set()
+
+    def generate_batch(self, prompts: Seq, max_new_tokens: int | None = None, *,
+                       request: GenerationRequest | None = None, **options: Any) -> list:
+        """Generate for several prompts at once (batched); returns one GenerationResult per prompt, in order."""
+        from specrt.runtime.generator import GenerationResult
+
+        if max_new_tokens is not None:
+            options["max_new_tokens"] = max_new_tokens
+        subs = [self.submit(p, request, **options) for p in prompts]
+        out = []
+        for seq, events in subs:
+            ids: list[int] = []
+            text, stop_at = "", -1
+            stops = seq.request.stop
+            while True:
+                ev = events.get()
+                if ev is END:
+                    break
+                if isinstance(ev, BaseException):
+                    raise ev
+                ids.extend(ev[1])
+                if stops and stop_at < 0:  # cut before the first stop string; the request leaves at the next step
+                    text = self.gen.tokenizer.decode(ids)
+                    hits = [i for i in (text.find(x) for x in stops) if i >= 0]
+                    if hits:
+                        stop_at = min(hits)
+                        seq.cancel.set()
+            if stop_at >= 0:
+                seq.stats.finish_reason = "stop"
+                out.append(GenerationResult(text[:stop_at], ids, seq.prompt_ids.tolist(), seq.stats, "stop"))
+                continue
+            out.append(GenerationResult(self.gen.tokenizer.decode(ids), ids, seq.prompt_ids.tolist(), seq.stats,
+                                        seq.stats.finish_reason))
+        return out
+
+    def stream(self, prompt, max_new_tokens: int | None = None, **options: Any) -> Iterator[str]:
+        dec = IncrementalDecoder(self.gen.tokenizer)
+        for ids, _ in self.stream_tokens(prompt, max_new_tokens, **options):
+            piece = dec.push(ids)
+            if piece:
+                yield piece
+        tail = dec.flush()
+        if tail:
+            yield tail
+
+
+class EngineClient:
+    """A Generator look-alike for one server slot: everything from the generator, except that generations run
+    on the shared engine (so N slots batch together on one weights copy)."""
+
+    def __init__(self, engine: BatchEngine) -> None:
+        self._engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine.gen, name)
+
+    @property
+    def methods(self) -> list[str]:
+        return self._engine.scheduler.methods
+
+    def stream_tokens(self, *args: Any, **kwargs: Any):
+        return self._engine.stream_tokens(*args, **kwargs)

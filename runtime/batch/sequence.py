@@ -1,0 +1,56 @@
+"""One request inside the scheduler: its committed tokens, KV regions (target, draft), proposer, random
+generator, acceptance estimate, stats, and the events it has produced."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from specrt.runtime.request import GenerationRequest
+from specrt.runtime.stats import GenerationStats
+
+PRIOR_ACCEPTANCE = 0.5  # per-token acceptance assumed before a request has drafted (weight PRIOR_WEIGHT drafts)
+PRIOR_WEIGHT = 2.0
+DECAY = 0.9  # per step: recent acceptance counts more
+
+
+@dataclasses.dataclass(eq=False)
+class Sequence:
+    request_id: int
+    prompt_ids: np.ndarray  # [N] int64
+    request: GenerationRequest  # resolved (sampling defaults filled, checked against the bundle)
+    method: str
+    max_k: int
+    emit: Callable[[list[int], "Sequence"], None]  # called with each step's new tokens (the scheduler's thread)
+    stats: GenerationStats
+    cancel: threading.Event = dataclasses.field(default_factory=threading.Event)
+    tokens: np.ndarray | None = None  # [capacity] committed sequence; tokens[:n]
+    n: int = 0
+    prefilled: int = 0  # prompt tokens fed to the target so far
+    target: Any = None  # the target region's runner
+    draft: Any = None  # the draft region's runner (draft / hybrid)
+    proposer: Any = None
+    rng: np.random.Generator | None = None
+    accepted: float = PRIOR_ACCEPTANCE * PRIOR_WEIGHT  # decayed counts of accepted / offered drafts
+    offered: float = PRIOR_WEIGHT
+    finished: str = ""  # finish reason once done
+    started: float = 0.0  # time.perf_counter() at submission
+
+    @property
+    def acceptance(self) -> float:
+        """Per-token acceptance estimate: decayed accepted drafts over decayed drafts offered."""
+        return self.accepted / self.offered if self.offered > 0 else PRIOR_ACCEPTANCE
+
+    def observe_acceptance(self, drafted: int, accepted: int) -> None:
+        """A step that offered `drafted` drafts and kept `accepted`: a rejection ends the run, so the drafts
+        judged are accepted + (1 if one was rejected)."""
+        judged = accepted + (1 if accepted < drafted else 0)
+        self.accepted = DECAY * self.accepted + accepted
+        self.offered = DECAY * self.offered + judged
+
+    @property
+    def remaining(self) -> int:
+        return self.request.max_new_tokens - self.stats.new_tokens

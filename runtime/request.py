@@ -1,0 +1,196 @@
+"""`GenerationRequest`: the one typed request every front end builds (Python API, CLI, server, bench, scheduler).
+
+    req = GenerationRequest(max_new_tokens=64, method="ngram", num_speculative_tokens="auto", temperature=0.7)
+    gen.generate("def fib(n):", request=req)          # or the same fields as keyword options
+
+One default and one validation per field, here:
+* `num_speculative_tokens` (k): "auto" (adaptive, the default everywhere) or an int >= 0; strings such as "4"
+  are parsed here (`parse_k`) and nowhere else. The bundle's compiled maximum is checked by `check_for`.
+* sampling: `temperature`, `top_k`, `top_p` left as None mean "not given": `with_defaults` fills them from the
+  bundle's `generation_config.json` (what vLLM does), else from the front end's fallback (greedy for the Python
+  API and the CLI, temperature 1 for the OpenAI-compatible server). `sampling` is the warping part
+  (`runtime.sampling.SamplingParams`, shared by draft and target), built only from a resolved request.
+* stop strings, max_new_tokens, strict (refuse instead of stopping at the context), n-gram sizes, seed.
+
+Adding a field (a structured-output constraint, a new method's option): one dataclass field with its default,
+one `_check_*` line in `__post_init__`; `from_options` and the front ends pick it up by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from specrt.core.errors import InvalidArgument
+from specrt.runtime.proposers.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, check_sizes
+from specrt.runtime.sampling import SamplingParams
+
+METHODS = ("draft", "ngram", "hybrid", "medusa", "head", "hybrid-head", "none")
+DEFAULT_K: int | str = "auto"
+DEFAULT_MAX_NEW_TOKENS = 128
+MAX_STOP_STRINGS = 16
+SAMPLING_KEYS = ("temperature", "top_k", "top_p")  # read from generation_config.json when a request omits them
+
+
+class RequestFieldError(InvalidArgument):
+    """A request field is invalid; `field` names it (the server reports it as the error's `param`)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def parse_k(k: Any) -> int | str:
+    """num_speculative_tokens: "auto" or an integer >= 0 (an int, or a string of one). The only parser of k."""
+    if k == "auto":
+        return "auto"
+    if isinstance(k, str):
+        try:
+            k = int(k)
+        except ValueError:
+            raise RequestFieldError("num_speculative_tokens",
+                                    f"num_speculative_tokens must be an integer or 'auto', got {k!r}") from None
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise RequestFieldError("num_speculative_tokens", f"num_speculative_tokens must be an integer or 'auto', got {k!r}")
+    if k < 0:
+        raise RequestFieldError("num_speculative_tokens", f"num_speculative_tokens must be >= 0 or 'auto', got {k}")
+    return int(k)
+
+
+def _is_int(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, np.integer))
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationRequest:
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    method: str | None = None  # None: the bundle's default (draft if it has one, else ngram)
+    num_speculative_tokens: int | str = DEFAULT_K  # k per step, or "auto"
+    temperature: float | None = None  # None: generation_config, else the front end's fallback; 0 = greedy
+    top_k: int | None = None  # 0 = off
+    top_p: float | None = None  # 1 = off
+    seed: int | None = None
+    ngram_min: int | None = None  # n-gram match lengths (methods ngram, hybrid); None = the method's default
+    ngram_max: int | None = None
+    stop: tuple[str, ...] = ()  # stop strings (the text is cut before the first one)
+    strict: bool = False  # refuse a prompt + max_new_tokens beyond the context instead of stopping at it
+    constraint: Any = None  # a ConstraintSpec (runtime/constraint.py): JSON schema, json_object, regex, grammar
+    forced_tokens: bool = True  # with a constraint and a drafting method: verify forced tokens with the drafts
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
+            raise RequestFieldError("max_new_tokens", f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if self.method is not None and self.method not in METHODS:
+            raise RequestFieldError("method", f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
+        object.__setattr__(self, "num_speculative_tokens", parse_k(self.num_speculative_tokens))
+        object.__setattr__(self, "stop", self._check_stop(self.stop))
+        if self.ngram_min is not None or self.ngram_max is not None:
+            check_sizes(DEFAULT_MIN_N if self.ngram_min is None else self.ngram_min,
+                        DEFAULT_MAX_N if self.ngram_max is None else self.ngram_max)
+        if not isinstance(self.strict, bool):
+            raise RequestFieldError("strict", f"strict must be True or False, got {self.strict!r}")
+        if not isinstance(self.forced_tokens, bool):
+            raise RequestFieldError("forced_tokens", f"forced_tokens must be True or False, got {self.forced_tokens!r}")
+        if self.constraint is not None:
+            from specrt.runtime.constraint import ConstraintSpec
+
+            if not isinstance(self.constraint, ConstraintSpec):
+                raise RequestFieldError("constraint", f"constraint must be a ConstraintSpec, got "
+                                                      f"{type(self.constraint).__name__}")
+        for name in ("temperature", "top_p"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer))):
+                raise RequestFieldError(name, f"{name} must be a number, got {v!r}")
+        if self.top_k is not None and not _is_int(self.top_k):
+            raise RequestFieldError("top_k", f"top_k must be an integer, got {self.top_k!r}")
+        try:  # ranges of the sampling fields (and the seed): one validation, SamplingParams'
+            self._sampling(0.0)
+        except InvalidArgument as exc:
+            raise RequestFieldError(str(exc).split(" ", 1)[0], str(exc)) from None
+
+    @staticmethod
+    def _check_stop(stop: Any) -> tuple[str, ...]:
+        stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+        if any(not isinstance(s, str) or s == "" for s in stops):
+            raise RequestFieldError("stop", "stop strings must be non-empty strings")
+        if len(stops) > MAX_STOP_STRINGS:
+            raise RequestFieldError("stop", f"at most {MAX_STOP_STRINGS} stop strings are supported, got {len(stops)}")
+        return stops
+
+    @classmethod
+    def fields(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_options(cls, public: str = "generate", **options: Any) -> "GenerationRequest":
+        """Build from keyword options; a misspelled one names the public method and lists the options."""
+        names = cls.fields()
+        for name in options:
+            if name not in names:
+                raise TypeError(f"{public}() got an unexpected keyword argument {name!r}; options: {', '.join(names)}")
+        return cls(**{k: v for k, v in options.items() if v is not None or k in ("seed",)})
+
+    def replace(self, **changes: Any) -> "GenerationRequest":
+        return dataclasses.replace(self, **changes)
+
+    def with_defaults(self, defaults: Mapping[str, Any], fallback_temperature: float = 0.0) -> "GenerationRequest":
+        """Fill omitted sampling fields: the bundle's generation_config values (`defaults`), else
+        temperature `fallback_temperature`, top_k 0, top_p 1."""
+        fill = {"temperature": fallback_temperature, "top_k": 0, "top_p": 1.0}
+        changes = {k: defaults.get(k, fill[k]) for k in SAMPLING_KEYS if getattr(self, k) is None}
+        return self.replace(**changes) if changes else self
+
+    def _sampling(self, fallback_temperature: float) -> SamplingParams:
+        t = fallback_temperature if self.temperature is None else float(self.temperature)
+        return SamplingParams(temperature=t, top_k=0 if self.top_k is None else int(self.top_k),
+                              top_p=1.0 if self.top_p is None else float(self.top_p), seed=self.seed)
+
+    @property
+    def sampling(self) -> SamplingParams:
+        """The warping parameters (temperature / top-k / top-p / seed); omitted ones as greedy / off."""
+        return self._sampling(0.0)
+
+    @property
+    def ngram_sizes(self) -> dict[str, int]:
+        """{"min_n", "max_n"} given by the request (the proposer's defaults for the others)."""
+        return {key: v for key, v in (("min_n", self.ngram_min), ("max_n", self.ngram_max)) if v is not None}
+
+    def check_for(self, max_draft_tokens: int, methods: list[str] | None = None) -> None:
+        """Checks that need the bundle: k within its compiled maximum, the method available in it."""
+        k = self.num_speculative_tokens
+        if k != "auto" and k > max_draft_tokens:
+            raise RequestFieldError("num_speculative_tokens",
+                                    f"num_speculative_tokens={k} is outside [0, {max_draft_tokens}] "
+                                    f"(the bundle was compiled with --max-draft-tokens {max_draft_tokens})")
+        if methods is not None and self.method is not None and self.method not in methods:
+            needs = {"draft": "--draft", "hybrid": "--draft", "medusa": "--medusa", "head": "--draft head:DIR",
+                     "hybrid-head": "--draft head:DIR"}.get(self.method)
+            why = f"needs a bundle compiled with {needs}: it is" if needs else "is"
+            raise RequestFieldError("method", f"method {self.method!r} {why} not available with this bundle; "
+                                              f"choose one of {', '.join(methods)}")
+
+
+def generation_defaults(bundle_root: Path, role_dir: str = "target") -> dict[str, Any]:
+    """temperature / top_k / top_p from `<bundle>/target/generation_config.json` when the checkpoint had one
+    (vLLM's rule: the model's generation config supplies the defaults a request omits). Invalid values are
+    ignored (a request can always set its own)."""
+    path = Path(bundle_root) / role_dir / "generation_config.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    out: dict[str, Any] = {}
+    for key in SAMPLING_KEYS:
+        v = data.get(key) if isinstance(data, dict) else None
+        if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        try:
+            GenerationRequest(**{key: v})
+        except InvalidArgument:
+            continue
+        out[key] = v
+    return out

@@ -1,0 +1,164 @@
+"""`specrt bench BUNDLE --concurrency 1,2,4,8`: many clients at once on the batching scheduler.
+
+For each concurrency N, the same N prompts (greedy, `max_new_tokens` each) are answered
+* one at a time by the Generator (what a one-slot server does: the baseline "sequential"),
+* as N concurrent requests on one `BatchEngine` without speculation ("plain batched", method none),
+* as N concurrent requests with speculation chosen per request and step ("speculative batched", the method given),
+* optionally by onnxruntime-genai generating the N prompts as one batch (`--peer ort-genai`, plain decoding).
+Rows are interleaved per N (the machine may be shared: compare ratios within a run). Reported: aggregate tokens/s,
+p50 / p95 request latency, time to first token and inter-token latency (per request, then p50 over requests), and
+whether every request's tokens equal its sequential output.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+CHAT_PROMPTS = [
+    "Write a Python function that checks whether a number is prime.",
+    "Explain what a hash map is in two sentences.",
+    "List three uses of the ONNX format.",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Summarise: The quick brown fox jumps over the lazy dog. The dog sleeps. The fox runs away into the forest.",
+    "What is the capital of France? Answer in one word, then explain why it is the capital.",
+    "import numpy as np\n\ndef softmax(x):\n",
+    "Translate to French: Good morning, how are you today?",
+]
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else 0.0
+
+
+def _row(label: str, n: int, outputs: list[list[int]], wall: float, latencies: list[float], ttfts: list[float],
+         itls: list[float], reference: list[list[int]] | None) -> dict[str, Any]:
+    tokens = sum(len(o) for o in outputs)
+    return {"config": label, "concurrency": n, "tokens": tokens, "seconds": wall,
+            "tokens_per_second": tokens / wall if wall else 0.0,
+            "latency_p50_s": _percentile(latencies, 50), "latency_p95_s": _percentile(latencies, 95),
+            "ttft_p50_s": _percentile(ttfts, 50), "itl_p50_s": _percentile(itls, 50),
+            "identical": None if reference is None else outputs == reference}
+
+
+def _sequential(gen, prompts: list[list[int]], max_new: int, method: str) -> dict[str, Any]:
+    outs, lat, ttft, itl = [], [], [], []
+    t_all = time.perf_counter()
+    for p in prompts:
+        t0 = time.perf_counter()
+        ids, first, last = [], None, None
+        for chunk, _ in gen.stream_tokens(p, max_new, method=method, temperature=0):
+            now = time.perf_counter()
+            first = first or now
+            ids.extend(chunk)
+            last = now
+        outs.append(ids)
+        lat.append(last - t0)
+        ttft.append(first - t0)
+        itl.append((last - first) / max(len(ids) - 1, 1))
+    return {"outs": outs, "wall": time.perf_counter() - t_all, "lat": lat, "ttft": ttft, "itl": itl}
+
+
+def _batched(engine, prompts: list[list[int]], max_new: int, method: str) -> dict[str, Any]:
+    t_all = time.perf_counter()
+    subs = [(time.perf_counter(), *engine.submit(p, max_new_tokens=max_new, method=method, temperature=0))
+            for p in prompts]
+    outs, lat, ttft, itl = [], [], [], []
+    for t0, _, events in subs:
+        ids, first, last = [], None, None
+        while True:
+            ev = events.get(timeout=600)
+            if not isinstance(ev, tuple):
+                if isinstance(ev, BaseException):
+                    raise ev
+                break
+            now, chunk = ev  # stamped when the step emitted it
+            first = first or now
+            last = now
+            ids.extend(chunk)
+        outs.append(ids)
+        lat.append(last - t0)
+        ttft.append(first - t0)
+        itl.append((last - first) / max(len(ids) - 1, 1))
+    return {"outs": outs, "wall": time.perf_counter() - t_all, "lat": lat, "ttft": ttft, "itl": itl}
+
+
+def ortgenai_batch(model, og, prompts: list[list[int]], max_new: int, pad: int) -> dict[str, Any]:
+    """onnxruntime-genai: the prompts as one batch (left-padded with `pad`), greedy, until all finish."""
+    width = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), width), pad, dtype=np.int32)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = p
+    t0 = time.perf_counter()
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=width + max_new, batch_size=len(prompts))
+    generator = og.Generator(model, params)
+    generator.append_tokens(ids)
+    first = None
+    while not generator.is_done():
+        generator.generate_next_token()
+        first = first or time.perf_counter()
+    wall = time.perf_counter() - t0
+    outs = [[int(t) for t in generator.get_sequence(i)][width:] for i in range(len(prompts))]
+    return {"outs": outs, "wall": wall, "lat": [wall] * len(prompts), "ttft": [(first or t0) - t0] * len(prompts),
+            "itl": [(wall - ((first or t0) - t0)) / max(max_new - 1, 1)] * len(prompts)}
+
+
+def run_concurrency(gen, levels: list[int], max_new_tokens: int, method: str, peer=None,
+                    prompts: list[str] | None = None, progress=None) -> dict[str, Any]:
+    """Every row of the table (see the module docstring); `peer`: (og module, og.Model, pad id) or None."""
+    from specrt.runtime.batch.engine import BatchEngine
+
+    texts = prompts or CHAT_PROMPTS
+    engine = BatchEngine(gen, max_batch=max(levels))
+    rows = []
+    try:
+        for n in levels:
+            ps = [gen.encode_prompt(texts[i % len(texts)]).tolist() for i in range(n)]
+            if progress:
+                progress(f"concurrency {n}", len(levels))
+            seq = _sequential(gen, ps, max_new_tokens, method)
+            rows.append(_row("sequential (one at a time)", n, seq["outs"], seq["wall"], seq["lat"], seq["ttft"],
+                             seq["itl"], None))
+            plain = _batched(engine, ps, max_new_tokens, "none")
+            rows.append(_row("plain batched", n, plain["outs"], plain["wall"], plain["lat"], plain["ttft"],
+                             plain["itl"], seq["outs"]))
+            spec = _batched(engine, ps, max_new_tokens, method)
+            rows.append(_row(f"speculative batched ({method})", n, spec["outs"], spec["wall"], spec["lat"],
+                             spec["ttft"], spec["itl"], seq["outs"]))
+            if peer is not None:
+                og, model, pad = peer
+                time.sleep(0.1)  # the other engine's spinning pool threads settle (see DESIGN.md)
+                r = ortgenai_batch(model, og, ps, max_new_tokens, pad)
+                rows.append(_row("onnxruntime-genai batch", n, r["outs"], r["wall"], r["lat"], r["ttft"], r["itl"],
+                                 None))
+    finally:
+        engine.close()
+    return {"rows": rows, "max_new_tokens": max_new_tokens, "method": method,
+            "costs": {"batch_s": engine.scheduler.costs.batch, "rows_s": engine.scheduler.costs.rows},
+            "kv_bytes_per_slot": engine.scheduler.targets.kv_bytes_per_slot()}
+
+
+def concurrency_markdown(result: dict[str, Any], title: str) -> str:
+    lines = [f"## {title}", "",
+             f"Greedy, {result['max_new_tokens']} new tokens per request, speculation method "
+             f"`{result['method']}` with k chosen per request and step (goodput). `identical`: every request's tokens "
+             "equal its one-at-a-time output. Rows interleaved per concurrency on a shared machine: compare ratios.", "",
+             "| concurrency | configuration | tok/s (all) | vs sequential | p50 latency s | p95 latency s | TTFT p50 s "
+             "| ITL p50 ms | identical |", "|---|---|---|---|---|---|---|---|---|"]
+    base = {}
+    for r in result["rows"]:
+        if r["config"].startswith("sequential"):
+            base[r["concurrency"]] = r["tokens_per_second"]
+        ratio = r["tokens_per_second"] / base[r["concurrency"]] if base.get(r["concurrency"]) else 0.0
+        ident = "" if r["identical"] is None else ("yes" if r["identical"] else "NO")
+        lines.append(f"| {r['concurrency']} | {r['config']} | {r['tokens_per_second']:.1f} | {ratio:.2f}x | "
+                     f"{r['latency_p50_s']:.2f} | {r['latency_p95_s']:.2f} | {r['ttft_p50_s']:.3f} | "
+                     f"{1000 * r['itl_p50_s']:.1f} | {ident} |")
+    costs = result["costs"]["batch_s"]
+    lines += ["", "Measured cost of one batched decode pass by batch size (ms): "
+              + ", ".join(f"{b + 1}: {1000 * c:.2f}" for b, c in enumerate(costs))
+              + f". KV per slot: {result['kv_bytes_per_slot'] / 2**20:.1f} MiB (preallocated, target)."]
+    return "\n".join(lines)

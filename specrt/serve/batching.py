@@ -1,0 +1,58 @@
+"""`specrt serve --max-batch N`: one Generator (one weights copy) behind a `BatchEngine`, N slots that batch.
+
+Each slot is an `EngineClient` (a Generator look-alike whose generations run on the shared engine), so the slot
+pool, the bounded queue and its 429, stop strings and cancellation work exactly as with one generator per slot.
+
+Metrics added to /metrics (vLLM's names where it has one for the same thing, beside specrt's):
+| metric | meaning |
+|---|---|
+| specrt_batch_size, vllm:num_requests_running | sequences in the batch now (decoding + the one in prefill) |
+| vllm:num_requests_waiting | requests admitted by the server but not yet given a slot by the scheduler |
+| specrt_batch_max | --max-batch |
+| specrt_goodput_tokens_per_second | tokens emitted by decode steps / their seconds, since start |
+| specrt_request_acceptance_rate | histogram of each finished request's accepted / drafted tokens |
+| specrt_kv_bytes_per_slot | KV memory of one slot (target + draft), preallocated |
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from prometheus_client import Gauge, Histogram
+
+
+def batched_generators(bundle: Union[str, Path], max_batch: int, backend: str = "auto",
+                       threads: Optional[int] = None) -> tuple[list[Any], Any]:
+    """(max_batch slot clients, the engine) on one loaded generator."""
+    from specrt.core.errors import InvalidArgument
+    from specrt.runtime import load
+    from specrt.runtime.batch.engine import BatchEngine, EngineClient
+
+    if max_batch < 1:
+        raise InvalidArgument(f"max_batch must be >= 1, got {max_batch}")
+    engine = BatchEngine(load(bundle, backend=backend, threads=threads), max_batch=max_batch)
+    return [EngineClient(engine) for _ in range(max_batch)], engine
+
+
+def add_batch_metrics(metrics: Any, engine: Any) -> None:
+    r, sched = metrics.registry, engine.scheduler
+    Gauge("specrt_batch_size", "Sequences in the batch", registry=r).set_function(lambda: sched.active)
+    Gauge("vllm:num_requests_running", "Sequences in the batch", registry=r).set_function(lambda: sched.active)
+    Gauge("vllm:num_requests_waiting", "Requests waiting for a batch slot", registry=r).set_function(
+        lambda: len(sched.waiting))
+    Gauge("specrt_batch_max", "Batch slots (--max-batch)", registry=r).set(sched.max_batch)
+    Gauge("specrt_goodput_tokens_per_second", "Decode-step tokens per second since start", registry=r).set_function(
+        lambda: sched.step_tokens / sched.step_seconds if sched.step_seconds else 0.0)
+    kv = sched.targets.kv_bytes_per_slot() + (sched.drafts.kv_bytes_per_slot() if sched.drafts else 0)
+    Gauge("specrt_kv_bytes_per_slot", "KV cache bytes per slot (target + draft)", registry=r).set(kv)
+    acceptance = Histogram("specrt_request_acceptance_rate", "Accepted / drafted tokens per finished request",
+                           buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0), registry=r)
+    observe_done = metrics.observe_done
+
+    def observe(finish_reason, prompt_tokens, completion_tokens, stats):
+        observe_done(finish_reason, prompt_tokens, completion_tokens, stats)
+        if stats is not None and stats.drafted_tokens:
+            acceptance.observe(stats.accepted_tokens / stats.drafted_tokens)
+
+    metrics.observe_done = observe

@@ -1,0 +1,49 @@
+"""The JSON extraction suite (`specrt bench --suite json`): every case's example validates against its schema
+and is accepted token by token by its constraint; the bench runs the configurations, checks validity and
+equality with constrained plain decoding, and writes its Markdown section."""
+
+import json
+
+import jsonschema
+
+from helpers import run_cli
+from specrt.bench.json_cases import CASES
+from specrt.bench.json_bench import json_markdown, run_json_bench
+from specrt.runtime.constraint import ConstraintSpec
+
+
+def test_cases_are_valid_and_accepted_by_their_constraint(pair_generator):
+    assert len(CASES) >= 20 and len({c.name for c in CASES}) == len(CASES)
+    assert sum(c.origin != "specrt" for c in CASES) >= 5  # schemas not written for specrt
+    for case in CASES:
+        jsonschema.validate(case.example, case.schema)
+        constraint = pair_generator.compile_constraint(ConstraintSpec.json_schema(case.schema))
+        ids = pair_generator.tokenizer.encode(json.dumps(case.example, separators=(",", ":")),
+                                              add_special_tokens=False)
+        assert constraint.valid_prefix(ids) == len(ids), case.name
+        constraint.consume(ids)
+        assert constraint.matcher.is_accepting(), case.name
+
+
+def test_bench_rows_and_markdown(pair_generator):
+    cases = tuple(c for c in CASES if c.name in ("boolean_flags", "flight"))
+    result = run_json_bench(pair_generator, ("ngram", "draft"), 3, 80, 1, cases=cases, ablation=True,
+                            short=True)  # the fixture bundle's context is 128 tokens
+    rows = {r["label"]: r for r in result["rows"]}
+    assert set(rows) == {"plain", "constrained plain", "ngram", "ngram no forced", "draft", "draft no forced"}
+    for label, row in rows.items():
+        if label != "plain":
+            assert row["identical"] == 1.0 and row["valid"] == 1.0 and row["stopped"] == 1.0, row
+    assert rows["ngram"]["forced"] > 0 and rows["ngram no forced"]["forced"] == 0
+    assert rows["ngram"]["tokens_per_pass"] > rows["constrained plain"]["tokens_per_pass"] == 1.0
+    text = json_markdown(result, "JSON", "specrt bench X --suite json", "Machine: test.")
+    assert "| constrained plain |" in text and "| ngram no forced |" in text
+
+
+def test_cli_suite_json_refusals(pair_bundle):
+    # (the full run needs a bundle with a context for the schema-bearing prompts: measured on SmolLM2, see
+    # benchmarks/sections/json.md)
+    proc = run_cli("bench", pair_bundle, "--suite", "json", "--methods", "medusa", "--quiet")
+    assert proc.returncode == 2 and "not available" in proc.stderr
+    proc = run_cli("bench", pair_bundle, "--suite", "json,code", "--quiet")
+    assert proc.returncode == 2 and "runs alone" in proc.stderr

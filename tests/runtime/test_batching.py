@@ -1,0 +1,119 @@
+"""Continuous batching on real ONNX Runtime sessions: every request's greedy output equals its output alone,
+whatever else is in the batch (1, 2, 4, 8 requests of mixed prompts and lengths; fp32 and int4 bundles)."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from specrt.runtime.batch.engine import BatchEngine
+from specrt.runtime.batch.goodput import CostTable, choose_ks
+
+PROMPTS = ["hello world", "def f(x): return x + 1\ndef g(x): return", "a b a b a b a b a b", "the quick brown fox",
+           "x", "import os\nimport sys\nimport os\n", "one two three four five six seven eight nine ten", "b a"]
+LENGTHS = [12, 20, 7, 16, 9, 24, 5, 14]
+
+
+@pytest.fixture(scope="module")
+def int4_bundle(workdir, llama_target, llama_draft):
+    from specrt.compiler import compile_bundle
+    from specrt.compiler.quantize import QuantizeConfig
+    from specrt.compiler.quantize_step import QuantizePlan
+
+    return compile_bundle(llama_target, workdir / "bundles" / "pair-int4", llama_draft, max_seq_len=128,
+                          max_draft_tokens=8, quantization=QuantizePlan(target=QuantizeConfig("int4", accuracy_level=4)))
+
+
+@pytest.fixture(scope="module")
+def engines(pair_bundle, int4_bundle):
+    from specrt.runtime import load
+
+    out = {}
+    for name, bundle in (("fp32", pair_bundle), ("int4", int4_bundle)):
+        gen = load(bundle, backend="ort")
+        out[name] = (gen, BatchEngine(gen, max_batch=8))
+    yield out
+    for _, eng in out.values():
+        eng.close()
+
+
+def test_pool_batched_decode_matches_one_sequence_passes(engines):
+    gen, eng = engines["fp32"]
+    pool = eng.scheduler.targets
+    assert pool.batched
+    rng = np.random.default_rng(0)
+    runners = [pool.acquire() for _ in range(3)]
+    try:
+        prompts = [rng.integers(0, gen.vocab_size, n) for n in (5, 11, 2)]
+        for r, p in zip(runners, prompts):
+            r.forward(p)
+        nxt = np.array([7, 8, 9], np.int64)
+        batched = pool.decode_batch(nxt).copy()
+        singles = []
+        for r, p, t in zip(runners, prompts, nxt):
+            r.truncate(p.size)
+            singles.append(r.forward(np.array([t]))[-1].copy())
+        np.testing.assert_allclose(batched, np.stack(singles), atol=1e-4)
+        assert [r.length for r in runners] == [6, 12, 3]
+    finally:
+        for r in reversed(runners):
+            pool.release(r)
+    assert pool.used == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+@pytest.mark.parametrize("method", ["none", "ngram", "draft"])
+def test_greedy_output_equals_alone_at_every_batch_size(engines, precision, method):
+    gen, eng = engines[precision]
+    alone = [gen.generate(p, n, method=method).token_ids for p, n in zip(PROMPTS, LENGTHS)]
+    for b in (1, 2, 4, 8):
+        subs = [eng.submit(p, max_new_tokens=n, method=method) for p, n in zip(PROMPTS[:b], LENGTHS[:b])]
+        for i, (seq, events) in enumerate(subs):
+            got = []
+            while True:
+                ev = events.get(timeout=120)
+                if not isinstance(ev, tuple):
+                    break
+                got.extend(ev[1])
+            assert got == alone[i], (precision, method, b, i)
+    assert eng.scheduler.targets.used == 0
+
+
+def test_batch_call_and_seeded_sampling_without_speculation(engines):
+    gen, eng = engines["fp32"]
+    res = eng.generate_batch(PROMPTS[:3], 8, method="none", temperature=0.9, seed=3)
+    for r, p in zip(res, PROMPTS[:3]):
+        assert r.token_ids == gen.generate(p, 8, method="none", temperature=0.9, seed=3).token_ids
+
+
+def test_cancel_frees_the_slot_within_a_step(engines):
+    gen, eng = engines["fp32"]
+    stream = eng.stream_tokens("hello world", max_new_tokens=100, method="none")
+    next(stream)
+    stream.close()  # cancels
+    for _ in range(200):
+        if eng.scheduler.targets.used == 0:
+            break
+        threading.Event().wait(0.01)
+    assert eng.scheduler.targets.used == 0
+    assert eng.generate_batch(["hi"], 3, method="none")[0].token_ids
+
+
+def test_goodput_never_chooses_speculation_that_loses():
+    # a batched pass of 4 costs barely more than one row; a 4-row pass costs like 4 rows: speculation loses
+    table = CostTable(batch=[1.0, 1.05, 1.1, 1.15], rows=[1.0, 1.9, 2.8, 3.7])
+    assert choose_ks([0.9] * 4, [4] * 4, [True] * 4, [0.0] * 4, table) == [0, 0, 0, 0]
+    # alone, with cheap multi-row passes and high acceptance, speculation wins; at low acceptance k stays small
+    cheap = CostTable(batch=[1.0], rows=[1.0, 1.02, 1.04, 1.06])
+    assert choose_ks([0.9], [4], [True], [0.0], cheap) == [4]
+    assert choose_ks([0.9], [0], [True], [0.0], cheap) == [0]
+
+
+def test_stop_strings_cut_the_batch_call(engines):
+    gen, eng = engines["fp32"]
+    full = gen.generate("hello world", 16, method="none")
+    stop = full.text[3:6]
+    assert stop
+    res = eng.generate_batch(["hello world"], 16, method="none", stop=[stop])[0]
+    assert res.finish_reason == "stop" and res.text == full.text[:full.text.find(stop)]

@@ -1,0 +1,65 @@
+"""`response_format` through the official OpenAI client: json_object and json_schema (strict) constrain the
+output (same tokens as Generator.generate with the constraint), the constraint is in the stats, and a schema
+the library cannot compile is a 400 naming response_format."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import openai
+import pytest
+
+from conftest import K
+
+SCHEMA = {"type": "object", "additionalProperties": False, "required": ["tool", "retries"],
+          "properties": {"tool": {"enum": ["grep", "sed", "awk"]}, "retries": {"type": "integer", "maximum": 9}}}
+MESSAGES = [{"role": "user", "content": "Pick a tool."}]
+
+
+def test_json_schema_strict(client, pair_generator):
+    from specrt.runtime.constraint import ConstraintSpec
+
+    resp = client.chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=40, temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "pick", "schema": SCHEMA, "strict": True}},
+        extra_body={"speculative": {"method": "draft", "num_speculative_tokens": K}})
+    text = resp.choices[0].message.content
+    jsonschema.validate(json.loads(text), SCHEMA)
+    stats = resp.model_extra["speculative_stats"]
+    assert stats["constraint"].startswith("json_schema: ") and stats["forced_tokens"] > 0
+    prompt = resp.usage.prompt_tokens
+    assert prompt > 0
+    # the same tokens as the Python API with the same constraint, plain decoding
+    from specrt.runtime.chat_template import ChatFormatter
+
+    rendered, add_special = ChatFormatter.from_manifest(pair_generator.manifest).render(MESSAGES)
+    ids = pair_generator.tokenizer.encode(rendered, add_special_tokens=add_special)
+    ref = pair_generator.generate(ids, 40, method="none", constraint=ConstraintSpec.json_schema(SCHEMA))
+    assert ref.text == text
+
+
+def test_json_object_streamed(client):
+    stream = client.completions.create(model="tiny", prompt="data = ", max_tokens=60, temperature=0, stream=True,
+                                       extra_body={"response_format": {"type": "json_object"}})
+    text = "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
+    assert isinstance(json.loads(text), dict)
+
+
+@pytest.mark.parametrize("fmt, message", [
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strin"}}}, "strin"),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(a"}}}, "regex"),
+    ({"type": "json_schema"}, "needs a 'json_schema'"),
+])
+def test_uncompilable_schema_is_400(client, fmt, message):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=5, response_format=fmt)
+    err = info.value.body
+    assert err["param"] == "response_format" or err["param"].startswith("response_format")
+    assert message in err["message"]
+
+
+def test_unknown_format_type_is_400(client):
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=5,
+                                       response_format={"type": "xml"})
