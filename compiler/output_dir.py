@@ -137,7 +137,7 @@ def check_parent_writable(out: Path) -> None:
 
 def check_output(out: Path, force: bool, inputs: Iterable[Path | None] = (), kind: OutputKind = BUNDLE) -> None:
     """Every output rule that can be checked before compiling (see the module docstring)."""
-    out = Path(out)
+    out = Path(os.path.abspath(out))
     check_not_overlapping(out, inputs)
     if out.exists() or out.is_symlink():
         if not force:
@@ -215,9 +215,27 @@ def parent_lock(out: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(root: Path) -> None:
+    """Give `root` and everything in it the permissions a plain mkdir / open would (0777 / 0666 less the
+    umask): temporary directories and files are created 0700 / 0600, which would keep a bundle from other
+    users and Ray nodes whatever the umask says."""
+    mask = current_umask()
+    os.chmod(root, 0o777 & ~mask)
+    for path in root.rglob("*"):
+        if not path.is_symlink():
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+
+
 def commit(tmp: Path, out: Path, force: bool, started_as: tuple[int, int] | None,
            kind: OutputKind = BUNDLE) -> None:
     """Move the finished bundle `tmp` to `out`, atomically with respect to other compiles."""
+    apply_umask(tmp)
     with parent_lock(out):
         now = identity(out)
         if now != started_as:
@@ -250,7 +268,7 @@ def staged_output(out: Path, force: bool, inputs: Iterable[Path | None] = (),
     """Write a directory the safe way: check `out` now (module rules), yield a temporary sibling to write
     into, and on success move it to `out` (replacing an old one of `kind` only with `force`). On any error
     or signal the temporary is removed and `out` is untouched."""
-    out = Path(out)
+    out = Path(os.path.abspath(out))  # `-o ..` or `-o .` name a real parent and a real name
     check_output(out, force, tuple(inputs), kind)
     started_as = identity(out)
     tmp = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -154,7 +155,7 @@ def compile_bundle(
     the quantized target the draft model; `draft="head:DIR"` adds the draft head trained in DIR (`specrt
     train-head`) instead of a draft model.
     """
-    out = Path(out)
+    out = Path(os.path.abspath(out))  # `-o ..` from inside a bundle: the real parent and name
     head_dir = head_dir_of(draft)  # `head:DIR`: a trained draft head (compiler/draft_head.py), not a draft model
     if head_dir is not None:
         extra_steps = [draft_head_step(head_dir, target), *(extra_steps or [])]

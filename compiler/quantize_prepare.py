@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specrt.core.errors import InvalidArgument
-from specrt.compiler.quantize import QuantizeConfig
+from specrt.compiler.quantize import DEFAULT_BLOCK_SIZE, QuantizeConfig
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the step module imports torch (validation); the CLI reads this module on every start
@@ -31,9 +31,29 @@ def read_calibration(path: Path | None) -> str | None:
     if not path.is_file():
         raise InvalidArgument(f"--calibration-data {path}: no such file")
     try:
-        return path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise InvalidArgument(f"--calibration-data {path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise InvalidArgument(f"--calibration-data {path}: {exc.strerror or exc}") from None
+    if not text.strip():
+        raise InvalidArgument(f"--calibration-data {path} is empty: give a text file to measure quality on")
+    return text
+
+
+# option -> (its default, the flag that sets it): a changed value without any quantization would be ignored
+QUANT_ONLY = {"quant_block_size": (DEFAULT_BLOCK_SIZE, "--quant-block-size"),
+              "quant_symmetric": (True, "--quant-asymmetric"), "quant_accuracy_level": (None, "--quant-accuracy-level"),
+              "quant_batch_invariant": (True, "--quant-fast-decode"), "calibration_data": (None, "--calibration-data"),
+              "max_ppl_increase": (None, "--max-ppl-increase")}
+
+
+def check_unused(options: dict[str, Any]) -> None:
+    """Refuse quantization options given without anything to quantize (they would be accepted and ignored)."""
+    for name, (default, flag) in QUANT_ONLY.items():
+        if options.get(name) != default:
+            raise InvalidArgument(f"{flag} only applies when something is quantized (--quantize, --draft-quantize, "
+                                  "--draft self:int4/int8, or TensorRT int8/fp8/int4 engines)")
 
 
 def prepare_quantization(options: dict[str, Any], draft: Path | str | None, trt_backend: bool = False,
@@ -61,5 +81,6 @@ def prepare_quantization(options: dict[str, Any], draft: Path | str | None, trt_
                         calibration_name=options["calibration_data"].name if options["calibration_data"] else None,
                         max_ppl_increase=options["max_ppl_increase"])
     if not plan.roles():
+        check_unused(options)
         return None, draft
     return resolve_plan(plan, draft)

@@ -83,19 +83,27 @@ def save_checkpoint(path: Path, module: torch.nn.Module, opt: torch.optim.Optimi
 def load_checkpoint(path: Path, module: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[int, dict]:
     """Restore a checkpoint written by :func:`save_checkpoint`; returns (step, extra)."""
     # weights_only: a resume file is data; unpickling arbitrary objects would run a planted file's code
+    from specrt.core.errors import CheckpointError
+
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
-        from specrt.core.errors import CheckpointError
-
         raise CheckpointError(f"resume file {path} holds more than tensors and plain values (written by an older "
                          "version, or planted): refusing to unpickle it; delete it to start over") from None
-    module.load_state_dict(state["model"])
-    opt.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["rng"]["torch"])
-    np.random.set_state(_numpy_state_from_plain(state["rng"]["numpy"]))
-    random.setstate(state["rng"]["python"])
-    return state["step"], state["extra"]
+    except (RuntimeError, EOFError, OSError, ValueError, MemoryError) as exc:  # truncated or not a torch file
+        raise CheckpointError(f"resume file {path} is truncated or corrupt ({type(exc).__name__}): delete it to "
+                              "start over") from None
+    try:
+        module.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"]["torch"])
+        np.random.set_state(_numpy_state_from_plain(state["rng"]["numpy"]))
+        random.setstate(state["rng"]["python"])
+        step, extra = int(state["step"]), dict(state["extra"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:  # another run's or an edited file
+        raise CheckpointError(f"resume file {path} does not fit this run ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}): delete it to start over") from None
+    return step, extra
 
 
 def train_loop(module: torch.nn.Module, params: list, loss_fn: Callable[[int], torch.Tensor], *,

@@ -22,10 +22,10 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from specrt.bundle.manifest import Manifest, read_manifest, verify_files
-from specrt.core.errors import InvalidArgument
+from specrt.core.errors import GeneratorBusy, InvalidArgument
 from specrt.core.tokenizer import IncrementalDecoder, Tokenizer
 from specrt.runtime import backends
-from specrt.runtime.arguments import prompt_ids
+from specrt.runtime.arguments import check_threads, prompt_ids
 from specrt.runtime.loop import decode
 from specrt.runtime.policy import AdaptiveK, CountOnlyAdaptiveK, FixedK, KPolicy, model_draft_cost
 from specrt.runtime.proposers.base import Proposer
@@ -38,6 +38,7 @@ from specrt.runtime.warmup import warm_up
 
 HOOKS = ("proposer", "policy", "on_step")  # call options that are objects, not request fields
 SMALL_DRAFT_PARAMETERS = 50_000_000
+STREAM_IDLE_S = 30.0  # seconds an unread stream may hold the Generator before waiters get GeneratorBusy
 
 
 @dataclasses.dataclass
@@ -69,6 +70,7 @@ def load(bundle: str | Path, backend: str = "auto", *, threads: int | None = Non
                       an adaptive-k speculative call; a one-shot `specrt generate` starts faster)
     Raises BundleError / ChecksumMismatch / VersionMismatch / BackendUnavailable with the fix in the message.
     """
+    check_threads(threads)  # before the bundle is read
     manifest = read_manifest(bundle, verify_checksums=False)  # sizes, paths, values; sha256 below
     return Generator(manifest, backend=backend, threads=threads, target_device=target_device,
                      draft_device=draft_device, warmup=warmup, verify_checksums=verify_checksums)
@@ -84,6 +86,7 @@ class Generator:
     def __init__(self, manifest: Manifest, backend: str = "auto", *, threads: int | None = None,
                  target_device: str | None = None, draft_device: str | None = None, warmup: bool = True,
                  verify_checksums: bool = False) -> None:
+        threads = check_threads(threads)
         self.manifest = manifest
         self.backend = backends.resolve_backend(backend, manifest)
         if verify_checksums:  # load(): the files this backend opens, before any of them is opened
@@ -122,6 +125,8 @@ class Generator:
             self.warmup()
         self._lock = threading.Lock()  # one generation at a time per Generator (runners hold state)
         self._owner: int | None = None  # thread id holding the lock (see _exclusive)
+        self._suspended_at: float | None = None  # when the holding stream last yielded and was not resumed
+        self.stream_idle_s = STREAM_IDLE_S  # how long another thread waits on a stream nobody reads
 
     def warmup(self) -> None:
         """Run and time every verify shape (see warmup.py): first-use costs stay out of later timings, and
@@ -231,18 +236,26 @@ class Generator:
     # ----------------------------------------------------------------------------------- internals
     @contextlib.contextmanager
     def _exclusive(self):
-        """One generation at a time. Another thread waits; the thread that holds an open stream gets an
-        error instead of a deadlock. Closing or dropping the stream releases it."""
+        """One generation at a time. Another thread waits while the holder generates; a stream that is left
+        unread for `stream_idle_s` makes waiters fail with GeneratorBusy instead of blocking forever; the
+        thread that holds an open stream gets an error instead of a deadlock. Closing or dropping the stream
+        releases it."""
         me = threading.get_ident()
         if self._owner == me:
             raise InvalidArgument("this Generator is busy with an unfinished stream() in the same thread: "
                                   "consume it or call its close() first")
-        with self._lock:
+        while not self._lock.acquire(timeout=0.05):
+            since = self._suspended_at
+            if since is not None and time.monotonic() - since > self.stream_idle_s:
+                raise GeneratorBusy(f"this Generator is held by a stream() in another thread that has not been read "
+                                    f"for {time.monotonic() - since:.0f} s: read it to the end or close() it")
+        try:
             self._owner = me
-            try:
-                yield
-            finally:
-                self._owner = None
+            yield
+        finally:
+            self._owner = None
+            self._suspended_at = None
+            self._lock.release()
 
     def encode_prompt(self, prompt: str | Sequence[int]) -> np.ndarray:
         """Token ids [N] of `prompt` (text or ids), checked against the vocabulary and the context length."""
@@ -374,6 +387,8 @@ class Generator:
                 if explains and (stats.num_speculative_tokens == 0) != noted_off:
                     noted_off = not noted_off
                     stats.speculation_note = policy.off_reason() if noted_off else ""
+                self._suspended_at = time.monotonic()
                 yield chunk, prompt_ids.tolist(), stats
+                self._suspended_at = None
             if noted_off:  # the reason with the final estimates
                 stats.speculation_note = policy.off_reason()

@@ -7,13 +7,15 @@
 * Files: the file list is non-empty; every path the manifest references (graphs, their external data,
   configs, tokenizer, engines) is listed, so it is checksummed; every listed path resolves (symlinks
   followed) inside the bundle root.
+* Graphs: every variant the runtime can open (portable, fused, quantized, Medusa) goes through
+  `check_graphs`: listed external data, declared inputs/outputs, the slot's precision.
 * Memory: the KV cache that `max_seq_len` and the decoder config imply must fit in available memory.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from specrt.core.errors import BundleError, ManifestError
 from specrt.bundle.paths import resolve_inside
@@ -65,29 +67,103 @@ def check_file_list(files: Any, referenced: Mapping[str, str]) -> None:
                                 "(unverified files are not opened); recompile the bundle")
 
 
+def graph_variants(manifest: "Manifest") -> Iterator[tuple[str, str, Any, Any, Any, bool]]:
+    """(manifest key, relative path, model entry or None, variant or None, declared (inputs, outputs) or None,
+    quantized slot) for every graph the runtime can open: each model's portable graph, every
+    `graphs.<variant>`, every `quantization.graphs.<variant>` (declaring the I/O of the fp32 variant of the same
+    name), and the Medusa heads."""
+    def declared(entry, variant):
+        if variant is not None and variant.inputs is not None:
+            return variant.inputs, variant.outputs
+        return (entry.inputs, entry.outputs) if variant is None or variant.kv_layout is None else None
+
+    for role, entry in manifest.models.items():
+        key = f"models.{role}"
+        fp32 = dict(entry.graphs or {})
+        yield key, entry.onnx, entry, None, declared(entry, None), False
+        for name, variant in fp32.items():
+            yield f"{key}.graphs.{name}", variant.onnx, entry, variant, declared(entry, variant), False
+        if entry.quantization is not None:
+            for name, variant in entry.quantization.graphs.items():
+                io = declared(entry, variant) if variant.inputs is not None else declared(entry, fp32.get(name))
+                yield f"{key}.quantization.graphs.{name}", variant.onnx, entry, variant, io, True
+    if manifest.medusa is not None:
+        yield "medusa", manifest.medusa.onnx, None, None, None, False
+
+
 def check_graphs(root: Path, manifest: "Manifest") -> None:
-    """Every external-data file an ONNX graph names is listed (and so verified) and inside the bundle, and
-    each decoder graph has the layers and vocabulary its manifest entry says."""
+    """Every graph variant the runtime can open passes the same checks: it parses, every external-data file it
+    names is listed (and so verified) and inside the bundle, its inputs and outputs are the ones its manifest
+    entry declares (names, dtypes, fixed sizes: layers, KV heads, head size, vocabulary), and its precision is
+    the slot's (MatMulNBits in a quantized slot, as many as recorded; none in an fp32 slot)."""
     import onnx
 
-    for key, rel in manifest.graph_files().items():
+    for key, rel, entry, variant, io, quantized in graph_variants(manifest):
         try:
             model = onnx.load_model(str(resolve_inside(root, rel)), load_external_data=False)
         except BundleError:
             raise
         except Exception as exc:  # protobuf's DecodeError and friends
-            raise BundleError(f"bundle file {rel} is not a readable ONNX graph ({type(exc).__name__}); "
+            raise BundleError(f"bundle file {rel} ({key}) is not a readable ONNX graph ({type(exc).__name__}); "
                               "recompile the bundle") from None
-        if key.startswith("models."):
-            check_graph_shapes(model, manifest.models[key.split(".", 1)[1]].decoder_config, key, rel)
-        folder = Path(rel).parent
-        locations = {entry.value for t in model.graph.initializer for entry in t.external_data
-                     if entry.key == "location"}
-        for loc in locations:
-            ref = (folder / loc).as_posix()
-            if ".." in Path(loc).parts or Path(loc).is_absolute() or ref not in manifest.files:
-                raise ManifestError(f"{rel} reads external data {loc!r}, which is not a listed bundle file; "
+        check_external_data(model, key, rel, manifest.files)
+        if entry is None:
+            continue
+        if io is not None and io[0] is not None and any(s.name == "position_ids" for s in io[0]):
+            check_graph_shapes(model, entry.decoder_config, key, rel)  # the portable layout
+        if io is not None:
+            check_declared_io(model, key, rel, io)
+        if variant is not None:
+            check_precision(model, key, rel, variant, quantized)
+
+
+def check_external_data(model, key: str, rel: str, files: Mapping[str, Any]) -> None:
+    folder = Path(rel).parent
+    locations = {entry.value for t in model.graph.initializer for entry in t.external_data if entry.key == "location"}
+    for loc in locations:
+        ref = (folder / loc).as_posix()
+        if ".." in Path(loc).parts or Path(loc).is_absolute() or ref not in files:
+            raise ManifestError(f"{rel} ({key}) reads external data {loc!r}, which is not a listed bundle file; "
+                                "recompile the bundle")
+
+
+DTYPES = {1: "float32", 10: "float16", 16: "bfloat16", 6: "int32", 7: "int64", 9: "bool"}
+
+
+def check_declared_io(model, key: str, rel: str, declared: tuple[Any, Any]) -> None:
+    """The graph's inputs and outputs against the specs its manifest entry declares (when it declares them)."""
+    for kind, specs, values in (("input", declared[0], model.graph.input), ("output", declared[1], model.graph.output)):
+        if specs is None:
+            continue
+        actual = {v.name: v for v in values}
+        for spec in specs:
+            v = actual.get(spec.name)
+            if v is None:
+                raise ManifestError(f"{rel} ({key}) has no {kind} {spec.name!r} that the manifest declares: the graph "
+                                    "belongs to another model or bundle; recompile it")
+            tt = v.type.tensor_type
+            dtype = DTYPES.get(tt.elem_type, str(tt.elem_type))
+            if spec.dtype is not None and dtype != spec.dtype:
+                raise ManifestError(f"{rel} ({key}) {kind} {spec.name} is {dtype}, the manifest declares {spec.dtype}; "
                                     "recompile the bundle")
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            want = list(spec.shape)
+            if len(dims) != len(want) or any(isinstance(w, int) and d is not None and d != w
+                                             for d, w in zip(dims, want)):
+                raise ManifestError(f"{rel} ({key}) {kind} {spec.name} has shape {dims}, the manifest declares "
+                                    f"{want}: the graph belongs to another model or bundle; recompile it")
+
+
+def check_precision(model, key: str, rel: str, variant: Any, quantized: bool) -> None:
+    """MatMulNBits in a quantized slot (as many as recorded), none in an fp32 slot."""
+    n = sum(1 for node in model.graph.node if node.op_type == "MatMulNBits")
+    if quantized and (n == 0 or (variant.quantized_matmuls is not None and n != variant.quantized_matmuls)):
+        raise ManifestError(f"{rel} ({key}) has {n} quantized MatMuls, the manifest records "
+                            f"{variant.quantized_matmuls}: not the quantized graph this slot was compiled with; "
+                            "recompile the bundle")
+    if not quantized and n:
+        raise ManifestError(f"{rel} ({key}) is a quantized graph ({n} MatMulNBits) in an fp32 slot; recompile the "
+                            "bundle")
 
 
 def check_graph_shapes(model, config, key: str, rel: str) -> None:

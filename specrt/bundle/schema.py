@@ -69,6 +69,15 @@ class Manifest:
                 raise ManifestError(f"manifest key models.{role} holds the entry of {entry.role!r}")
             if entry.profiles is not None:
                 check_profiles(entry.profiles, f"models.{role}", seq, k)
+            vocab = entry.decoder_config.vocab_size
+            for key, ids in ((f"models.{role}.eos_token_ids", entry.eos_token_ids or ()),
+                             ("tokenizer.eos_token_ids", self.tokenizer.eos_token_ids),
+                             ("tokenizer.bos_token_id", () if self.tokenizer.bos_token_id is None
+                              else (self.tokenizer.bos_token_id,))):
+                bad = [i for i in ids if i >= vocab]
+                if bad:
+                    raise ManifestError(f"manifest key {key} holds {bad[0]}, outside the {vocab}-token vocabulary "
+                                        f"of models.{role} (it could never be produced); recompile the bundle")
         check_file_list(self.files, self.referenced_paths())
 
     # ------------------------------------------------------------------------------------------ JSON

@@ -38,6 +38,8 @@ def handle_errors(fn: Callable) -> Callable:
             fail(message, exc.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
+        except BrokenPipeError:
+            _quiet_broken_pipe()
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as exc:  # an unexpected failure: still no traceback for the user
@@ -68,10 +70,41 @@ class KType(click.ParamType):
 
 
 _NO_ARGS = getattr(click.exceptions, "NoArgsIsHelpError", ())
+SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what `yes | head` reports for `yes`
+
+
+class Command(click.Command):
+    """A single-valued option given twice is a usage error (click would keep the last one silently:
+    `--draft self:int4 --draft DIR`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+        except click.ClickException:
+            order = []  # the real parse below reports it
+        seen: set[str] = set()
+        for param in order:
+            if isinstance(param, click.Option) and not (param.multiple or param.count or param.is_flag):
+                if param.name in seen:
+                    raise click.UsageError(f"{param.opts[-1]} given more than once: give it once", ctx=ctx)
+                seen.add(param.name)
+        return super().parse_args(ctx, args)
+
+
+def _quiet_broken_pipe() -> None:
+    """The reader of our stdout went away (`specrt generate ... | head`): exit quietly, as Unix tools do."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
+    except (OSError, ValueError):
+        pass
+    sys.exit(SIGPIPE_EXIT)
 
 
 class Group(click.Group):
     """Click's own usage errors printed like every other error: one `error: ...` line."""
+
+    command_class = Command
 
     def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
@@ -81,6 +114,8 @@ class Group(click.Group):
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.Abort:
             fail("interrupted", 130)
+        except BrokenPipeError:
+            _quiet_broken_pipe()
         except _NO_ARGS as exc:  # `specrt` alone: the help text, as click prints it
             exc.show()
             sys.exit(exc.exit_code)

@@ -56,3 +56,9 @@ class MissingDependency(SpecrtError):
     """An optional dependency (an extra) that this command needs is not installed; the message names the extra."""
 
     exit_code = 2
+
+
+class GeneratorBusy(SpecrtError):
+    """Another thread's stream holds the Generator and has not been read for too long (it was abandoned)."""
+
+    exit_code = 1

@@ -60,6 +60,8 @@ def parse_config(raw: dict[str, Any]) -> DecoderConfig:
         return parser(raw, arch)
     except KeyError as exc:
         raise CheckpointError(f"config.json for {arch} lacks the field {exc.args[0]!r}") from None
+    except (TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError) as exc:  # NaN, strings, 0 where sizes belong
+        raise CheckpointError(f"config.json for {arch} holds a value of the wrong type or range: {exc}") from None
 
 
 def build_decoder(config: DecoderConfig) -> "Decoder":

@@ -92,9 +92,24 @@ class DecoderConfig:
             )
         if "sliding_attention" in self.layer_types and not (self.sliding_window and self.sliding_window > 0):
             raise CheckpointError(f"config.json: sliding layers need sliding_window > 0, got {self.sliding_window}")
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim"):
-            if getattr(self, name) <= 0:
-                raise CheckpointError(f"config.json: {name} must be positive, got {getattr(self, name)}")
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                     "intermediate_size", "max_position_embeddings"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):  # NaN, strings, 1e3 from a hostile file
+                raise CheckpointError(f"config.json: {name} must be an integer, got {value!r}")
+            if value <= 0 and name not in ("intermediate_size", "max_position_embeddings"):  # those: entries.py
+                raise CheckpointError(f"config.json: {name} must be positive, got {value}")
+        eps = self.norm_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:  # also NaN
+            raise CheckpointError(f"config.json: the norm epsilon must be a number in (0, 1), got {eps!r}")
+        bad_ids = [i for i in (*self.eos_token_ids, *(() if self.bos_token_id is None else (self.bos_token_id,)))
+                   if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.vocab_size]
+        if bad_ids:
+            raise CheckpointError(f"config: token id {bad_ids[0]!r} (EOS/BOS) is outside the {self.vocab_size}-token "
+                                  "vocabulary")
+        if self.sliding_window is not None and (isinstance(self.sliding_window, bool)
+                                                or not isinstance(self.sliding_window, int)):
+            raise CheckpointError(f"config.json: sliding_window must be an integer, got {self.sliding_window!r}")
         if self.num_heads % self.num_kv_heads:
             raise CheckpointError(
                 f"config.json: num_attention_heads={self.num_heads} is not a multiple of "

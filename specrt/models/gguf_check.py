@@ -104,6 +104,12 @@ def _shape(tensors: dict[str, Any], name: str, path: Path) -> list[int]:
     return [int(d) for d in tensors[name].shape]  # GGUF order: [in, out]
 
 
+def read_architecture(path: str | Path) -> str:
+    """general.architecture of the GGUF file at `path` (CheckpointError unless it is a UTF-8 string)."""
+    path = Path(path)
+    return _architecture(_reader(path), path)
+
+
 def check_gguf(path: str | Path) -> GGUFMeta:
     """Check the metadata of the GGUF file at `path` against its tensors (see the module docstring)."""
     path = Path(path)

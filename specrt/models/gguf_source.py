@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from specrt.core.errors import CheckpointError
-from specrt.models.gguf_check import check_gguf, missing_weights
+from specrt.models.gguf_check import check_gguf, missing_weights, read_architecture
 
 GGUF_SUFFIXES = (".gguf",)
 # llama.cpp architecture names that compile (tested: tests/models/test_gguf_*.py). Mistral files are "llama".
@@ -223,8 +223,8 @@ def prepare_gguf(source: str | Path, scratch: Path) -> tuple[Path, dict[str, Any
         record.update(member=member, member_sha256=sha256_file(gguf_file))
     else:
         gguf_file = source
+    check_architecture(gguf_file, read_architecture(gguf_file))
     check_gguf(gguf_file)  # sizes confirmed by the file's tensors, before anything is allocated
     record.update(quantization_of(gguf_file))
-    check_architecture(gguf_file, record["gguf_architecture"])
     checkpoint_dir_from_gguf(gguf_file, scratch / "checkpoint")
     return scratch / "checkpoint", record

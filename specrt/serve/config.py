@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Union
+from typing import Mapping, Optional, Union
 
 from specrt.core.errors import InvalidArgument
 from specrt.runtime.request import DEFAULT_K, METHODS, parse_k
+
+API_KEY_ENV = "SPECRT_API_KEY"
+
+
+def api_key_from(option: Optional[str], environ: Mapping[str, str]) -> Optional[str]:
+    """The server's API key: `--api-key`, else SPECRT_API_KEY. A variable that is set but blank is refused
+    (it would otherwise serve without authentication and without a word)."""
+    if option is not None:
+        return option
+    value = environ.get(API_KEY_ENV)
+    if value is not None and not value.strip():
+        raise InvalidArgument(f"{API_KEY_ENV} is set but empty: set a key, or unset it to serve without one")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -56,10 +56,10 @@ class ApiKeyAuth:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.api_key and scope["path"].startswith("/v1"):
             headers = dict(scope["headers"])
-            auth = headers.get(b"authorization", b"").decode("latin-1")
-            scheme, _, token = auth.partition(" ")
-            if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(),
-                                                                        self.api_key.encode()):
+            auth = headers.get(b"authorization", b"")  # raw bytes: a non-ASCII key is compared as UTF-8
+            scheme, _, token = auth.partition(b" ")
+            if scheme.lower() != b"bearer" or not secrets.compare_digest(token.strip(),
+                                                                         self.api_key.encode("utf-8")):
                 what = "missing API key" if not auth else "incorrect API key"
                 return await send_error(send, 401, f"{what}: send 'Authorization: Bearer <key>'",
                                         "invalid_api_key", [(b"www-authenticate", b"Bearer")])

@@ -74,26 +74,33 @@ def check_capacity(config: RayConfig) -> None:
 class RayServer:
     """A running deployment; `shutdown()` removes it (and the Ray instance, when this process started it)."""
 
-    def __init__(self, config: RayConfig, url: str, owns_ray: bool) -> None:
-        self.config, self.url, self.owns_ray = config, url, owns_ray
+    def __init__(self, config: RayConfig, url: str, owns_ray: bool, watchdog: Any = None) -> None:
+        self.config, self.url, self.owns_ray, self.watchdog = config, url, owns_ray, watchdog
         self.closed = False
 
     @classmethod
     def start(cls, bundle: str | Path, config: RayConfig, *, host: str = "127.0.0.1", port: int = 8000,
               app_kwargs: Optional[dict[str, Any]] = None, init_kwargs: Optional[dict[str, Any]] = None,
               log_level: str = "info") -> "RayServer":
-        """Start (or join) Ray, deploy, and wait until every initial replica has loaded the bundle."""
+        """Start Ray (a new local instance of its own unless `config.address` names a cluster to join: never a
+        cluster that merely happens to run on this machine), deploy, and wait until every initial replica has
+        loaded the bundle."""
         if not 1 <= port <= 65535:
             raise InvalidArgument(f"--port must be 1..65535 with --ray (the Ray Serve proxy needs a fixed port), "
                                   f"got {port}")
         owns_ray = not ray.is_initialized()
+        watchdog = None
         if owns_ray:
             try:
-                ray.init(address=config.address, **(init_kwargs or {}))
+                ray.init(address=config.address or "local", **(init_kwargs or {}))
             except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ... : one line for the user
                 where = f"the Ray cluster at {config.address}" if config.address else "a local Ray instance"
                 raise RayDeployError(f"cannot start or reach {where}: {type(exc).__name__}: {exc}") from None
-        server = cls(config, f"http://{host}:{port}", owns_ray)
+            if config.address is None:  # the local instance dies with this process, even on SIGKILL
+                from specrt.serve.ray_watchdog import spawn_watchdog
+
+                watchdog = spawn_watchdog()
+        server = cls(config, f"http://{host}:{port}", owns_ray, watchdog)
         try:
             if config.address is None:
                 check_capacity(config)
@@ -119,19 +126,22 @@ class RayServer:
         return replica_states(self.config.app_name, self.config.app_name)
 
     def shutdown(self) -> None:
-        """Graceful: Serve stops routing new requests and waits for running ones. On a cluster this process
-        joined, only this application is deleted; a Ray instance this process started is stopped."""
+        """Graceful: Serve stops routing new requests and waits for running ones. Only this application is
+        deleted (never other Serve applications of the cluster); a Ray instance this process started is
+        stopped, and its watchdog ends any process left behind."""
         if self.closed:
             return
         self.closed = True
         try:
-            if self.config.address is None:
-                serve.shutdown()
-            else:
-                serve.delete(self.config.app_name)
+            serve.delete(self.config.app_name)
+        except Exception:  # noqa: BLE001 - nothing deployed yet; the instance we own is stopped below anyway
+            if not self.owns_ray:
+                raise
         finally:
             if self.owns_ray:
                 ray.shutdown()
+            if self.watchdog is not None:
+                self.watchdog.stop()
 
 
 def wait_for_signal() -> None:

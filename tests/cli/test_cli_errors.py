@@ -23,7 +23,8 @@ def specrt(*args):
     ([b"--prompt", b"caf\xe9 \xff"], b"Unicode"),
 ])
 def test_bad_generate_input_exits_2_with_one_line(pair_bundle, extra, words):
-    args = [b"generate", str(pair_bundle).encode(), b"--prompt", b"hi", b"--max-new-tokens", b"2", b"--temperature",
+    prompt = [] if b"--prompt" in extra else [b"--prompt", b"hi"]  # an option given twice is its own error
+    args = [b"generate", str(pair_bundle).encode(), *prompt, b"--max-new-tokens", b"2", b"--temperature",
             b"1", *extra]
     proc = specrt(*args)
     assert proc.returncode == 2, proc.stderr

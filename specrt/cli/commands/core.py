@@ -130,6 +130,11 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
         raise InvalidArgument("give exactly one of --prompt and --chat")
     if system is not None and chat is None:
         raise InvalidArgument("--system needs --chat")
+    from specrt.runtime.arguments import check_text
+
+    for flag, text in (("--chat", chat), ("--system", system)):
+        if text is not None:
+            check_text(text, flag)
     from specrt.cli.constraint_options import constraint_from_options
 
     constraint = constraint_from_options(json_schema, json_object, regex, grammar)

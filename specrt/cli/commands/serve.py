@@ -25,7 +25,7 @@ from specrt.cli.options import backend_option, method_option
 @click.option("--max-queue", default=64, show_default=True, type=click.IntRange(min=0),
               help="Requests waiting for a slot before the server answers 429.")
 @backend_option()
-@click.option("--api-key", default=None, envvar="SPECRT_API_KEY",
+@click.option("--api-key", default=None,
               help="Require 'Authorization: Bearer KEY' on /v1/* (or set SPECRT_API_KEY).")
 @click.option("--served-model-name", default=None, help="Model id in the API (default: the bundle directory name).")
 @click.option("--threads", default=None, type=click.IntRange(min=1),
@@ -46,6 +46,11 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_batch, max_que
     """Serve BUNDLE with the OpenAI API (/v1/completions, /v1/chat/completions) on HOST:PORT.
 
     With --ray, --threads counts per replica."""
+    import os
+
+    from specrt.serve.config import api_key_from
+
+    api_key = api_key_from(api_key, os.environ)
     ray_given = [f for f, v in (("--replicas", replicas), ("--min-replicas", min_replicas),
                                 ("--max-replicas", max_replicas), ("--ray-address", ray_address),
                                 ("--cpus-per-replica", cpus_per_replica != 1.0)) if v]
@@ -75,8 +80,10 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_batch, max_que
     from specrt.serve.access_log import configure
 
     configure(log_level)  # our per-request line (method, path, status, tokens, duration) replaces uvicorn's
+    from specrt.serve.header_timeout import HeaderTimeoutH11
+
     config = uvicorn.Config(app, host=host, port=real_port, log_level=log_level, timeout_graceful_shutdown=30,
-                            access_log=False)
+                            access_log=False, http=HeaderTimeoutH11)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises the captured Ctrl-C after its graceful shutdown

@@ -1,0 +1,50 @@
+"""Issue 26 (Python API): waiting on an abandoned stream is bounded; bad option values are InvalidArgument."""
+
+import threading
+import time
+
+import pytest
+
+from specrt.core.errors import GeneratorBusy, InvalidArgument
+from specrt.runtime import load
+
+
+def test_unread_stream_in_another_thread_is_a_bounded_wait(pair_generator, monkeypatch):
+    monkeypatch.setattr(pair_generator, "stream_idle_s", 0.5)
+    it = pair_generator.stream("import os", 20, method="none")
+    next(it)
+    box = {}
+
+    def other():
+        try:
+            box["value"] = pair_generator.generate("import os", 3, method="none")
+        except Exception as exc:  # noqa: BLE001 - handed back to the test
+            box["value"] = exc
+
+    t0 = time.monotonic()
+    t = threading.Thread(target=other, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "the other thread waited past the bound"
+    assert isinstance(box["value"], GeneratorBusy) and "not been read" in str(box["value"])
+    assert time.monotonic() - t0 < 5
+    it.close()
+    assert pair_generator.generate("import os", 3, method="none").token_ids  # released by close()
+
+
+@pytest.mark.parametrize("option", [{"top_k": float("nan")}, {"top_k": 2.5}, {"top_p": "0.5"}, {"temperature": "1"},
+                                    {"top_k": "3"}])  # None means "not given" (runtime/request.py)
+def test_bad_sampling_values_are_invalid_argument(pair_generator, option):
+    with pytest.raises(InvalidArgument, match=next(iter(option))):
+        pair_generator.generate("import os", 3, **option)
+
+
+def test_non_utf8_prompt_text_is_invalid_argument(pair_generator):
+    with pytest.raises(InvalidArgument, match="not valid Unicode"):
+        pair_generator.generate("abc\udcff", 3)
+
+
+@pytest.mark.parametrize("threads", [0, -1, 100_000, 2.0, True])
+def test_threads_are_bounded(pair_bundle, threads):
+    with pytest.raises(InvalidArgument, match="threads"):
+        load(pair_bundle, threads=threads)
