@@ -9,6 +9,7 @@ Requests join and leave at step boundaries. A step (`step()`):
    (greedy: only when the batched row accepted d_1), then the acceptance rule of the single-sequence loop
    (`greedy_accept` / `rejection_sample` over the k + 1 rows), so each request advances by its own accepted count;
 4. emits each request's new tokens and retires finished or cancelled requests (their slots are free at once).
+A request whose prefill token already ends it (EOS, max_new_tokens=1) leaves at once, before the decode.
 
 Region order: decoding requests hold target regions [0, d) in `running` order; the request in prefill holds region
 d. A request's greedy output equals its output alone (tests/runtime/test_batching.py): same rows, same rule.
@@ -149,8 +150,11 @@ class Scheduler:
             seq.proposer.start(seq.tokens, seq.n, None)
         seq.stats.new_tokens = 1
         self.prefilling = None
-        self.running.append(seq)  # its region is d, the first after the running ones
         self._emit(seq, [first])
+        if seq.finished:  # its first token ended it (EOS, max_new_tokens=1): no decode step, as alone
+            self._finish(seq, seq.finished)  # its region is the last one in use: nothing moves
+            return
+        self.running.append(seq)  # its region is d, the first after the running ones
 
     def _decode_step(self) -> None:
         t0 = time.perf_counter()

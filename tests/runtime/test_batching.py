@@ -117,3 +117,37 @@ def test_stop_strings_cut_the_batch_call(engines):
     assert stop
     res = eng.generate_batch(["hello world"], 16, method="none", stop=[stop])[0]
     assert res.finish_reason == "stop" and res.text == full.text[:full.text.find(stop)]
+
+
+def test_request_finished_by_its_prefill_token_gets_no_decode_step(engines):
+    # A request whose first token (picked from the prefill) already ends it (EOS, or max_new_tokens=1) must leave
+    # before the step's batched decode; it used to be decoded once more and emit a second token (seen on SmolLM2:
+    # "What is the capital of France?..." answers EOS at once alone, but [EOS, 198] from the engine).
+    gen, eng = engines["fp32"]
+    lengths = [1, 6, 1, 9, 1, 3]
+    alone = [gen.generate(p, n, method="none").token_ids for p, n in zip(PROMPTS, lengths)]
+    assert [len(a) for a in alone[::2]] == [1, 1, 1]
+    got = [r.token_ids for r in eng.generate_batch(PROMPTS[:len(lengths)], 1, method="none")]
+    assert got == [a[:1] for a in alone]
+    subs = [eng.submit(p, max_new_tokens=n, method="none") for p, n in zip(PROMPTS, lengths)]
+    for i, (seq, events) in enumerate(subs):
+        ids = []
+        while True:
+            ev = events.get(timeout=120)
+            if not isinstance(ev, tuple):
+                break
+            ids.extend(ev[1])
+        assert ids == alone[i], (i, lengths[i])
+        assert seq.stats.new_tokens == len(alone[i])
+    # EOS as the first token: make the prompt's own greedy first token an end token for this generator
+    first = alone[0][0]
+    saved = gen.eos_ids
+    try:
+        gen.eos_ids = frozenset(saved) | {first}
+        ref = gen.generate(PROMPTS[0], 5, method="none").token_ids
+        assert ref == [first]
+        res = eng.generate_batch([PROMPTS[0], PROMPTS[1]], 5, method="none")
+        assert res[0].token_ids == ref and res[0].finish_reason == "stop"
+    finally:
+        gen.eos_ids = saved
+    assert eng.scheduler.targets.used == 0
