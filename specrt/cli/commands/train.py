@@ -21,10 +21,9 @@ def _recipes():
     return recipes
 
 
-def _check_inputs(target: Path, data: tuple[Path, ...], output: Path, force: bool, kind: str) -> None:
-    """Inputs exist and `output` may be written (compile's output rule), before anything is loaded."""
-    from specrt.compiler import output_dir
-    from specrt.compiler.output_dir import check_output
+def check_target(target: Path) -> None:
+    """A GGUF file that exists (with the gguf extra installed) or a checkpoint directory that opens: one clear
+    error for a missing or unsupported target, before anything is loaded."""
     from specrt.models.checkpoint import open_checkpoint
     from specrt.models.gguf_source import is_gguf_source, missing_extra
 
@@ -34,7 +33,14 @@ def _check_inputs(target: Path, data: tuple[Path, ...], output: Path, force: boo
         if missing_extra():
             raise InvalidArgument(missing_extra())
     else:
-        open_checkpoint(target)  # a clear error for a missing or unsupported target
+        open_checkpoint(target)
+
+
+def _check_inputs(target: Path, data: tuple[Path, ...], output: Path, force: bool, kind: str) -> None:
+    """Inputs exist and `output` may be written (compile's output rule), before anything is loaded."""
+    from specrt.compiler import output_dir
+    from specrt.compiler.output_dir import check_output
+    check_target(target)
     if not data:
         raise InvalidArgument("--data needs at least one text file or directory")
     for p in data:

@@ -34,16 +34,9 @@ from specrt.core.errors import InvalidArgument
 def train_head_cmd(target, output, prompts, draft_vocab, answer_tokens, samples, steps, max_minutes, batch_size,
                    max_rows, lr, run_dir, force, as_json):
     """Train a draft head for TARGET (resumable: run it again to continue); compile it with --draft head:OUTPUT."""
-    from specrt.models.checkpoint import open_checkpoint
-    from specrt.models.gguf_source import is_gguf_source, missing_extra
+    from specrt.cli.commands.train import check_target
 
-    if is_gguf_source(target):
-        if not target.is_file():
-            raise InvalidArgument(f"--target {target} does not exist")
-        if missing_extra():
-            raise InvalidArgument(missing_extra())
-    else:
-        open_checkpoint(target)
+    check_target(target)
     if prompts is not None and not prompts.is_file():
         raise InvalidArgument(f"--prompts {prompts} is not a file")
     for name, value, low in (("--batch-size", batch_size, 1), ("--max-rows", max_rows, 2), ("--samples", samples, 0)):
