@@ -1,7 +1,8 @@
 """specrt.compiler: Hugging Face checkpoints -> ONNX bundle (-> TensorRT engines).
 
 Small steps named by input and output: `onnx_from_decoder` (export.py), `validate_onnx` (validate.py),
-`profiles_for_model` (profiles.py), `compile_bundle` (pipeline.py) which chains them.
+`profiles_for_model` (profiles.py), `compile_bundle(spec)` (pipeline.py) which chains them; `CompileSpec`
+(spec.py, with `QuantizeSpec`, `EngineSpec`) says what to compile.
 
 Importing the package imports no torch (the CLI reads its option modules on every start); `compile_bundle`
 loads the pipeline, and with it torch, on first use.
@@ -9,7 +10,9 @@ loads the pipeline, and with it torch, on first use.
 
 from typing import Any
 
-__all__ = ["compile_bundle"]
+from specrt.compiler.spec import CompileSpec, EngineSpec, QuantizeSpec
+
+__all__ = ["CompileSpec", "EngineSpec", "QuantizeSpec", "compile_bundle"]
 
 
 def __getattr__(name: str) -> Any:

@@ -85,7 +85,7 @@ def _target_dir(target: str | Path, tmp: Path) -> Path:
 
 
 def draft_head_step(head_dir: Path, target: str | Path) -> Callable[[Path, ManifestDraft], None]:
-    """A compile_bundle extra step adding the head to the bundle being written (fails fast on a bad dir)."""
+    """The compile step (`CompileSpec.draft="head:DIR"`) adding the head to the bundle being written (fails fast on a bad dir)."""
     read_head_config(head_dir)
 
     def step(tmp: Path, manifest: ManifestDraft) -> None:

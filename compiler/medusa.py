@@ -106,7 +106,7 @@ def validate_heads(module: MedusaHeadsWithLMHead, path: Path, atol: float = 1e-4
 
 
 def medusa_step(medusa_dir: Path, target_dir: Path) -> Callable[[Path, ManifestDraft], None]:
-    """A compile_bundle extra step that adds the heads to the bundle being written."""
+    """The compile step (`CompileSpec.medusa`) that adds the heads to the bundle being written."""
 
     def step(tmp: Path, manifest: ManifestDraft) -> None:
         module, cfg = load_heads(medusa_dir, target_dir)

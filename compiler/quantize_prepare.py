@@ -1,10 +1,9 @@
 """The `QuantizePlan` that `specrt compile`'s quantization options make.
 
-The options themselves (click) are in specrt/cli/quantize_options.py, which passes them here as one dict
-`quant_options` (keys: OPTION_NAMES):
+The options (click, specrt/cli/quantize_options.py) become a `QuantizeSpec` (spec.py); compile_bundle's
+preflight (preflight.py) passes its option dict (keys: OPTION_NAMES) here:
 
-    plan, draft = prepare_quantization(quant_options, draft, trt_backend=...)
-    compile_bundle(..., draft=draft, quantization=plan)
+    plan, draft = prepare_quantization(spec.quantize.options(), spec.draft, trt_backend=...)
 
 Every check runs before any export: bad values, --draft-quantize without a draft, an unreadable
 --calibration-data file, a self draft with TensorRT engines.

@@ -21,43 +21,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specrt.core.errors import InvalidArgument, SpecrtError
+from specrt.core.errors import SpecrtError
 from specrt.models import Decoder
 from specrt.bundle import graph_io
 from specrt.compiler.export import sample_inputs
+from specrt.compiler.tolerance import Tolerance  # noqa: F401  (re-exported: the compile steps import it here)
 
 
 class ValidationError(SpecrtError):
     exit_code = 1
-
-
-@dataclasses.dataclass(frozen=True)
-class Tolerance:
-    """Per tensor: max |diff| <= atol + rtol * max |reference|."""
-
-    atol: float = 1e-4
-    rtol: float = 1e-3
-
-    def __post_init__(self) -> None:
-        for name in ("atol", "rtol"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 0):
-                raise InvalidArgument(f"tolerance {name} must be a finite number >= 0, got {value!r}")
-
-    @classmethod
-    def parse(cls, text: str) -> "Tolerance":
-        """'ATOL,RTOL' (e.g. '1e-4,1e-3') as given to `compile --tolerance`."""
-        parts = text.split(",")
-        try:
-            if len(parts) != 2:
-                raise ValueError
-            return cls(float(parts[0]), float(parts[1]))
-        except ValueError:
-            raise InvalidArgument(
-                f"--tolerance must be ATOL,RTOL (two numbers, e.g. 1e-4,1e-3), got {text!r}") from None
-
-    def bound(self, scale: float) -> float:
-        return self.atol + self.rtol * scale
 
 
 def validation_shapes(max_seq_len: int, max_draft_tokens: int) -> list[tuple[int, int]]:

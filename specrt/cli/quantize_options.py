@@ -2,7 +2,7 @@
 
     @quantize_compile_options               # adds the options below; passes them as quant_options=dict
     def compile_cmd(..., quant_options):
-        plan, draft = prepare_quantization(quant_options, draft, ...)   # specrt/compiler/quantize_prepare.py
+        spec = compile_spec(..., quant_options=quant_options)   # -> CompileSpec.quantize (compiler/spec.py)
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     @main.command("compile")
     @trt_compile_options                    # adds the options below; passes them as trt_options=dict
     def compile_cmd(..., trt_options):
-        extra += prepare_trt_compile(trt_options, ...)   # specrt/compiler/trt/compile_steps.py
+        spec = compile_spec(..., trt_options=trt_options)   # -> CompileSpec.engines (compiler/spec.py)
 """
 
 from __future__ import annotations

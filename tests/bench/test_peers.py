@@ -110,11 +110,11 @@ def test_ort_genai_on_the_pair(pair_bundle, llama_target, llama_draft, tmp_path)
 
 @pytest.fixture(scope="module")
 def gguf_bundle(tmp_path_factory, llama_target):
-    from specrt.compiler import compile_bundle
+    from specrt.compiler import CompileSpec, compile_bundle
 
     d = tmp_path_factory.mktemp("peer-gguf-bundle")
     gguf = write_llama_gguf(llama_target, d / "tiny.gguf", "F32")
-    return gguf, compile_bundle(gguf, d / "bundle", max_seq_len=128, max_draft_tokens=4)
+    return gguf, compile_bundle(CompileSpec(gguf, d / "bundle", max_seq_len=128, max_draft_tokens=4))
 
 
 @needs_llama

@@ -29,10 +29,10 @@ def bundle(tmp_path, pair_bundle):
 
 @pytest.fixture(scope="module")
 def int4_bundle(tmp_path_factory, llama_target):
-    from specrt.compiler import compile_bundle
+    from specrt.compiler import CompileSpec, compile_bundle
 
-    return compile_bundle(llama_target, tmp_path_factory.mktemp("q") / "q", "self:int4", max_seq_len=64,
-                          max_draft_tokens=4)
+    return compile_bundle(CompileSpec(llama_target, tmp_path_factory.mktemp("q") / "q", "self:int4", max_seq_len=64,
+                          max_draft_tokens=4))
 
 
 def test_fused_graph_external_data_must_be_listed(bundle, tmp_path):

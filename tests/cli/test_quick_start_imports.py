@@ -57,11 +57,11 @@ main(["generate", {str(out)!r}, "--chat", "hi", "--system", "be brief", "--max-n
 
 @pytest.mark.slow
 def test_generate_chat_with_a_template_over_its_bound_exits_2(llama_target, tmp_path):
-    from specrt.compiler import compile_bundle
+    from specrt.compiler import CompileSpec, compile_bundle
 
     hostile = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
     gguf = write_llama_gguf(llama_target, tmp_path / "hostile-F32.gguf", "F32", chat_template=hostile)
-    bundle = compile_bundle(gguf, tmp_path / "hostile", max_seq_len=64, max_draft_tokens=2)
+    bundle = compile_bundle(CompileSpec(gguf, tmp_path / "hostile", max_seq_len=64, max_draft_tokens=2))
     proc = run_blocked(WEB, f"""
 from specrt.cli.main import main
 main(["generate", {str(bundle)!r}, "--chat", "hi", "--max-new-tokens", "4"])

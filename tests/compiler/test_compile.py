@@ -8,7 +8,7 @@ import pytest
 from helpers import make_checkpoint, train_tokenizer
 
 from specrt.bundle.manifest import read_manifest
-from specrt.compiler import compile_bundle
+from specrt.compiler import CompileSpec, compile_bundle
 from specrt.core.errors import BundleError, ChecksumMismatch, CheckpointError, InvalidArgument
 
 
@@ -30,7 +30,7 @@ def test_manifest_records_what_load_needs(pair_bundle):
 
 def test_existing_output_needs_force(pair_bundle, llama_target):
     with pytest.raises(InvalidArgument, match="--force"):
-        compile_bundle(llama_target, pair_bundle, max_seq_len=64, max_draft_tokens=4)
+        compile_bundle(CompileSpec(llama_target, pair_bundle, max_seq_len=64, max_draft_tokens=4))
 
 
 def test_failed_compile_leaves_nothing(tmp_path, llama_target, workdir):
@@ -38,7 +38,7 @@ def test_failed_compile_leaves_nothing(tmp_path, llama_target, workdir):
     mismatched = make_checkpoint(tmp_path / "other", "llama", other_tok, layers=1)
     out = tmp_path / "bundle"
     with pytest.raises(CheckpointError, match="vocabularies differ"):
-        compile_bundle(llama_target, out, mismatched, max_seq_len=64, max_draft_tokens=4)
+        compile_bundle(CompileSpec(llama_target, out, mismatched, max_seq_len=64, max_draft_tokens=4))
     assert list(tmp_path.glob("bundle*")) == [] and list(tmp_path.glob(".bundle*")) == []
 
 
@@ -47,7 +47,8 @@ def test_interrupted_compile_leaves_nothing(tmp_path, llama_target):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        compile_bundle(llama_target, tmp_path / "b", max_seq_len=64, max_draft_tokens=4, extra_steps=[boom])
+        compile_bundle(CompileSpec(llama_target, tmp_path / "b", max_seq_len=64, max_draft_tokens=4),
+                       extra_steps=[boom])
     assert list(tmp_path.iterdir()) == []
 
 
@@ -59,7 +60,7 @@ def test_interrupted_compile_leaves_nothing(tmp_path, llama_target):
 def test_bad_compile_arguments(tmp_path, llama_target, kwargs, match):
     args = dict(max_seq_len=64, max_draft_tokens=4) | kwargs
     with pytest.raises(InvalidArgument, match=match):
-        compile_bundle(llama_target, tmp_path / "b", **args)
+        compile_bundle(CompileSpec(llama_target, tmp_path / "b", **args))
 
 
 def test_unsupported_architecture_lists_supported(tmp_path, llama_target):
@@ -69,7 +70,7 @@ def test_unsupported_architecture_lists_supported(tmp_path, llama_target):
     raw["architectures"] = ["FalconForCausalLM"]
     (ck / "config.json").write_text(json.dumps(raw))
     with pytest.raises(CheckpointError, match="unsupported architecture FalconForCausalLM; supported: LlamaForCausalLM"):
-        compile_bundle(ck, tmp_path / "b", max_seq_len=64, max_draft_tokens=4)
+        compile_bundle(CompileSpec(ck, tmp_path / "b", max_seq_len=64, max_draft_tokens=4))
 
 
 def test_missing_weights(tmp_path, llama_target):
@@ -78,7 +79,7 @@ def test_missing_weights(tmp_path, llama_target):
     for f in ck.glob("*.safetensors*"):
         f.unlink()
     with pytest.raises(CheckpointError, match="no weights"):
-        compile_bundle(ck, tmp_path / "b", max_seq_len=64, max_draft_tokens=4)
+        compile_bundle(CompileSpec(ck, tmp_path / "b", max_seq_len=64, max_draft_tokens=4))
 
 
 def test_missing_tensor_in_weights(tmp_path, llama_target):
@@ -90,7 +91,7 @@ def test_missing_tensor_in_weights(tmp_path, llama_target):
     tensors.pop("model.layers.1.mlp.up_proj.weight")
     save_file(tensors, str(ck / "model.safetensors"))
     with pytest.raises(CheckpointError, match="missing 1 weight"):
-        compile_bundle(ck, tmp_path / "b", max_seq_len=64, max_draft_tokens=4)
+        compile_bundle(CompileSpec(ck, tmp_path / "b", max_seq_len=64, max_draft_tokens=4))
 
 
 def copy_bundle(src, dst):

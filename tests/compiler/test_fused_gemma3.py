@@ -82,8 +82,7 @@ def gemma_pair(workdir, tokenizer_path):
     """A tiny Gemma 3 target (tied, soft-capped) + a smaller Gemma 3 draft + 3 random Medusa heads."""
     from safetensors.torch import save_file
 
-    from specrt.compiler import compile_bundle
-    from specrt.compiler.medusa import medusa_step
+    from specrt.compiler import CompileSpec, compile_bundle
 
     base = workdir / "fused_gemma3" / "pair"
     target = make_checkpoint(base / "target", "gemma3", tokenizer_path, layers=3, seed=0)
@@ -98,8 +97,8 @@ def gemma_pair(workdir, tokenizer_path):
     (heads_dir / "medusa_config.json").write_text(json.dumps({
         "medusa_num_heads": 3, "medusa_num_layers": 1, "hidden_size": 64, "vocab_size": cfg["vocab_size"],
         "shares_target_lm_head": True}))
-    bundle = compile_bundle(target, base / "bundle", draft, max_seq_len=96, max_draft_tokens=6,
-                            extra_steps=[medusa_step(heads_dir, target)])
+    bundle = compile_bundle(CompileSpec(target, base / "bundle", draft, max_seq_len=96, max_draft_tokens=6,
+                                        medusa=heads_dir))
     return target, bundle
 
 
@@ -158,15 +157,13 @@ def test_fused_runner_equals_portable_across_the_window_and_rollback(gemma_pair)
 @pytest.mark.parametrize("qtype", ["int8", "int4"])
 def test_quantized_fused_gemma3(workdir, tokenizer_path, qtype):
     from specrt.bundle.manifest import read_manifest
-    from specrt.compiler import compile_bundle
-    from specrt.compiler.quantize import QuantizeConfig
-    from specrt.compiler.quantize_step import QuantizePlan
+    from specrt.compiler import CompileSpec, QuantizeSpec, compile_bundle
     from specrt.runtime import load
 
     base = workdir / "fused_gemma3" / f"q_{qtype}"
     target = make_checkpoint(base / "target", "gemma3", tokenizer_path, layers=3, seed=0)
-    bundle = compile_bundle(target, base / "bundle", f"self:{qtype}", max_seq_len=96, max_draft_tokens=6,
-                            quantization=QuantizePlan(target=QuantizeConfig(qtype)))
+    bundle = compile_bundle(CompileSpec(target, base / "bundle", f"self:{qtype}", max_seq_len=96,
+                                        max_draft_tokens=6, quantize=QuantizeSpec(qtype)))
     q = read_manifest(bundle).models["target"].quantization
     assert "fused" in q.graphs
     assert any(p > GEMMA3_WINDOW for _, p in q.graphs["fused"].validation["shapes"])

@@ -10,7 +10,7 @@ import torch
 
 from specrt.bundle.manifest import read_manifest
 from specrt.models.checkpoint import open_checkpoint
-from specrt.compiler import compile_bundle
+from specrt.compiler import CompileSpec, compile_bundle
 from specrt.compiler.fused_graph import build_fused_model, fused_onnx_from_decoder
 from specrt.compiler.fused_validate import validate_fused_onnx
 from specrt.compiler.validate import ValidationError, validation_shapes
@@ -123,7 +123,7 @@ def test_validation_catches_a_broken_fused_graph(decoder, tmp_path):
 def test_ort_graph_portable_writes_no_fused_variant(tmp_path, llama_target):
     from specrt.runtime import load
 
-    out = compile_bundle(llama_target, tmp_path / "b", max_seq_len=64, max_draft_tokens=4, ort_graph="portable")
+    out = compile_bundle(CompileSpec(llama_target, tmp_path / "b", max_seq_len=64, max_draft_tokens=4, ort_graph="portable"))
     entry = read_manifest(out).models["target"]
     assert set(entry.graphs) == {"portable"} and not (out / "target" / "model.fused.onnx").exists()
     assert load(out, backend="ort").target.describe().get("graph") is None
@@ -133,7 +133,7 @@ def test_bad_ort_graph_value(tmp_path, llama_target):
     from specrt.core.errors import InvalidArgument
 
     with pytest.raises(InvalidArgument, match="--ort-graph"):
-        compile_bundle(llama_target, tmp_path / "b", max_seq_len=64, max_draft_tokens=4, ort_graph="fast")
+        compile_bundle(CompileSpec(llama_target, tmp_path / "b", max_seq_len=64, max_draft_tokens=4, ort_graph="fast"))
 
 
 def test_bundle_without_variants_still_loads(tmp_path, pair_bundle):

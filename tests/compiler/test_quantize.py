@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from specrt.bundle.manifest import read_manifest
 from specrt.cli.main import main
-from specrt.compiler import compile_bundle
+from specrt.compiler import CompileSpec, compile_bundle
 from specrt.compiler.fused_scorer import FusedScorer
 from specrt.compiler.quality import GraphScorer, verify_consistency
 from specrt.compiler.quantize import QuantizationError, QuantizeConfig, quantize_onnx
@@ -31,8 +31,8 @@ def int4_self8(int4_self8_bundle):
 @pytest.fixture(scope="module")
 def fp32_self4(workdir, llama_target):
     """Unquantized target with the int4 copy of the target as its draft (its quantized portable graph kept)."""
-    return compile_bundle(llama_target, workdir / "bundles" / "fp32_self4", "self:int4", max_seq_len=256,
-                          max_draft_tokens=8, ort_graph="both")
+    return compile_bundle(CompileSpec(llama_target, workdir / "bundles" / "fp32_self4", "self:int4", max_seq_len=256,
+                          max_draft_tokens=8, ort_graph="both"))
 
 
 def graph_ops(path) -> list[str]:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from specrt.bundle.manifest import read_manifest
-from specrt.compiler import compile_bundle
+from specrt.compiler import CompileSpec, compile_bundle
 from specrt.compiler import pipeline
 from specrt.compiler.validate import Tolerance, ValidationError, _check_argmax, _check_tensor, _Worst
 from specrt.core.errors import InvalidArgument
@@ -46,7 +46,7 @@ def deep_checkpoint(tmp_path_factory, tokenizer_path):
 
 @pytest.mark.slow  # a 12-layer model compiled and validated
 def test_deep_model_with_large_logits_compiles(tmp_path, deep_checkpoint):
-    out = compile_bundle(deep_checkpoint, tmp_path / "b", max_seq_len=96, max_draft_tokens=4)
+    out = compile_bundle(CompileSpec(deep_checkpoint, tmp_path / "b", max_seq_len=96, max_draft_tokens=4))
     v = read_manifest(out).models["target"].validation
     assert v["logits_scale"] > 10 and v["logits_max_abs_diff"] > 0
     assert v["max_abs_diff"] <= v["atol"] + v["rtol"] * v["logits_scale"]
@@ -67,15 +67,15 @@ def _broken_rope_export(real_export):
 def test_wrong_rope_theta_in_the_graph_fails(tmp_path, monkeypatch, llama_target):
     monkeypatch.setattr(pipeline, "onnx_from_decoder", _broken_rope_export(pipeline.onnx_from_decoder))
     with pytest.raises(ValidationError, match=r"differs from PyTorch.*of the scale.*export bug"):
-        compile_bundle(llama_target, tmp_path / "b", max_seq_len=96, max_draft_tokens=4)
+        compile_bundle(CompileSpec(llama_target, tmp_path / "b", max_seq_len=96, max_draft_tokens=4))
     assert list(tmp_path.iterdir()) == [], "nothing half-written"
 
 
 def test_wrong_rope_theta_fails_even_with_a_loose_tolerance(tmp_path, monkeypatch, llama_target):
     monkeypatch.setattr(pipeline, "onnx_from_decoder", _broken_rope_export(pipeline.onnx_from_decoder))
     with pytest.raises(ValidationError):
-        compile_bundle(llama_target, tmp_path / "b", max_seq_len=64, max_draft_tokens=4,
-                       tolerance=Tolerance(1e-3, 0.01))
+        compile_bundle(CompileSpec(llama_target, tmp_path / "b", max_seq_len=64, max_draft_tokens=4,
+                       tolerance=Tolerance(1e-3, 0.01)))
 
 
 def test_tensor_bound_is_relative_to_the_scale():

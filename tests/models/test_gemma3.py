@@ -143,14 +143,14 @@ def test_bad_gemma3_configs_are_clear_errors(bad, message):
 
 @pytest.fixture(scope="module", params=("gemma3", "gemma3_legacy"))
 def gemma_bundle(request, workdir, tokenizer_path):
-    from specrt.compiler import compile_bundle
+    from specrt.compiler import CompileSpec, compile_bundle
 
     case = request.param
     base = workdir / "gemma3" / case
     target = make_checkpoint(base / "target_c", case, tokenizer_path, layers=3, seed=0)
     draft = make_checkpoint(base / "draft_c", case, tokenizer_path, layers=2, hidden=32, seed=5)
     # max_seq_len 96 > window 6: the window lives in the graph, so compile accepts it
-    return case, target, compile_bundle(target, base / "bundle", draft, max_seq_len=96, max_draft_tokens=6)
+    return case, target, compile_bundle(CompileSpec(target, base / "bundle", draft, max_seq_len=96, max_draft_tokens=6))
 
 
 def test_greedy_matches_transformers_generate(gemma_bundle):

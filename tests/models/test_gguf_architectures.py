@@ -11,7 +11,7 @@ from gguf_writer import write_gguf
 from helpers import hf_config
 
 from specrt.bundle.manifest import read_manifest
-from specrt.compiler import compile_bundle
+from specrt.compiler import CompileSpec, compile_bundle
 
 PROMPTS = ("import os\ndef main(", "    parser.add_argument(")
 GEMMA3_WINDOW = 6
@@ -76,7 +76,7 @@ def gguf_cases(tmp_path_factory, tokenizer_path):
         # llama.cpp writes Mistral as "llama", named after the model (e.g. "Mistral 7B Instruct v0.3")
         name = "Mistral Tiny Instruct" if arch == "mistral" else None
         gguf_file = write_gguf(ckpt, d / f"{arch}-{qtype}.gguf", qtype, name=name)
-        bundle = compile_bundle(gguf_file, d / f"{arch}-bundle", max_seq_len=96, max_draft_tokens=4)
+        bundle = compile_bundle(CompileSpec(gguf_file, d / f"{arch}-bundle", max_seq_len=96, max_draft_tokens=4))
         out[arch] = (gguf_file, bundle, ckpt)
     return out
 

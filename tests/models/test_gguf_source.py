@@ -12,7 +12,7 @@ from gguf_writer import write_llama_gguf
 from helpers import run_cli
 
 from specrt.bundle.manifest import read_manifest
-from specrt.compiler import compile_bundle
+from specrt.compiler import CompileSpec, compile_bundle
 from specrt.core.errors import CheckpointError
 from specrt.models.gguf_source import gguf_from_archive, sha256_file
 
@@ -29,7 +29,7 @@ def gguf_files(tmp_path_factory, llama_target):
 @pytest.fixture(scope="module")
 def gguf_bundles(tmp_path_factory, gguf_files):
     d = tmp_path_factory.mktemp("gguf-bundles")
-    return {q: compile_bundle(f, d / q, max_seq_len=96, max_draft_tokens=4) for q, f in gguf_files.items()}
+    return {q: compile_bundle(CompileSpec(f, d / q, max_seq_len=96, max_draft_tokens=4)) for q, f in gguf_files.items()}
 
 
 def transformers_greedy(gguf_file, prompt_ids, n):
@@ -160,4 +160,4 @@ def test_corrupt_gguf_is_a_clear_error(tmp_path):
 def test_missing_extra_names_it(tmp_path, gguf_files, monkeypatch):
     monkeypatch.setitem(sys.modules, "gguf", None)  # import gguf -> ImportError
     with pytest.raises(CheckpointError, match=r"pip install 'specrt\[gguf\]'"):
-        compile_bundle(gguf_files["F32"], tmp_path / "out", max_seq_len=64, max_draft_tokens=4)
+        compile_bundle(CompileSpec(gguf_files["F32"], tmp_path / "out", max_seq_len=64, max_draft_tokens=4))

@@ -40,11 +40,11 @@ def test_reference_matches_transformers(arch_checkpoints):
 
 @pytest.fixture(scope="module")
 def arch_bundle(arch_checkpoints, workdir):
-    from specrt.compiler import compile_bundle
+    from specrt.compiler import CompileSpec, compile_bundle
 
     arch, target, draft = arch_checkpoints
-    return arch, target, compile_bundle(target, workdir / "arch" / arch / "bundle", draft, max_seq_len=96,
-                                        max_draft_tokens=6)
+    return arch, target, compile_bundle(CompileSpec(target, workdir / "arch" / arch / "bundle", draft, max_seq_len=96,
+                                        max_draft_tokens=6))
 
 
 def test_greedy_matches_transformers_generate(arch_bundle):

@@ -23,7 +23,7 @@ def _train(target, out, prompts, steps, **kw):
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
 def test_train_head_compile_and_decode(workdir, tokenizer_path, arch):
-    from specrt.compiler import compile_bundle
+    from specrt.compiler import CompileSpec, compile_bundle
     from specrt.runtime import load
 
     base = workdir / "train_head" / arch
@@ -40,7 +40,7 @@ def test_train_head_compile_and_decode(workdir, tokenizer_path, arch):
     assert "Held-out greedy acceptance" in (out / "README.md").read_text()
     assert (base / "head_run" / "data.pt").exists() and (base / "head_run" / "ckpt.pt").exists()
 
-    bundle = compile_bundle(target, base / "bundle", f"head:{out}", max_seq_len=64, max_draft_tokens=4)
+    bundle = compile_bundle(CompileSpec(target, base / "bundle", f"head:{out}", max_seq_len=64, max_draft_tokens=4))
     gen = load(bundle, backend="ort")
     for prompt in ("def main(argv):\n    ", "import os\n"):
         plain = gen.generate(prompt, 24, method="none")
@@ -87,12 +87,12 @@ def test_cli_train_head_bad_input_is_one_line(tmp_path, llama_target):
 
 
 def test_compile_refuses_a_bad_head_dir(tmp_path, llama_target):
-    from specrt.compiler import compile_bundle
+    from specrt.compiler import CompileSpec, compile_bundle
     from specrt.core.errors import CheckpointError
 
     (tmp_path / "head").mkdir()
     with pytest.raises(CheckpointError, match="train-head"):
-        compile_bundle(llama_target, tmp_path / "b", f"head:{tmp_path / 'head'}", max_seq_len=64, max_draft_tokens=4)
+        compile_bundle(CompileSpec(llama_target, tmp_path / "b", f"head:{tmp_path / 'head'}", max_seq_len=64, max_draft_tokens=4))
     assert not (tmp_path / "b").exists()
 
 

@@ -16,12 +16,10 @@ LENGTHS = [12, 20, 7, 16, 9, 24, 5, 14]
 
 @pytest.fixture(scope="module")
 def int4_bundle(workdir, llama_target, llama_draft):
-    from specrt.compiler import compile_bundle
-    from specrt.compiler.quantize import QuantizeConfig
-    from specrt.compiler.quantize_step import QuantizePlan
+    from specrt.compiler import CompileSpec, QuantizeSpec, compile_bundle
 
-    return compile_bundle(llama_target, workdir / "bundles" / "pair-int4", llama_draft, max_seq_len=128,
-                          max_draft_tokens=8, quantization=QuantizePlan(target=QuantizeConfig("int4", accuracy_level=4)))
+    return compile_bundle(CompileSpec(llama_target, workdir / "bundles" / "pair-int4", llama_draft, max_seq_len=128,
+                                      max_draft_tokens=8, quantize=QuantizeSpec("int4", accuracy_level=4)))
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ def oracle_bundle(workdir, tokenizer_path):
     from safetensors.torch import load_file, save_file
 
     from helpers import make_checkpoint
-    from specrt.compiler import compile_bundle
+    from specrt.compiler import CompileSpec, compile_bundle
     from specrt.models.checkpoint import open_checkpoint
     from specrt.models.draft_head import DraftHead, save_head
 
@@ -40,7 +40,7 @@ def oracle_bundle(workdir, tokenizer_path):
     with torch.no_grad():
         head.fc.weight.copy_(torch.cat((torch.zeros(d, d), torch.eye(d)), dim=1))
     save_head(head, base / "head")
-    return compile_bundle(target, base / "bundle", f"head:{base / 'head'}", max_seq_len=128, max_draft_tokens=6)
+    return compile_bundle(CompileSpec(target, base / "bundle", f"head:{base / 'head'}", max_seq_len=128, max_draft_tokens=6))
 
 
 @pytest.fixture(scope="module")

@@ -34,12 +34,11 @@ if MISSING:  # one short line for the whole module in `pytest -rs`, not one per 
 
 
 def compile_trt(llama_target, llama_draft, out, precision: str):
-    from specrt.compiler import compile_bundle
-    from specrt.compiler.trt.compile_steps import trt_extra_steps
+    from specrt.compiler import CompileSpec, EngineSpec, compile_bundle
 
-    steps = trt_extra_steps({"engines": "trt", "precision": precision, "workspace": 1 << 28}, 128, 8, bundle=out)
-    return compile_bundle(llama_target, out, llama_draft, max_seq_len=128, max_draft_tokens=8, force=True,
-                          extra_steps=steps)
+    engines = EngineSpec("trt", precision=precision, workspace=1 << 28)
+    return compile_bundle(CompileSpec(llama_target, out, llama_draft, max_seq_len=128, max_draft_tokens=8, force=True,
+                                      engines=engines))
 
 
 @pytest.fixture(scope="module")

@@ -40,11 +40,11 @@ ZERO_POINT_TYPE = {"int8": onnx.TensorProto.INT8, "fp8": onnx.TensorProto.FLOAT8
 @pytest.fixture(scope="module")
 def demo_bundle(tmp_path_factory) -> Path:
     """The packaged demo target (a trained toy Llama), compiled once without a draft."""
-    from specrt.compiler import compile_bundle
+    from specrt.compiler import CompileSpec, compile_bundle
 
     target = resources.files("specrt.assets.demo").joinpath("target")
-    return compile_bundle(Path(str(target)), tmp_path_factory.mktemp("ptq") / "demo", max_seq_len=256,
-                          max_draft_tokens=4, ort_graph="portable")
+    return compile_bundle(CompileSpec(Path(str(target)), tmp_path_factory.mktemp("ptq") / "demo", max_seq_len=256,
+                          max_draft_tokens=4, ort_graph="portable"))
 
 
 def draft_of(m) -> ManifestDraft:

@@ -11,10 +11,22 @@ from specrt.cli.main import KType, echo_json, handle_errors, main
 from specrt.cli.options import backend_option, method_option
 from specrt.cli.quantize_options import quantize_compile_options
 from specrt.cli.trt_options import trt_compile_options
-from specrt.compiler.quantize_prepare import prepare_quantization
-from specrt.compiler.trt.compile_steps import prepare_trt_compile
-from specrt.compiler.trt.ptq import PTQ_PRECISIONS
 from specrt.cli.progress import step_progress
+
+
+def compile_spec(*, tolerance: str | None, trt_options: dict, quant_options: dict, **options):
+    """`specrt compile`'s option values -> the `CompileSpec` that `compile_bundle` runs (InvalidArgument: exit 2)."""
+    from specrt.compiler.spec import CompileSpec, EngineSpec, QuantizeSpec
+
+    q = quant_options
+    quantize = QuantizeSpec(target=q["quantize"], draft=q["draft_quantize"], block_size=q["quant_block_size"],
+                            symmetric=q["quant_symmetric"], accuracy_level=q["quant_accuracy_level"],
+                            batch_invariant=q["quant_batch_invariant"], calibration_data=q["calibration_data"],
+                            max_ppl_increase=q["max_ppl_increase"])
+    engines = EngineSpec(kind=trt_options["engines"], **{k: v for k, v in trt_options.items() if k != "engines"})
+    if tolerance is not None:
+        options["tolerance"] = tolerance  # "ATOL,RTOL", parsed by the spec
+    return CompileSpec(quantize=quantize, engines=engines, **options)
 
 
 @main.command("compile")
@@ -45,38 +57,12 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
                 as_json, trt_options, quant_options):
     """Export target (and draft) to ONNX, validate, and write a bundle (with --engines trt: plus engines)."""
     from specrt.compiler import compile_bundle
-    from specrt.compiler.pipeline import check_compile_args
-    from specrt.compiler.input_check import check_checkpoint_dir
-    from specrt.compiler.draft_head import head_dir_of
-    from specrt.compiler.validate import Tolerance
 
-    trt_options = trt_options | {k: quant_options[k] for k in ("calibration_data", "max_ppl_increase")}
-    head = head_dir_of(draft)  # head:DIR: a draft head, compiled by compile_bundle's draft-head step
-    if head is not None:
-        from specrt.models.draft_head import read_head_config
-
-        read_head_config(head)
-        draft = None
-    plan, draft = prepare_quantization(quant_options, draft, trt_backend=trt_options.get("engines") == "trt",
-                                       trt_ptq=trt_options.get("precision") in PTQ_PRECISIONS)
-    for flag, path in (("--target", target), ("--draft", draft), ("--medusa", medusa)):
-        if path is not None:
-            check_checkpoint_dir(path, flag)
-    inputs = (target, draft, medusa, head)
-    check_compile_args(max_seq_len, max_draft_tokens, output, force, inputs)
-    tol = Tolerance.parse(tolerance) if tolerance is not None else None
-    extra = []
-    if medusa is not None:
-        from specrt.compiler.medusa import medusa_step
-
-        extra.append(medusa_step(medusa, target))
-    extra += prepare_trt_compile(trt_options, target=target, draft=draft, output=output,
-                                 max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens)
+    spec = compile_spec(target=target, draft=draft, medusa=medusa, output=output, max_seq_len=max_seq_len,
+                        max_draft_tokens=max_draft_tokens, force=force, ort_graph=ort_graph, keep_fp32=keep_fp32,
+                        tolerance=tolerance, trt_options=trt_options, quant_options=quant_options)
     with step_progress(enabled=not as_json) as progress:
-        draft_arg = f"head:{head}" if head is not None else draft
-        out = compile_bundle(target, output, draft_arg, max_seq_len=max_seq_len, max_draft_tokens=max_draft_tokens,
-                             force=force, tolerance=tol, progress=progress, extra_steps=extra, inputs=(medusa,),
-                             ort_graph=ort_graph, quantization=plan, keep_fp32=keep_fp32)
+        out = compile_bundle(spec, progress=progress)
     from specrt.cli.describe import bundle_summary
 
     summary = bundle_summary(out)
