@@ -62,9 +62,9 @@ class BatchEngine:
                 sched.step()
             except BaseException as exc:  # noqa: BLE001 - a failed step ends every request in it with the error
                 self._error = exc
-                for s in list(sched.running) + ([sched.prefilling] if sched.prefilling else []) + list(sched.waiting):
+                for s in list(sched.running) + list(sched.prefilling) + list(sched.waiting):
                     s.emit(exc, s)
-                sched.running, sched.prefilling = [], None
+                sched.running, sched.prefilling = [], []
                 sched.waiting.clear()
                 sched.targets.used = 0
                 if sched.drafts is not None:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from specrt.runtime.batch.engine import BatchEngine
-from specrt.runtime.batch.goodput import CostTable, choose_ks
+from specrt.runtime.batch.goodput import CostTable, choose_ks, plan_step
 
 PROMPTS = ["hello world", "def f(x): return x + 1\ndef g(x): return", "a b a b a b a b a b", "the quick brown fox",
            "x", "import os\nimport sys\nimport os\n", "one two three four five six seven eight nine ten", "b a"]
@@ -149,3 +149,48 @@ def test_request_finished_by_its_prefill_token_gets_no_decode_step(engines):
     finally:
         gen.eos_ids = saved
     assert eng.scheduler.targets.used == 0
+
+
+def test_plan_picks_the_regime_with_more_tokens_per_second():
+    # alone: its own pass over pending + drafts (the single-sequence loop), never a batched pass besides it
+    cheap = CostTable(batch=[1.0, 1.1], rows=[1.0, 1.02, 1.04, 1.06, 1.08])
+    plan = plan_step([0.9], [4], [0.0], cheap)
+    assert plan.ks == [4] and not plan.batched and plan.goodput > 1 / cheap.t_batch(1)
+    # two requests, one that matches well and one that does not: the batched pass runs, only the first drafts
+    plan = plan_step([0.95, 0.05], [4, 4], [0.0, 0.0], cheap)
+    assert plan.batched and plan.ks[0] > 0 and plan.ks[1] == 0
+    # nothing to draft (k capped at 0 everywhere): plain batched decoding
+    assert plan_step([0.9, 0.9], [0, 0], [0.0, 0.0], cheap) == plan_step([0.1, 0.1], [0, 0], [0.0, 0.0], cheap)
+    assert plan_step([0.9, 0.9], [0, 0], [0.0, 0.0], cheap).ks == [0, 0]
+    # a costly draft model makes speculation lose even at high acceptance
+    assert plan_step([0.9], [4], [5.0], cheap).ks == [0]
+
+
+@pytest.mark.parametrize("rows", [[1.0, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06, 1.07, 1.08],
+                                  [0.5, 0.51, 0.52, 0.53, 0.54, 0.55, 0.56, 0.57, 0.58]])
+def test_speculating_requests_in_a_batch_keep_their_greedy_output(engines, rows):
+    # Cost tables that make speculation win (cheap multi-token passes): the requests that draft run their own
+    # verify pass, then (batched regime) the batched pass gives every request one more token. Outputs equal alone.
+    gen, eng = engines["fp32"]
+    prompts = ["a b a b a b a b a b", "import os\nimport sys\nimport os\n", "hello world", "x y x y x y"]
+    lengths = [14, 12, 10, 16]
+    alone = [gen.generate(p, n, method="ngram").token_ids for p, n in zip(prompts, lengths)]
+    saved = eng.scheduler.costs
+    eng.scheduler.costs = CostTable(batch=[1.0, 1.02, 1.04, 1.06], rows=rows)
+    try:
+        res = eng.generate_batch(prompts, 16, method="ngram")
+        subs = [eng.submit(p, max_new_tokens=n, method="ngram") for p, n in zip(prompts, lengths)]
+        got = []
+        for seq, events in subs:
+            ids = []
+            while True:
+                ev = events.get(timeout=120)
+                if not isinstance(ev, tuple):
+                    break
+                ids.extend(ev[1])
+            got.append((ids, seq.stats))
+    finally:
+        eng.scheduler.costs = saved
+    assert [g[0] for g in got] == alone
+    assert sum(st.drafted_tokens for _, st in got) > 0  # speculation did run
+    assert all(r.token_ids == gen.generate(p, 16, method="ngram").token_ids for r, p in zip(res, prompts))

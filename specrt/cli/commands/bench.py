@@ -66,7 +66,8 @@ def _k(value: str):
 @click.option("--concurrency", "concurrency", default=None, callback=_csv(int, "integers"),
               help="Instead of the k sweep: N clients at once for each N (e.g. 1,2,4,8) on the batching scheduler: "
                    "one at a time vs plain batched vs speculative batched (first of --methods, default ngram); "
-                   "--peer ort-genai adds its batched generation. --markdown writes the section.")
+                   "--peer ort-genai adds its batched generation; --repeats interleaved rounds (median); chat "
+                   "prompts unless --suite or --prompts is given. --markdown writes the section.")
 @click.option("--force", is_flag=True, help="Replace an existing --make-random-target DIR (one specrt wrote).")
 @click.option("--quiet", is_flag=True, help="No progress bar and no table.")
 @click.option("--wide", is_flag=True, help="Every column in the terminal table (default: what fits the terminal).")
@@ -195,7 +196,18 @@ def _concurrency(settings, levels, md_path, json_path, title, quiet) -> None:
 
         p = OrtGenaiPeer(gen, settings)
         peer = (p.og, p.plain, p.eos[0] if p.eos else 0)
-    result = run_concurrency(gen, list(levels), settings.max_new_tokens, method, peer)
+    prompts = None
+    ctx = click.get_current_context()
+    if settings.prompts_file is not None or ctx.get_parameter_source("suites") != click.core.ParameterSource.DEFAULT:
+        from specrt.bench.suites import builtin_prompts, load_prompts
+
+        chosen = (load_prompts(settings.prompts_file, list(settings.suites)) if settings.prompts_file is not None
+                  else builtin_prompts(list(settings.suites), settings.prompts_per_suite))
+        prompts = [p.text for p in chosen]
+        if not prompts:
+            raise InvalidArgument("no prompts to run (check --prompts / --suite)")
+    result = run_concurrency(gen, list(levels), settings.max_new_tokens, method, peer, prompts=prompts,
+                             repeats=settings.repeats)
     text = concurrency_markdown(result, title or "Many clients at once (continuous batching)")
     if json_path is not None:
         (click.echo if str(json_path) == "-" else lambda t: json_path.write_text(t + "\n"))(
