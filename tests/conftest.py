@@ -12,6 +12,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from helpers import make_checkpoint, train_tokenizer  # noqa: E402
+import export_cache  # noqa: E402
+
+
+def pytest_runtest_setup(item):
+    export_cache.install()  # in-process compiles reuse the export of an identical decoder (export_cache.py)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    export_cache.cleanup()
 
 
 @pytest.fixture(scope="session")
