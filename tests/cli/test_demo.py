@@ -2,8 +2,6 @@
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +13,10 @@ KEYS = {"prompt", "kind", "text", "identical", "plain_tokens_per_second", "specu
 
 
 def demo(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "specrt", "demo", *map(str, args)], capture_output=True,
-                          text=True, timeout=900, cwd=cwd)
+    """`specrt demo ARGS` in-process (tests/helpers.py run_cli): its exit code, stdout and stderr."""
+    from helpers import run_cli
+
+    return run_cli("demo", *args, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

@@ -4,17 +4,14 @@ weights as int4 (not the fp32 of its activations)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from helpers import run_cli
 
 
 def specrt(*args, columns=120):
-    env = dict(os.environ, COLUMNS=str(columns))
-    return subprocess.run([sys.executable, "-m", "specrt", *map(str, args)], capture_output=True, text=True,
-                          timeout=900, env=env)
+    """In-process (tests/helpers.py run_cli) with the terminal width set through COLUMNS."""
+    return run_cli(*args, env={"COLUMNS": str(columns)})
 
 
 @pytest.mark.slow

@@ -1,16 +1,14 @@
 """`specrt distill-draft` and `specrt train-medusa` on a tiny target: the outputs compile and run."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 from helpers import run_cli
 
 
 def specrt(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "specrt", *map(str, args)], capture_output=True, text=True,
-                          timeout=600, cwd=cwd)
+    """In-process (tests/helpers.py run_cli): what a `python -m specrt` process would print and exit with."""
+    return run_cli(*args, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

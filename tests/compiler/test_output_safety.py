@@ -2,8 +2,8 @@
 
 A directory holding a user's file must survive each of them; refused outputs exit 2 with one line naming
 the path, before anything is exported. Refusals run the CLI in-process (tests/helpers.py run_cli); what
-depends on the process itself (signals, two processes racing, a dead owner's temporary) runs
-`python -m specrt` for real.
+depends on the process itself (signals, two processes racing) runs `python -m specrt` for real; a dead
+owner's temporary is a record naming an exited process, removed by an in-process compile.
 """
 
 import json
@@ -25,11 +25,6 @@ FAST = ("--max-seq-len", "64", "--max-draft-tokens", "4")
 
 def specrt(*args, cwd=None):
     return run_cli(*args, cwd=cwd)
-
-
-def specrt_process(*args, cwd=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "specrt", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
 
 
 def snapshot(root: Path) -> dict:
@@ -182,6 +177,6 @@ def test_next_compile_removes_temporaries_of_dead_processes(tmp_path, ckpt):
         d.mkdir()
         (d / ".specrt-owner.json").write_text(json.dumps(record))
         (d / "model.onnx.data").write_bytes(b"x" * 1000)
-    proc = specrt_process("compile", "--target", ckpt, "-o", tmp_path / "b", *FAST)
+    proc = specrt("compile", "--target", ckpt, "-o", tmp_path / "b", *FAST)  # in-process: "alive" is this process
     assert proc.returncode == 0, proc.stderr
     assert not stale.exists() and alive.exists()  # a live owner's temporary is left alone

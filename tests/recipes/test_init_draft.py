@@ -2,8 +2,6 @@
 target's tensors; the draft compiles and runs as a draft with greedy output identical to plain decoding."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -52,11 +50,13 @@ def test_draft_holds_the_chosen_target_layers(deep_target):
 
 
 def specrt(*args):
-    return subprocess.run([sys.executable, "-m", "specrt", *map(str, args)], capture_output=True, text=True,
-                          timeout=600)
+    """In-process (tests/helpers.py run_cli): what a `python -m specrt` process would print and exit with."""
+    from helpers import run_cli
+
+    return run_cli(*args)
 
 
-@pytest.mark.slow  # distill + compile + decode through real processes
+@pytest.mark.slow  # distill + compile + decode
 def test_cli_init_from_target_compiles_and_drafts(tmp_path, deep_target):
     """--steps 0: the saved draft is exactly the initialisation (layers 1 and 3 of the target)."""
     data = tmp_path / "text"
