@@ -67,27 +67,10 @@ class Scheduler:
 
     # ---------------------------------------------------------------------------------- costs
     def _measure_costs(self) -> CostTable:
-        """Seconds of a batched decode pass of b sequences (b = 1..max_batch; best of 3 after a warm-up) and of a
-        single-sequence pass of s tokens (the generator's load-time verify timings)."""
-        pool, batch = self.targets, []
-        runners = [pool.acquire() for _ in range(self.max_batch)]
-        ids = np.zeros(self.max_batch, np.int64)
-        for b in range(1, self.max_batch + 1):
-            best = float("inf")
-            for rep in range(4):
-                for r in runners[:b]:
-                    r.truncate(0)
-                t0 = time.perf_counter()
-                pool.decode_batch(ids[:b])
-                if rep:
-                    best = min(best, time.perf_counter() - t0)
-            batch.append(best)
-        for r in reversed(runners):
-            pool.release(r)
-        if self.gen._load_costs is None:  # load(warmup=False)
-            self.gen.warmup()
-        verify, draft = self.gen._load_costs
-        return CostTable(batch=batch, rows=list(verify), draft_token=draft or 0.0)
+        """The cost table of this graph and device (runtime/batch/costs.py: measured once, then cached)."""
+        from specrt.runtime.batch.costs import cost_table
+
+        return cost_table(self.gen, self.targets, self.max_batch)
 
     # ----------------------------------------------------------------------------------- admit
     def add(self, seq: Sequence) -> None:

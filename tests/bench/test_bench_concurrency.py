@@ -12,7 +12,8 @@ def test_concurrency_bench_writes_identical_rows_and_its_section(pair_bundle, tm
     md, js = tmp_path / "c.md", tmp_path / "c.json"
     res = CliRunner().invoke(main, ["bench", str(pair_bundle), "--concurrency", "1,2", "--max-new-tokens", "6",
                                     "--repeats", "2", "--suite", "grounded", "--prompts-per-suite", "1",
-                                    "--markdown", str(md), "--json", str(js), "--quiet"])
+                                    "--markdown", str(md), "--json", str(js), "--plot", str(tmp_path / "c.png"),
+                                    "--quiet"])
     assert res.exit_code == 0, res.output
     result = json.loads(js.read_text())
     rows = result["rows"]
@@ -23,7 +24,9 @@ def test_concurrency_bench_writes_identical_rows_and_its_section(pair_bundle, tm
     assert all(r["tokens"] > 0 and r["tokens_per_second"] > 0 for r in rows)
     assert result["repeats"] == 2 and result["prompts"] == 1
     text = md.read_text()
-    assert text == concurrency_markdown(result, "Many clients at once (continuous batching)") + "\n"
+    assert text == concurrency_markdown(result, "Many clients at once (continuous batching)") + \
+        "\n\n![throughput against concurrency](c.png)\n"
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| 2 | plain batched |" in text and "vs plain batched" in text
 
 
