@@ -192,20 +192,18 @@ def test_calibration_data_and_inspect(tmp_path, llama_target):
 def test_max_ppl_increase_refuses_and_writes_nothing(tmp_path):
     """The packaged demo target (trained on Python code) loses some perplexity in int4 on code: a limit of
     0 refuses the bundle with exit 2 and a one-line reason, and leaves nothing behind."""
-    import subprocess
-    import sys
     import textwrap
     from importlib import resources
     from pathlib import Path
+
+    from helpers import run_cli
 
     target = resources.files("specrt.assets.demo").joinpath("target")
     calib = tmp_path / "code.py"
     calib.write_text(Path(textwrap.__file__).read_text())
     out = tmp_path / "out" / "bundle"
-    proc = subprocess.run([sys.executable, "-m", "specrt", "compile", "--target", str(target), "-o", str(out),
-                           "--max-seq-len", "256", "--max-draft-tokens", "4", "--quantize", "int4",
-                           "--calibration-data", str(calib), "--max-ppl-increase", "0"],
-                          capture_output=True, text=True, timeout=900)
+    proc = run_cli("compile", "--target", str(target), "-o", str(out), "--max-seq-len", "256", "--max-draft-tokens",
+                   "4", "--quantize", "int4", "--calibration-data", str(calib), "--max-ppl-increase", "0")
     assert proc.returncode == 2, proc.stderr
     assert "raises perplexity on the" in proc.stderr and "above --max-ppl-increase 0" in proc.stderr
     assert "Traceback" not in proc.stderr
