@@ -102,9 +102,21 @@ def _quiet_broken_pipe() -> None:
 
 
 class Group(click.Group):
-    """Click's own usage errors printed like every other error: one `error: ...` line."""
+    """Click's own usage errors printed like every other error: one `error: ...` line. Commands are registered
+    lazily (`COMMAND_MODULES`): looking one up imports its module only."""
 
     command_class = Command
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            import importlib
+
+            importlib.import_module(f"specrt.cli.commands.{COMMAND_MODULES[cmd_name]}")
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        register_all()
+        return super().list_commands(ctx)
 
     def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
@@ -134,7 +146,13 @@ def main() -> None:
     """specrt: speculative decoding for LLM inference, compiled ahead of time."""
 
 
-def _register() -> None:
+# command -> the module of specrt.cli.commands that defines it: a command line imports only its command's module
+# (`specrt generate` does not pay for bench, serve or the trainers); `--help` and the docs import them all.
+COMMAND_MODULES = {"bench": "bench", "compile": "core", "generate": "generate", "inspect": "core", "demo": "demo",
+                   "serve": "serve", "distill-draft": "train", "train-medusa": "train", "train-head": "train_head"}
+
+
+def register_all() -> None:
     """Import every module of specrt.cli.commands; each adds its commands to `main`."""
     import importlib
     import pkgutil
@@ -143,6 +161,3 @@ def _register() -> None:
 
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda i: i.name):
         importlib.import_module(f"{commands.__name__}.{info.name}")
-
-
-_register()
