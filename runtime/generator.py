@@ -76,28 +76,6 @@ def load(bundle: str | Path, backend: str = "auto", *, threads: int | None = Non
                      draft_device=draft_device, warmup=warmup, verify_checksums=verify_checksums)
 
 
-class _Background:
-    """`fn(*args)` run in a daemon thread; `result()` waits for it and returns its value or raises its error."""
-
-    def __init__(self, fn, *args: Any) -> None:
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True)
-        self._thread.start()
-
-    def _run(self, fn, args) -> None:
-        try:
-            self._value = fn(*args)
-        except BaseException as exc:  # re-raised by result() in the caller's thread
-            self._error = exc
-
-    def result(self) -> Any:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
 class Generator:
     """A loaded bundle: target (and draft) runners, tokenizer and per-method k policies.
 
@@ -116,8 +94,7 @@ class Generator:
         self.max_seq_len = manifest.max_seq_len
         self.max_draft_tokens = manifest.max_draft_tokens
         tok = manifest.tokenizer
-        # The tokenizer parses its JSON holding the GIL; ONNX Runtime builds sessions without it: both at once.
-        tokenizer = _Background(Tokenizer, manifest.path(tok.path))
+        self.tokenizer = Tokenizer(manifest.path(tok.path))
         self.eos_ids = frozenset(int(t) for t in tok.eos_token_ids)
         self.bos_id = tok.bos_token_id
         short = self.max_draft_tokens + 2
@@ -138,7 +115,6 @@ class Generator:
             self.draft = backends.create_runner(manifest, "draft", self.backend, capacity=self.max_seq_len,
                                                 max_short_tokens=short, threads=draft_threads,
                                                 device=draft_device, alternating=alternating)
-        self.tokenizer = tokenizer.result()
         self.sampling_defaults = generation_defaults(manifest.root) if manifest.root is not None else {}
         self._medusa_cache: dict = {}  # the heads session, created on first use
         self._head_runner = None  # the draft head's session and cache (draft_head bundles), created on first use

@@ -101,6 +101,25 @@ def _quiet_broken_pipe() -> None:
     sys.exit(SIGPIPE_EXIT)
 
 
+_FAST_EXIT: list[bool] = []
+
+
+def exit_fast_when_done() -> None:
+    """Called by a command that has written all its output and leaves nothing running (`generate`): when it
+    returns, the process ends at once instead of tearing down (freeing ONNX Runtime sessions and their thread
+    pools, finalizing modules: ~0.15 s of a one-token `specrt generate` on 2 cores)."""
+    _FAST_EXIT.append(True)
+
+
+def _exit_now(code: int) -> None:
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    os._exit(code)
+
+
 class Group(click.Group):
     """Click's own usage errors printed like every other error: one `error: ...` line. Commands are registered
     lazily (`COMMAND_MODULES`): looking one up imports its module only."""
@@ -137,7 +156,10 @@ class Group(click.Group):
             if isinstance(exc, click.UsageError) and ctx is not None:
                 hint = f" (see '{ctx.command_path} --help')"
             fail(exc.format_message() + hint, exc.exit_code)
-        sys.exit(rv if isinstance(rv, int) else 0)
+        code = rv if isinstance(rv, int) else 0
+        if args is None and _FAST_EXIT:  # this process's own command line (not a test calling main([...]))
+            _exit_now(code)
+        sys.exit(code)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})

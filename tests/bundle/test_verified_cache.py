@@ -83,3 +83,4 @@ def test_the_cache_can_be_turned_off(bundle_copy, monkeypatch):
     verify_files(m, [rel])
     monkeypatch.setenv(verified.ENV_OFF, "1")
     assert len(hashed_during(monkeypatch, lambda: verify_files(m, [rel]))) == 1
+

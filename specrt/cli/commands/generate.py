@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from specrt.cli.main import KType, echo_json, handle_errors, main
+from specrt.cli.main import KType, echo_json, exit_fast_when_done, handle_errors, main
 from specrt.cli.options import backend_option, method_option
 
 
@@ -97,6 +97,7 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
         click.echo(warning, err=True)
     if not as_json:
         click.echo(stats_line(stats), err=True)
+    exit_fast_when_done()
 
 
 def loading_status(bundle: Path):
