@@ -163,24 +163,57 @@ fi
 fi
 
 # Opt-in sections (not in the default SECTIONS): the batching, structured-output and cold-start measures
+# The SmolLM2 wheel: $SMOL_WHEEL, else the one the demo bundle was compiled from (the demo compiles it once).
+smol_wheel() {
+  if [[ -n "${SMOL_WHEEL:-}" ]]; then echo "$SMOL_WHEEL"; return; fi
+  [[ -f "$SMOL_BUNDLE/manifest.json" ]] || smol_bundle
+  "$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["demo"]["models"])' "$SMOL_BUNDLE/manifest.json"
+}
+smol_int4() {
+  [[ -f "$SMOL_INT4/manifest.json" ]] || "$SPECRT" compile --target "$(smol_wheel)" -o "$SMOL_INT4" --quantize int4 \
+    --max-seq-len 1024 --max-draft-tokens 8 --force
+}
 if wants batching; then
 SMOL_BATCH=artifacts/smollm2-batch
-[[ -f "$SMOL_BUNDLE/manifest.json" ]] || smol_bundle
-wheel=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["demo"]["models"])' "$SMOL_BUNDLE/manifest.json")
+wheel=$(smol_wheel)
 [[ -f "$SMOL_BATCH/manifest.json" ]] || "$SPECRT" compile --target "$wheel" -o "$SMOL_BATCH" --max-seq-len 512 --force
-echo "== 5e/6 specrt bench $SMOL_BATCH --concurrency 1,2,4,8" >&2
-# shellcheck disable=SC2046
-"$SPECRT" bench "$SMOL_BATCH" --concurrency 1,2,4,8 --max-new-tokens 64 --methods ngram $(peers ort-genai) \
-  --json "$OUT/batching.json" --markdown "$OUT/sections/batching.md"
+smol_int4
+parts=()
+for pair in "fp32:$SMOL_BATCH" "int4:$SMOL_INT4"; do
+  label=${pair%%:*}; bundle=${pair#*:}
+  echo "== 5e/6 specrt bench $bundle --concurrency 1,2,4,8 ($label)" >&2
+  # shellcheck disable=SC2046
+  "$SPECRT" bench "$bundle" --concurrency 1,2,4,8 --max-new-tokens 64 --methods ngram --repeats 3 \
+    --target-checkpoint "$wheel" $(peers ort-genai) --title "Many clients at once: SmolLM2-135M-Instruct $label, chat prompts" \
+    --json "$OUT/batching_$label.json" --plot "$OUT/batching_$label.png" --markdown "$BENCH_DIR/.BENCHMARKS.batching_$label.md" --quiet
+  "$SPECRT" bench "$bundle" --concurrency 1,2 --suite code,grounded --max-new-tokens 64 --methods ngram --repeats 3 \
+    --title "Few clients at once: SmolLM2-135M-Instruct $label, code and grounded prompts" \
+    --json "$OUT/batching_${label}_cg.json" --markdown "$BENCH_DIR/.BENCHMARKS.batching_${label}_cg.md" --quiet
+  parts+=("$BENCH_DIR/.BENCHMARKS.batching_$label.md" "$BENCH_DIR/.BENCHMARKS.batching_${label}_cg.md")
+done
+{
+  echo "## Many clients at once (continuous batching)"
+  echo
+  echo "Command: \`SECTIONS=batching scripts/make_benchmarks.sh\` ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load average at the end $(cut -d' ' -f1 /proc/loadavg)). Greedy, 64 new tokens per request; bundles compiled from the SmolLM2 GGUF; onnxruntime-genai's batch built from the same checkpoint at the same precision."
+  for part in "${parts[@]}"; do echo; sed 's/^## /### /' "$part"; rm -f "$part"; done
+} > "$OUT/sections/batching.md"
 fi
 if wants json; then
-[[ -f "$SMOL_INT4/manifest.json" ]] || { echo "json needs $SMOL_INT4 (SECTIONS=smollm2-int4 builds it)" >&2; exit 2; }
-echo "== 5f/6 specrt bench $SMOL_INT4 --suite json" >&2
-"$SPECRT" bench "$SMOL_INT4" --suite json --methods ngram --k auto --max-new-tokens 160 --repeats 1 \
-  --json "$OUT/json.json" --markdown "$OUT/sections/json.md"
+smol_int4
+[[ -f "$SMOL_BUNDLE/manifest.json" ]] || smol_bundle
+{
+  echo "## Structured output (JSON extraction suite)"
+  for pair in "int4:$SMOL_INT4" "fp32:$SMOL_BUNDLE"; do
+    label=${pair%%:*}; bundle=${pair#*:}
+    echo "== 5f/6 specrt bench $bundle --suite json ($label)" >&2
+    "$SPECRT" bench "$bundle" --suite json --methods ngram --k auto --max-new-tokens 256 --repeats 1 --quiet \
+      --title "SmolLM2-135M-Instruct $label" --json "$OUT/json_$label.json" --markdown "$BENCH_DIR/.BENCHMARKS.json_$label.md"
+    echo; sed 's/^## /### /' "$BENCH_DIR/.BENCHMARKS.json_$label.md"; rm -f "$BENCH_DIR/.BENCHMARKS.json_$label.md"
+  done
+} > "$OUT/sections/json.md.tmp" && mv "$OUT/sections/json.md.tmp" "$OUT/sections/json.md"
 fi
 if wants cold-start; then
-[[ -f "$SMOL_INT4/manifest.json" ]] || { echo "cold-start needs $SMOL_INT4 (SECTIONS=smollm2-int4 builds it)" >&2; exit 2; }
+smol_int4
 echo "== 5g/6 cold start: $SMOL_INT4 beside onnxruntime-genai int4" >&2
 "$PYTHON" scripts/cold_start.py --bundle "$SMOL_INT4" --json "$OUT/cold_start.json" --markdown "$OUT/sections/cold_start.md"
 fi

@@ -62,9 +62,9 @@ class BatchEngine:
                 sched.step()
             except BaseException as exc:  # noqa: BLE001 - a failed step ends every request in it with the error
                 self._error = exc
-                for s in list(sched.running) + ([sched.prefilling] if sched.prefilling else []) + list(sched.waiting):
+                for s in list(sched.running) + list(sched.prefilling) + list(sched.waiting):
                     s.emit(exc, s)
-                sched.running, sched.prefilling = [], None
+                sched.running, sched.prefilling = [], []
                 sched.waiting.clear()
                 sched.targets.used = 0
                 if sched.drafts is not None:
@@ -106,12 +106,20 @@ class BatchEngine:
         self._wake.set()
         return seq, events
 
+    def batchable(self, request: GenerationRequest) -> bool:
+        """Whether `request` (resolved) runs on the batch: its method is batched and it has no constraint."""
+        return request.constraint is None and (request.method or self.gen.default_method) in self.scheduler.methods
+
     def stream_tokens(self, prompt, max_new_tokens: int | None = None, *, request: GenerationRequest | None = None,
                       **options: Any) -> Iterator[tuple[list[int], GenerationStats]]:
-        """Like `Generator.stream_tokens`: (new token ids, stats) per step. Closing the iterator cancels."""
-        if max_new_tokens is not None:
-            options["max_new_tokens"] = max_new_tokens
-        seq, events = self.submit(prompt, request, **options)
+        """Like `Generator.stream_tokens`: (new token ids, stats) per step. Closing the iterator cancels.
+        A request the batch does not run (a constraint, a method such as medusa) runs on the Generator's
+        one-request loop instead, beside the batch (one at a time among themselves)."""
+        req = self.gen.request("stream_tokens", max_new_tokens, request, **options)
+        if not self.batchable(req):
+            yield from self.gen.stream_tokens(prompt, request=req)
+            return
+        seq, events = self.submit(prompt, req)
         try:
             while True:
                 ev = events.get()
@@ -129,9 +137,10 @@ class BatchEngine:
         """Generate for several prompts at once (batched); returns one GenerationResult per prompt, in order."""
         from specrt.runtime.generator import GenerationResult
 
-        if max_new_tokens is not None:
-            options["max_new_tokens"] = max_new_tokens
-        subs = [self.submit(p, request, **options) for p in prompts]
+        req = self.gen.request("generate_batch", max_new_tokens, request, **options)
+        if not self.batchable(req):  # see stream_tokens: the one-request loop, prompt after prompt
+            return [self.gen.generate(p, request=req) for p in prompts]
+        subs = [self.submit(p, req) for p in prompts]
         out = []
         for seq, events in subs:
             ids: list[int] = []
@@ -181,7 +190,7 @@ class EngineClient:
 
     @property
     def methods(self) -> list[str]:
-        return self._engine.scheduler.methods
+        return self._engine.gen.methods  # the batched ones on the batch, the others on the one-request loop
 
     def stream_tokens(self, *args: Any, **kwargs: Any):
         return self._engine.stream_tokens(*args, **kwargs)

@@ -1,12 +1,16 @@
 """Choose k per request each step to maximise the batch's goodput (expected tokens per second).
 
-A step is one batched pass over every decoding sequence's pending token (`T_batch(B)`, measured per B), plus,
-for each speculating sequence, its drafting (`k * c_draft`) and one pass over its k drafts at batch 1
-(`T_rows(k)`). Greedy sequences run that pass only when the batched row accepted d_1 (probability a), so a
-rejected draft costs no target pass. With per-token acceptance a, a sequence with k drafts gains
-a + a^2 + ... + a^k expected tokens over plain decoding. Goodput G = (B + sum gains) / (T_batch(B) + sum costs)
-is a separable fractional programme: Dinkelbach's iteration (pick each k maximising gain - G * cost, update G)
-reaches its optimum in a few rounds. k = 0 for every sequence is plain batched decoding, so the choice is never
+A step is made of passes of two kinds (scheduler.py):
+* a request that speculates with k drafts runs one pass over its pending token and the k drafts in its own region
+  (`T_rows(k + 1)`, exactly the single-sequence verify) plus its drafting (`k * c_draft`), and gains
+  1 + a + a^2 + ... + a^k expected tokens at per-token acceptance a;
+* one batched one-token pass over every decoding request (`T_batch(B)`, measured per B) gives each request one more
+  token (a request that speculated first feeds its newly picked token).
+Two regimes: **batched** (the batched pass runs: each request k >= 0, speculating ones gain one token more) and
+**separate** (no batched pass: every request runs its own pass, k >= 0; at B = 1 this is the single-sequence loop).
+Within a regime goodput G = tokens / seconds is a separable fractional programme: Dinkelbach's iteration (pick each
+k maximising tokens_i - G * seconds_i, update G) reaches its optimum in a few rounds. The regime with the larger
+optimum wins; ties go to the batched one, whose all-zero choice is plain batched decoding, so the choice is never
 predicted below it.
 """
 
@@ -28,35 +32,62 @@ class CostTable:
         return self.rows[min(s, len(self.rows)) - 1]
 
 
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+    ks: list[int]  # drafts per request (0: no speculation this step)
+    batched: bool  # the batched one-token pass runs (False: every request runs its own pass)
+    goodput: float  # expected tokens per second of the plan
+
+
 def gain(a: float, k: int) -> float:
     """Expected extra tokens of k drafts at per-token acceptance a: a + a^2 + ... + a^k."""
     return sum(a ** i for i in range(1, k + 1))
 
 
-def cost(a: float, k: int, table: CostTable, greedy: bool, draft_token: float) -> float:
-    return k * draft_token + (a if greedy else 1.0) * table.t_rows(k)
+def _dinkelbach(options: list[list[tuple[int, float, float]]], fixed_tokens: float, fixed_s: float,
+                rounds: int = 6) -> tuple[list[int], float]:
+    """options[i]: (k, tokens, seconds) candidates of request i. Maximise (fixed_tokens + sum tokens) /
+    (fixed_s + sum seconds) over one candidate per request -> (ks, goodput)."""
+    pick = [opts[0] for opts in options]
+    tokens = fixed_tokens + sum(p[1] for p in pick)
+    secs = fixed_s + sum(p[2] for p in pick)
+    g = tokens / secs if secs > 0 else 0.0
+    for _ in range(rounds):
+        new = [max(opts, key=lambda o: (o[1] - g * o[2], -o[0])) for opts in options]
+        if new == pick:
+            break
+        tokens = fixed_tokens + sum(p[1] for p in new)
+        secs = fixed_s + sum(p[2] for p in new)
+        g_new = tokens / secs if secs > 0 else 0.0
+        if g_new <= g:  # Dinkelbach never decreases G; equal means converged
+            break
+        pick, g = new, g_new
+    return [p[0] for p in pick], g
+
+
+def plan_step(acceptance: list[float], max_ks: list[int], draft_costs: list[float], table: CostTable) -> StepPlan:
+    """k per request (0 allowed) and the regime maximising expected tokens / expected seconds of the step."""
+    b = len(acceptance)
+    if b == 0:
+        return StepPlan([], True, 0.0)
+
+    def spec(a: float, k: int, cd: float) -> tuple[float, float]:
+        return 1.0 + gain(a, k), k * cd + table.t_rows(k + 1)
+
+    batched_opts, separate_opts = [], []
+    for a, kmax, cd in zip(acceptance, max_ks, draft_costs):
+        batched_opts.append([(0, 0.0, 0.0)] + [(k, *spec(a, k, cd)) for k in range(1, kmax + 1)])
+        separate_opts.append([(k, *spec(a, k, cd)) for k in range(0, kmax + 1)])
+    ks, g = _dinkelbach(batched_opts, float(b), table.t_batch(b))
+    best = StepPlan(ks, True, g)
+    ks, g = _dinkelbach(separate_opts, 0.0, 0.0)
+    if g > best.goodput:
+        best = StepPlan(ks, False, g)
+    return best
 
 
 def choose_ks(acceptance: list[float], max_ks: list[int], greedy: list[bool], draft_costs: list[float],
-              table: CostTable, rounds: int = 4) -> list[int]:
-    """k per sequence (0 allowed) maximising expected tokens / expected seconds of the step."""
-    b = len(acceptance)
-    if b == 0:
-        return []
-    ks = [0] * b
-    g = b / table.t_batch(b)
-    for _ in range(rounds):
-        new = []
-        for a, kmax, gr, cd in zip(acceptance, max_ks, greedy, draft_costs):
-            best_k, best = 0, 0.0
-            for k in range(1, kmax + 1):
-                v = gain(a, k) - g * cost(a, k, table, gr, cd)
-                if v > best:
-                    best_k, best = k, v
-            new.append(best_k)
-        tokens = b + sum(gain(a, k) for a, k in zip(acceptance, new))
-        secs = table.t_batch(b) + sum(cost(a, k, table, gr, cd) for a, k, gr, cd in zip(acceptance, new, greedy, draft_costs))
-        if new == ks:
-            break
-        ks, g = new, tokens / secs
-    return ks
+              table: CostTable) -> list[int]:
+    """k per request of the best plan (kept for callers that only need the ks)."""
+    del greedy  # a speculating request's pass runs whatever the first draft's fate
+    return plan_step(acceptance, max_ks, draft_costs, table).ks

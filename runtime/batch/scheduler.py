@@ -1,23 +1,31 @@
 """`Scheduler`: continuous batching with per-request speculation, on one Generator's weights.
 
 Requests join and leave at step boundaries. A step (`step()`):
-1. admits the next waiting request when a slot is free (FCFS) and feeds one chunk (`prefill_chunk` tokens) of
-   the one request in prefill, so a long prompt is interleaved with the running decodes instead of stalling them;
-2. chooses k per decoding request from its acceptance estimate and the measured cost table (goodput.py; 0 allowed);
-3. drafts for the requests with k > 0, then ONE batched pass over every decoding request's pending token
-   (`RegionPool.decode_batch`); a request that drafted continues with one pass over its drafts in its own region
-   (greedy: only when the batched row accepted d_1), then the acceptance rule of the single-sequence loop
-   (`greedy_accept` / `rejection_sample` over the k + 1 rows), so each request advances by its own accepted count;
+1. admits waiting requests while slots are free (FCFS) and spends a budget of `prefill_chunk` prompt tokens on
+   the requests in prefill, oldest first (a long prompt is split into chunks interleaved with the running decodes
+   instead of stalling them; several short prompts are prefilled in one step);
+2. plans the step (goodput.py): k per decoding request (0 allowed) from its acceptance estimate and the measured
+   cost table, and whether the batched one-token pass runs;
+3. each request with drafts runs one pass over its pending token and its drafts in its own region, then the
+   acceptance rule of the single-sequence loop (`greedy_accept` / `rejection_sample`): exactly a step of the
+   loop alone; when the plan is batched, ONE batched pass over every decoding request's pending token
+   (`RegionPool.decode_batch`) then gives each request one more token (plan not batched: requests without
+   drafts run a one-token pass of their own, so one request alone is the single-sequence loop);
 4. emits each request's new tokens and retires finished or cancelled requests (their slots are free at once).
-A request whose prefill token already ends it (EOS, max_new_tokens=1) leaves at once, before the decode.
+A request whose prefill token already ends it (EOS, max_new_tokens=1) leaves at once, before any decode.
+For n-gram requests the proposal is free: it is made before planning (k is capped by what matched), and when the
+request does not speculate its first draft is still compared with the token the batched pass picks, so its
+acceptance estimate stays current at no cost.
 
-Region order: decoding requests hold target regions [0, d) in `running` order; the request in prefill holds region
-d. A request's greedy output equals its output alone (tests/runtime/test_batching.py): same rows, same rule.
+Region order: decoding requests hold target regions [0, d) in `running` order; the requests in prefill hold the
+regions after them, in `prefilling` order (prefill completes oldest first, so a finished prefill's region is
+always d). A request's greedy output equals its output alone (tests/runtime/test_batching.py).
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 
 import numpy as np
@@ -25,7 +33,7 @@ import numpy as np
 from specrt.core.errors import BackendUnavailable, InvalidArgument
 from specrt.runtime.acceptance import greedy_accept, rejection_sample
 from specrt.runtime.backends.ort.fused_runner import OrtFusedRunner
-from specrt.runtime.batch.goodput import CostTable, choose_ks
+from specrt.runtime.batch.goodput import CostTable, StepPlan, plan_step
 from specrt.runtime.batch.pool import RegionPool
 from specrt.runtime.batch.sequence import Sequence
 from specrt.runtime.loop import pick_token
@@ -33,7 +41,7 @@ from specrt.runtime.proposers.draft_model import DraftModelProposer
 from specrt.runtime.proposers.ngram import NgramProposer
 from specrt.runtime.sampling import warp
 
-DEFAULT_PREFILL_CHUNK = 128
+DEFAULT_PREFILL_CHUNK = 256  # prompt tokens prefilled per step (all requests in prefill together)
 BATCH_METHODS = ("draft", "hybrid", "ngram", "none")
 
 
@@ -46,7 +54,7 @@ class Scheduler:
         self.targets = RegionPool(gen.target, max_batch)
         self.drafts = RegionPool(gen.draft, max_batch) if isinstance(gen.draft, OrtFusedRunner) else None
         self.waiting: collections.deque[Sequence] = collections.deque()
-        self.prefilling: Sequence | None = None
+        self.prefilling: list[Sequence] = []
         self.running: list[Sequence] = []
         self.costs = self._measure_costs()
         self.steps = 0
@@ -59,27 +67,10 @@ class Scheduler:
 
     # ---------------------------------------------------------------------------------- costs
     def _measure_costs(self) -> CostTable:
-        """Seconds of a batched decode pass of b sequences (b = 1..max_batch; best of 3 after a warm-up) and of a
-        single-sequence pass of s tokens (the generator's load-time verify timings)."""
-        pool, batch = self.targets, []
-        runners = [pool.acquire() for _ in range(self.max_batch)]
-        ids = np.zeros(self.max_batch, np.int64)
-        for b in range(1, self.max_batch + 1):
-            best = float("inf")
-            for rep in range(4):
-                for r in runners[:b]:
-                    r.truncate(0)
-                t0 = time.perf_counter()
-                pool.decode_batch(ids[:b])
-                if rep:
-                    best = min(best, time.perf_counter() - t0)
-            batch.append(best)
-        for r in reversed(runners):
-            pool.release(r)
-        if self.gen._load_costs is None:  # load(warmup=False)
-            self.gen.warmup()
-        verify, draft = self.gen._load_costs
-        return CostTable(batch=batch, rows=list(verify), draft_token=draft or 0.0)
+        """The cost table of this graph and device (runtime/batch/costs.py: measured once, then cached)."""
+        from specrt.runtime.batch.costs import cost_table
+
+        return cost_table(self.gen, self.targets, self.max_batch)
 
     # ----------------------------------------------------------------------------------- admit
     def add(self, seq: Sequence) -> None:
@@ -90,13 +81,13 @@ class Scheduler:
 
     @property
     def active(self) -> int:
-        return len(self.running) + (self.prefilling is not None)
+        return len(self.running) + len(self.prefilling)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.prefilling or self.running)
 
     def _admit(self) -> None:
-        while self.prefilling is None and self.waiting and self.targets.used < self.max_batch:
+        while self.waiting and self.targets.used < self.max_batch:
             seq = self.waiting.popleft()
             if seq.cancel.is_set():
                 self._finish(seq, "cancelled", release=False)
@@ -108,7 +99,7 @@ class Scheduler:
             seq.target = self.targets.acquire()
             seq.rng = seq.request.sampling.rng()
             seq.proposer = self._proposer(seq)
-            self.prefilling = seq
+            self.prefilling.append(seq)
 
     def _proposer(self, seq: Sequence):
         eos = self.gen.eos_ids
@@ -128,15 +119,25 @@ class Scheduler:
     # ------------------------------------------------------------------------------------ step
     def step(self) -> None:
         self._admit()
-        if self.prefilling is not None:
-            self._prefill_chunk(self.prefilling)
+        if self.prefilling:
+            self._prefill()
         if self.running:
             self._decode_step()
         self._retire()
 
-    def _prefill_chunk(self, seq: Sequence) -> None:
+    def _prefill(self) -> None:
+        """Spend the step's prompt-token budget on the requests in prefill, oldest first."""
+        budget = self.prefill_chunk
+        for seq in list(self.prefilling):
+            if budget <= 0:
+                break
+            take = min(budget, seq.prompt_ids.size - seq.prefilled)
+            budget -= take
+            self._prefill_chunk(seq, take)
+
+    def _prefill_chunk(self, seq: Sequence, take: int) -> None:
         t0 = time.perf_counter()
-        ids = seq.prompt_ids[seq.prefilled:seq.prefilled + self.prefill_chunk]
+        ids = seq.prompt_ids[seq.prefilled:seq.prefilled + take]
         last = seq.target.forward_last(ids)
         seq.prefilled += ids.size
         seq.stats.target_calls += 1
@@ -149,55 +150,81 @@ class Scheduler:
         if seq.proposer is not None and first not in self.gen.eos_ids:
             seq.proposer.start(seq.tokens, seq.n, None)
         seq.stats.new_tokens = 1
-        self.prefilling = None
+        self.prefilling.remove(seq)  # the oldest in prefill: its region is d, the first after the running ones
         self._emit(seq, [first])
         if seq.finished:  # its first token ended it (EOS, max_new_tokens=1): no decode step, as alone
-            self._finish(seq, seq.finished)  # its region is the last one in use: nothing moves
+            self._finish(seq, seq.finished)
             return
-        self.running.append(seq)  # its region is d, the first after the running ones
+        self.running.append(seq)
 
     def _decode_step(self) -> None:
         t0 = time.perf_counter()
         seqs, cap = self.running, self.gen.max_seq_len
-        max_ks = [0 if s.proposer is None or s.finished else
-                  max(0, min(s.max_k, s.remaining - 1, cap - s.n - 1)) for s in seqs]
-        greedy = [s.request.sampling.greedy for s in seqs]
+        max_ks = [0 if s.proposer is None else max(0, min(s.max_k, s.remaining - 1, cap - s.n - 1)) for s in seqs]
+        # n-gram proposals cost nothing: make them first, so that k is capped by what matched
+        free = [s.proposer.propose(s.tokens, s.n, mk) if mk > 0 and s.draft is None else None
+                for s, mk in zip(seqs, max_ks)]
+        max_ks = [mk if f is None else f.token_ids.size for mk, f in zip(max_ks, free)]
         dcost = [self.costs.draft_token if s.draft is not None else 0.0 for s in seqs]
-        ks = choose_ks([s.acceptance for s in seqs], max_ks, greedy, dcost, self.costs)
-        proposals = [s.proposer.propose(s.tokens, s.n, k) if k > 0 else None for s, k in zip(seqs, ks)]
-        pending = np.array([s.tokens[s.n - 1] for s in seqs], np.int64)
-        rows0 = self.targets.decode_batch(pending).copy()  # [B, V]
-        emitted_total = 0
-        for s, k, prop, row0 in zip(seqs, ks, proposals, rows0):
-            emitted_total += self._advance(s, k, prop, row0)
+        plan = plan_step([s.acceptance for s in seqs], max_ks, dcost, self.costs)
+        emitted = 0
+        for s, k, f in zip(seqs, plan.ks, free):
+            if k > 0:
+                prop = _first(f, k) if f is not None else s.proposer.propose(s.tokens, s.n, k)
+                emitted += self._verify(s, k, prop)
+            elif not plan.batched:
+                emitted += self._verify(s, 0, None)
+        if plan.batched:
+            emitted += self._batched_token(seqs, plan, free)
         self.steps += 1
-        self.step_tokens += emitted_total
+        self.step_tokens += emitted
         self.step_seconds += time.perf_counter() - t0
 
-    def _advance(self, s: Sequence, k: int, prop, row0: np.ndarray) -> int:
-        """Accept / emit for one sequence after the batched pass (its target holds n positions now)."""
+    def _verify(self, s: Sequence, k: int, prop) -> int:
+        """One pass over the pending token and the drafts in s's own region, then the loop's acceptance rule."""
         params = s.request.sampling
         drafts = prop.token_ids if prop is not None else np.empty(0, np.int64)
         kk = drafts.size
         if prop is not None:
             s.stats.draft_calls += prop.calls
+        logits = s.target.forward(np.concatenate([s.tokens[s.n - 1:s.n], drafts]))  # [kk + 1, V]
+        s.stats.target_calls += 1
         if kk == 0:
-            j, nxt = 0, pick_token(row0, params, s.rng)
-        elif params.greedy and int(row0.argmax()) != int(drafts[0]):
-            j, nxt = 0, int(row0.argmax())  # d_1 rejected by the batched row: no pass over the drafts
+            j, nxt = 0, pick_token(logits[-1], params, s.rng)
+        elif params.greedy:
+            j, nxt = greedy_accept(drafts, logits)
         else:
-            rest = s.target.forward(drafts)  # [kk, V]
+            q = warp(logits, params)
+            p = prop.probs
+            if p is not None and p.shape[1] > q.shape[1]:
+                q = np.pad(q, ((0, 0), (0, p.shape[1] - q.shape[1])))
+            j, nxt = rejection_sample(drafts, p, q, s.rng)
+        s.stats.record_step(k, kk, j, getattr(prop, "source", "") if prop is not None else "")
+        s.stats.num_speculative_tokens = k
+        if kk:
+            s.observe_acceptance(kk, j)
+        return self._commit(s, drafts[:j].tolist() + [int(nxt)], j)
+
+    def _batched_token(self, seqs: list[Sequence], plan: StepPlan, free: list) -> int:
+        """One batched one-token pass over every decoding request; each unfinished one gets one more token."""
+        pending = np.array([s.tokens[s.n - 1] for s in seqs], np.int64)
+        rows = self.targets.decode_batch(pending).copy()  # [B, V]
+        emitted = 0
+        for s, row, k, f in zip(seqs, rows, plan.ks, free):
+            if s.finished:  # ended by its own pass this step: its row is discarded (its region is released)
+                continue
             s.stats.target_calls += 1
-            logits = np.concatenate([row0[None], rest])  # [kk + 1, V]
-            if params.greedy:
-                j, nxt = greedy_accept(drafts, logits)
-            else:
-                q = warp(logits, params)
-                p = prop.probs
-                if p is not None and p.shape[1] > q.shape[1]:
-                    q = np.pad(q, ((0, 0), (0, p.shape[1] - q.shape[1])))
-                j, nxt = rejection_sample(drafts, p, q, s.rng)
-        emitted = drafts[:j].tolist() + [int(nxt)]
+            nxt = pick_token(row, s.request.sampling, s.rng)
+            if k == 0:
+                s.stats.record_step(0, 0, 0, "")
+                s.stats.num_speculative_tokens = 0
+                if f is not None and f.token_ids.size:  # the free n-gram draft judged against the token picked
+                    s.observe_acceptance(1, int(int(f.token_ids[0]) == nxt))
+            emitted += self._commit(s, [nxt], 0)
+        return emitted
+
+    def _commit(self, s: Sequence, emitted: list[int], accepted: int) -> int:
+        """Append `emitted` (cut after an EOS) to s; its target holds every committed token but the last."""
         for i, t in enumerate(emitted):
             if t in self.gen.eos_ids:
                 emitted = emitted[:i + 1]
@@ -205,13 +232,8 @@ class Scheduler:
         s.tokens[s.n:s.n + len(emitted)] = emitted
         s.n += len(emitted)
         s.target.truncate(s.n - 1)
-        s.stats.target_calls += 1
-        s.stats.record_step(k, kk, j, getattr(prop, "source", "") if prop is not None else "")
-        s.stats.num_speculative_tokens = k
         if s.proposer is not None:
-            s.proposer.observe(s.n, j, None)
-        if kk:
-            s.observe_acceptance(kk, j)
+            s.proposer.observe(s.n, accepted, None)
         s.stats.new_tokens += len(emitted)
         self._emit(s, emitted)
         return len(emitted)
@@ -233,10 +255,10 @@ class Scheduler:
             if s.finished:
                 self.running.remove(s)
                 self._finish(s, s.finished)
-        s = self.prefilling
-        if s is not None and s.cancel.is_set():
-            self.prefilling = None
-            self._finish(s, "cancelled")
+        for s in list(self.prefilling):
+            if s.cancel.is_set():
+                self.prefilling.remove(s)
+                self._finish(s, "cancelled")
         for s in list(self.waiting):
             if s.cancel.is_set():
                 self.waiting.remove(s)
@@ -250,3 +272,10 @@ class Scheduler:
         s.target = s.draft = s.proposer = None
         s.finished = s.stats.finish_reason = reason
         s.emit([], s)  # the end: an empty chunk with the final stats
+
+
+def _first(prop, k: int):
+    """The first k tokens of a point-mass proposal (an n-gram proposal made for the largest k)."""
+    if prop.token_ids.size <= k:
+        return prop
+    return dataclasses.replace(prop, token_ids=prop.token_ids[:k])

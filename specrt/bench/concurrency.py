@@ -85,8 +85,11 @@ def _batched(engine, prompts: list[list[int]], max_new: int, method: str) -> dic
     return {"outs": outs, "wall": time.perf_counter() - t_all, "lat": lat, "ttft": ttft, "itl": itl}
 
 
-def ortgenai_batch(model, og, prompts: list[list[int]], max_new: int, pad: int) -> dict[str, Any]:
-    """onnxruntime-genai: the prompts as one batch (left-padded with `pad`), greedy, until all finish."""
+def ortgenai_batch(model, og, prompts: list[list[int]], max_new: int, pad: int,
+                   eos_ids: frozenset[int] = frozenset()) -> dict[str, Any]:
+    """onnxruntime-genai: the prompts as one batch (left-padded with `pad`), greedy, until all finish. A row's
+    tokens are counted up to its first EOS (inclusive), as ours are: what the batch decodes after a row ended is
+    padding, not output."""
     width = max(len(p) for p in prompts)
     ids = np.full((len(prompts), width), pad, dtype=np.int32)
     for i, p in enumerate(prompts):
@@ -101,60 +104,94 @@ def ortgenai_batch(model, og, prompts: list[list[int]], max_new: int, pad: int) 
         generator.generate_next_token()
         first = first or time.perf_counter()
     wall = time.perf_counter() - t0
-    outs = [[int(t) for t in generator.get_sequence(i)][width:] for i in range(len(prompts))]
+    outs = [_until_eos([int(t) for t in generator.get_sequence(i)][width:], eos_ids) for i in range(len(prompts))]
     return {"outs": outs, "wall": wall, "lat": [wall] * len(prompts), "ttft": [(first or t0) - t0] * len(prompts),
             "itl": [(wall - ((first or t0) - t0)) / max(max_new - 1, 1)] * len(prompts)}
 
 
+def _until_eos(ids: list[int], eos_ids: frozenset[int]) -> list[int]:
+    for i, t in enumerate(ids):
+        if t in eos_ids:
+            return ids[:i + 1]
+    return ids
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round with the median wall time (its latencies belong to it)."""
+    return sorted(runs, key=lambda r: r["wall"])[len(runs) // 2]
+
+
 def run_concurrency(gen, levels: list[int], max_new_tokens: int, method: str, peer=None,
-                    prompts: list[str] | None = None, progress=None) -> dict[str, Any]:
-    """Every row of the table (see the module docstring); `peer`: (og module, og.Model, pad id) or None."""
+                    prompts: list[str] | None = None, progress=None, repeats: int = 1) -> dict[str, Any]:
+    """Every row of the table (see the module docstring); `peer`: (og module, og.Model, pad id) or None.
+    `prompts`: texts (default CHAT_PROMPTS), cycled to N clients. `repeats` rounds per level, the configurations
+    interleaved within each round (A B C D A B C D ...); each row is the round with the median wall time."""
     from specrt.runtime.batch.engine import BatchEngine
 
+    from specrt.bench.runner import fit_prompts
+    from specrt.bench.suites import Prompt
+
     texts = prompts or CHAT_PROMPTS
+    fitted = [ids.tolist() for ids in fit_prompts(gen, [Prompt("custom", t) for t in texts], max_new_tokens)[0]]
     engine = BatchEngine(gen, max_batch=max(levels))
     rows = []
     try:
         for n in levels:
-            ps = [gen.encode_prompt(texts[i % len(texts)]).tolist() for i in range(n)]
+            ps = [fitted[i % len(fitted)] for i in range(n)]
             if progress:
                 progress(f"concurrency {n}", len(levels))
-            seq = _sequential(gen, ps, max_new_tokens, method)
+            runs: dict[str, list[dict[str, Any]]] = {"seq": [], "plain": [], "spec": [], "peer": []}
+            for _ in range(max(repeats, 1)):
+                runs["seq"].append(_sequential(gen, ps, max_new_tokens, method))
+                runs["plain"].append(_batched(engine, ps, max_new_tokens, "none"))
+                runs["spec"].append(_batched(engine, ps, max_new_tokens, method))
+                if peer is not None:
+                    og, model, pad = peer
+                    time.sleep(0.1)  # the other engine's spinning pool threads settle (see DESIGN.md)
+                    runs["peer"].append(ortgenai_batch(model, og, ps, max_new_tokens, pad, frozenset(gen.eos_ids)))
+                    time.sleep(0.1)
+            seq = _median_run(runs["seq"])
             rows.append(_row("sequential (one at a time)", n, seq["outs"], seq["wall"], seq["lat"], seq["ttft"],
                              seq["itl"], None))
-            plain = _batched(engine, ps, max_new_tokens, "none")
-            rows.append(_row("plain batched", n, plain["outs"], plain["wall"], plain["lat"], plain["ttft"],
-                             plain["itl"], seq["outs"]))
-            spec = _batched(engine, ps, max_new_tokens, method)
-            rows.append(_row(f"speculative batched ({method})", n, spec["outs"], spec["wall"], spec["lat"],
-                             spec["ttft"], spec["itl"], seq["outs"]))
-            if peer is not None:
-                og, model, pad = peer
-                time.sleep(0.1)  # the other engine's spinning pool threads settle (see DESIGN.md)
-                r = ortgenai_batch(model, og, ps, max_new_tokens, pad)
-                rows.append(_row("onnxruntime-genai batch", n, r["outs"], r["wall"], r["lat"], r["ttft"], r["itl"],
-                                 None))
+            for key, label in (("plain", "plain batched"), ("spec", f"speculative batched ({method})"),
+                               ("peer", "onnxruntime-genai batch")):
+                if not runs[key]:
+                    continue
+                r = _median_run(runs[key])
+                # identical: every round's tokens equal the sequential output (the peer: its own decoding, compared)
+                same = all(x["outs"] == seq["outs"] for x in runs[key])
+                rows.append({**_row(label, n, r["outs"], r["wall"], r["lat"], r["ttft"], r["itl"], seq["outs"]),
+                             "identical": same, "rounds": len(runs[key])})
     finally:
         engine.close()
-    return {"rows": rows, "max_new_tokens": max_new_tokens, "method": method,
-            "costs": {"batch_s": engine.scheduler.costs.batch, "rows_s": engine.scheduler.costs.rows},
+    return {"rows": rows, "max_new_tokens": max_new_tokens, "method": method, "repeats": max(repeats, 1),
+            "prompts": len(texts), "costs": {"batch_s": engine.scheduler.costs.batch,
+                                             "rows_s": engine.scheduler.costs.rows},
             "kv_bytes_per_slot": engine.scheduler.targets.kv_bytes_per_slot()}
 
 
 def concurrency_markdown(result: dict[str, Any], title: str) -> str:
     lines = [f"## {title}", "",
              f"Greedy, {result['max_new_tokens']} new tokens per request, speculation method "
-             f"`{result['method']}` with k chosen per request and step (goodput). `identical`: every request's tokens "
-             "equal its one-at-a-time output. Rows interleaved per concurrency on a shared machine: compare ratios.", "",
-             "| concurrency | configuration | tok/s (all) | vs sequential | p50 latency s | p95 latency s | TTFT p50 s "
-             "| ITL p50 ms | identical |", "|---|---|---|---|---|---|---|---|---|"]
-    base = {}
+             f"`{result['method']}` with k chosen per request and step (goodput), {result.get('prompts', len(CHAT_PROMPTS))} "
+             f"prompts cycled to N clients. Per concurrency, {result.get('repeats', 1)} round(s) with the "
+             "configurations interleaved; each row is its median round. `identical`: every request's tokens equal "
+             "its one-at-a-time output (onnxruntime-genai: its own batched decoding compared with ours alone; "
+             "its tokens after a row's EOS are not counted). `vs sequential`: against the same prompts answered one "
+             "at a time.", "",
+             "| concurrency | configuration | tok/s (all) | vs sequential | vs plain batched | p50 latency s | "
+             "p95 latency s | TTFT p50 s | ITL p50 ms | identical |", "|---|---|---|---|---|---|---|---|---|---|"]
+    base, plain = {}, {}
     for r in result["rows"]:
         if r["config"].startswith("sequential"):
             base[r["concurrency"]] = r["tokens_per_second"]
+        if r["config"] == "plain batched":
+            plain[r["concurrency"]] = r["tokens_per_second"]
         ratio = r["tokens_per_second"] / base[r["concurrency"]] if base.get(r["concurrency"]) else 0.0
+        vs_plain = (f"{r['tokens_per_second'] / plain[r['concurrency']]:.2f}x"
+                    if plain.get(r["concurrency"]) and not r["config"].startswith("sequential") else "")
         ident = "" if r["identical"] is None else ("yes" if r["identical"] else "NO")
-        lines.append(f"| {r['concurrency']} | {r['config']} | {r['tokens_per_second']:.1f} | {ratio:.2f}x | "
+        lines.append(f"| {r['concurrency']} | {r['config']} | {r['tokens_per_second']:.1f} | {ratio:.2f}x | {vs_plain} | "
                      f"{r['latency_p50_s']:.2f} | {r['latency_p95_s']:.2f} | {r['ttft_p50_s']:.3f} | "
                      f"{1000 * r['itl_p50_s']:.1f} | {ident} |")
     costs = result["costs"]["batch_s"]

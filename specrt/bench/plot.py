@@ -66,3 +66,26 @@ def save_plot(result: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def save_concurrency_plot(result: dict[str, Any], path: str) -> None:
+    """Aggregate tokens/s against concurrency, one line per configuration (`bench --concurrency --plot`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    configs = list(dict.fromkeys(r["config"] for r in result["rows"]))
+    for config in configs:
+        pts = [(r["concurrency"], r["tokens_per_second"]) for r in result["rows"] if r["config"] == config]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=config)
+    ax.set_xlabel("clients at once")
+    ax.set_ylabel("tokens/s (all clients)")
+    ax.set_xticks(sorted({r["concurrency"] for r in result["rows"]}))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"greedy, {result['max_new_tokens']} new tokens per request")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

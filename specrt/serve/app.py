@@ -51,14 +51,17 @@ def create_app(bundle_or_generators: Union[str, Path, Any, Sequence[Any]], *, se
                api_key: Optional[str] = None, max_concurrency: int = 1, max_queue: int = 64,
                method: Optional[str] = None, num_speculative_tokens: Union[int, str] = "auto",
                backend: str = "auto", threads: Optional[int] = None, max_body_bytes: int = 1 << 20,
-               body_timeout_s: float = 30.0, max_batch: int = 0,
+               body_timeout_s: float = 30.0, max_batch: Union[int, str] = 0,
                health_extra: Optional[Callable[[], Awaitable[dict[str, Any]]]] = None) -> FastAPI:
     """A bundle path loads `max_concurrency` generators; a Generator or a list of them is used as given
     (one slot each). With an `api_key` the API docs (/docs, /redoc, /openapi.json) are off;
     `body_timeout_s` bounds how long a request body may take to arrive (408 after it); `health_extra` adds
     keys to /health (the Ray replica's name and the replica count). `max_batch` N >= 1 (a bundle path): one
-    generator and N slots that decode as one batch (serve/batching.py) instead of one generator per slot."""
+    generator and N slots that decode as one batch (serve/batching.py) instead of one generator per slot;
+    "auto": N from the device (`auto_max_batch`), or one slot without batching where the bundle cannot batch."""
     engine = None
+    if max_batch == "auto" and max_concurrency > 1:
+        max_batch = 0  # several generators were asked for
     if max_batch and isinstance(bundle_or_generators, (str, Path)):
         from specrt.serve.batching import batched_generators
 
@@ -93,6 +96,7 @@ def create_app(bundle_or_generators: Union[str, Path, Any, Sequence[Any]], *, se
     app = FastAPI(title="specrt", summary="OpenAI-compatible server with speculative decoding",
                   lifespan=lifespan, **lenient, **docs)
     app.state.service = service
+    app.state.engine = engine
     install_handlers(app)
     # Middleware: the last added runs first: metrics -> auth -> body limit -> catch-all -> routes.
     app.add_middleware(CatchAll)

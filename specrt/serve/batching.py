@@ -22,16 +22,59 @@ from typing import Any, Optional, Union
 from prometheus_client import Gauge, Histogram
 
 
-def batched_generators(bundle: Union[str, Path], max_batch: int, backend: str = "auto",
+AUTO_SLOTS_PER_CORE = 4  # CPU: a batched pass of 8 rows costs ~1.5x one row on 2 cores (BENCHMARKS.md)
+AUTO_MAX = 16
+AUTO_KV_SHARE = 0.25  # the preallocated KV of all slots stays under this share of the machine's memory
+
+
+def auto_max_batch(gen: Any) -> int:
+    """The default --max-batch for a loaded generator: 0 (off) where the batch cannot run (not the fused ONNX
+    Runtime graph, or a graph without a batch dimension); else AUTO_SLOTS_PER_CORE per CPU core, at most AUTO_MAX,
+    fewer when the slots' preallocated KV would pass AUTO_KV_SHARE of the memory."""
+    import os
+
+    from specrt.runtime.backends.ort.fused_runner import OrtFusedRunner
+    from specrt.runtime.batch.pool import graph_has_batch_dim
+
+    if not isinstance(gen.target, OrtFusedRunner) or not graph_has_batch_dim(gen.target.session):
+        return 0
+    n = min(AUTO_MAX, AUTO_SLOTS_PER_CORE * (os.cpu_count() or 1))
+    per_slot = kv_bytes_per_slot(gen)
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 0
+    if memory and per_slot:
+        n = min(n, int(memory * AUTO_KV_SHARE // per_slot))
+    return max(n, 1)
+
+
+def kv_bytes_per_slot(gen: Any) -> int:
+    """Preallocated KV bytes of one slot (target, and the draft when it is batched too)."""
+    total = 0
+    for runner in (gen.target, gen.draft):
+        c = getattr(runner, "config", None)
+        if c is not None and hasattr(runner, "capacity"):
+            total += 2 * c.num_layers * c.num_kv_heads * runner.capacity * c.head_dim * 4
+    return total
+
+
+def batched_generators(bundle: Union[str, Path, Any], max_batch: Union[int, str], backend: str = "auto",
                        threads: Optional[int] = None) -> tuple[list[Any], Any]:
-    """(max_batch slot clients, the engine) on one loaded generator."""
+    """(slot clients, the engine) on one loaded generator (`bundle`: a path, or a loaded Generator).
+    max_batch "auto": `auto_max_batch`; when that is 0, ([the generator], None): one slot, no engine."""
     from specrt.core.errors import InvalidArgument
     from specrt.runtime import load
     from specrt.runtime.batch.engine import BatchEngine, EngineClient
 
-    if max_batch < 1:
-        raise InvalidArgument(f"max_batch must be >= 1, got {max_batch}")
-    engine = BatchEngine(load(bundle, backend=backend, threads=threads), max_batch=max_batch)
+    if max_batch != "auto" and (not isinstance(max_batch, int) or max_batch < 1):
+        raise InvalidArgument(f"max_batch must be >= 1 or 'auto', got {max_batch!r}")
+    gen = load(bundle, backend=backend, threads=threads) if isinstance(bundle, (str, Path)) else bundle
+    if max_batch == "auto":
+        max_batch = auto_max_batch(gen)
+        if max_batch == 0:
+            return [gen], None
+    engine = BatchEngine(gen, max_batch=max_batch)
     return [EngineClient(engine) for _ in range(max_batch)], engine
 
 

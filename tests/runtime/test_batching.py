@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from specrt.runtime.batch.engine import BatchEngine
-from specrt.runtime.batch.goodput import CostTable, choose_ks
+from specrt.runtime.batch.goodput import CostTable, choose_ks, plan_step
 
 PROMPTS = ["hello world", "def f(x): return x + 1\ndef g(x): return", "a b a b a b a b a b", "the quick brown fox",
            "x", "import os\nimport sys\nimport os\n", "one two three four five six seven eight nine ten", "b a"]
@@ -151,3 +151,136 @@ def test_request_finished_by_its_prefill_token_gets_no_decode_step(engines):
     finally:
         gen.eos_ids = saved
     assert eng.scheduler.targets.used == 0
+
+
+def test_plan_picks_the_regime_with_more_tokens_per_second():
+    # alone: its own pass over pending + drafts (the single-sequence loop), never a batched pass besides it
+    cheap = CostTable(batch=[1.0, 1.1], rows=[1.0, 1.02, 1.04, 1.06, 1.08])
+    plan = plan_step([0.9], [4], [0.0], cheap)
+    assert plan.ks == [4] and not plan.batched and plan.goodput > 1 / cheap.t_batch(1)
+    # two requests, one that matches well and one that does not: the batched pass runs, only the first drafts
+    plan = plan_step([0.95, 0.05], [4, 4], [0.0, 0.0], cheap)
+    assert plan.batched and plan.ks[0] > 0 and plan.ks[1] == 0
+    # nothing to draft (k capped at 0 everywhere): plain batched decoding
+    assert plan_step([0.9, 0.9], [0, 0], [0.0, 0.0], cheap) == plan_step([0.1, 0.1], [0, 0], [0.0, 0.0], cheap)
+    assert plan_step([0.9, 0.9], [0, 0], [0.0, 0.0], cheap).ks == [0, 0]
+    # a costly draft model makes speculation lose even at high acceptance
+    assert plan_step([0.9], [4], [5.0], cheap).ks == [0]
+
+
+@pytest.mark.parametrize("rows", [[1.0, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06, 1.07, 1.08],
+                                  [0.5, 0.51, 0.52, 0.53, 0.54, 0.55, 0.56, 0.57, 0.58]])
+def test_speculating_requests_in_a_batch_keep_their_greedy_output(engines, rows):
+    # Cost tables that make speculation win (cheap multi-token passes): the requests that draft run their own
+    # verify pass, then (batched regime) the batched pass gives every request one more token. Outputs equal alone.
+    gen, eng = engines["fp32"]
+    prompts = ["a b a b a b a b a b", "import os\nimport sys\nimport os\n", "hello world", "x y x y x y"]
+    lengths = [14, 12, 10, 16]
+    alone = [gen.generate(p, n, method="ngram").token_ids for p, n in zip(prompts, lengths)]
+    saved = eng.scheduler.costs
+    eng.scheduler.costs = CostTable(batch=[1.0, 1.02, 1.04, 1.06], rows=rows)
+    try:
+        res = eng.generate_batch(prompts, 16, method="ngram")
+        subs = [eng.submit(p, max_new_tokens=n, method="ngram") for p, n in zip(prompts, lengths)]
+        got = []
+        for seq, events in subs:
+            ids = []
+            while True:
+                ev = events.get(timeout=120)
+                if not isinstance(ev, tuple):
+                    break
+                ids.extend(ev[1])
+            got.append((ids, seq.stats))
+    finally:
+        eng.scheduler.costs = saved
+    assert [g[0] for g in got] == alone
+    assert sum(st.drafted_tokens for _, st in got) > 0  # speculation did run
+    assert all(r.token_ids == gen.generate(p, 16, method="ngram").token_ids for r, p in zip(res, prompts))
+
+
+def test_requests_the_batch_does_not_run_take_the_one_request_loop_beside_it(engines):
+    # a constraint (structured output) is not batched: the engine runs it on the Generator's loop while other
+    # requests keep decoding on the batch; both outputs equal their outputs alone
+    import json as _json
+
+    from specrt.runtime.constraint import ConstraintSpec
+
+    gen, eng = engines["fp32"]
+    schema = {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer", "maximum": 99}},
+              "additionalProperties": False}
+    spec = ConstraintSpec.json_schema(schema)
+    alone = gen.generate("import os\n", 40, method="ngram", constraint=spec)
+    plain_alone = gen.generate("hello world", 20, method="none").token_ids
+    side = eng.stream_tokens("hello world", max_new_tokens=20, method="none")
+    first = next(side)[0]
+    got = eng.generate_batch(["import os\n"], 40, method="ngram", constraint=spec)[0]
+    rest = [t for ids, _ in side for t in ids]
+    assert got.token_ids == alone.token_ids and got.stats.constraint
+    assert "n" in _json.loads(got.text)
+    assert first + rest == plain_alone
+
+
+def test_cost_table_is_measured_once_per_graph_and_device_then_cached(engines, tmp_path, monkeypatch):
+    from specrt.runtime.batch import costs
+    from specrt.runtime.batch.pool import RegionPool
+
+    monkeypatch.setenv("SPECRT_CACHE", str(tmp_path))
+    gen, _ = engines["fp32"]
+    pool = RegionPool(gen.target, 3)
+    first = costs.cost_table(gen, pool, 3)
+    assert len(first.batch) == 3 and all(t > 0 for t in first.batch) and first.rows
+    assert costs.cache_path(gen, 3).is_file()
+
+    def no_measuring(*_):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(costs, "measure_batch", no_measuring)
+    assert costs.cost_table(gen, pool, 3) == first  # cached
+    monkeypatch.setenv("SPECRT_REMEASURE", "1")
+    with pytest.raises(AssertionError, match="measured again"):
+        costs.cost_table(gen, pool, 3)
+    monkeypatch.delenv("SPECRT_REMEASURE")
+    with pytest.raises(AssertionError, match="measured again"):  # another batch size: another key
+        costs.cost_table(gen, RegionPool(gen.target, 2), 2)
+
+
+@pytest.mark.parametrize("method", ["draft", "ngram"])
+def test_speculative_sampling_in_a_batch_follows_the_target_distribution(engines, method):
+    """Seeded 3-token samples (temperature 1.5, top-k 3, k = 2), 8 requests per batch with speculation forced on by
+    a cost table where it always pays: the joint of the samples is the exact target-only joint."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_loop import _exact_joint
+
+    from specrt.runtime.sampling import SamplingParams
+
+    gen, eng = engines["fp32"]
+    base = gen.tokenizer.encode(PROMPTS[0])
+    prompt = base + gen.generate(base, 8, method="none").token_ids + base  # the n-gram branch finds matches
+    exact = _exact_joint(gen, prompt, SamplingParams(temperature=1.5, top_k=3), 3)
+    saved = eng.scheduler.costs
+    eng.scheduler.costs = CostTable(batch=[1.0] * 8, rows=[0.1 + 0.001 * s for s in range(9)])
+    n, counts, drafted = 2400, {}, 0
+    rng = np.random.default_rng(1)
+    try:
+        for _ in range(n // 8):
+            subs = [eng.submit(prompt, max_new_tokens=3, method=method, temperature=1.5, top_k=3,
+                               num_speculative_tokens=2, seed=int(rng.integers(1 << 30))) for _ in range(8)]
+            for seq, events in subs:
+                ids = []
+                while True:
+                    ev = events.get(timeout=120)
+                    if not isinstance(ev, tuple):
+                        break
+                    ids.extend(ev[1])
+                counts[tuple(ids)] = counts.get(tuple(ids), 0) + 1
+                drafted += seq.stats.drafted_tokens
+    finally:
+        eng.scheduler.costs = saved
+    assert drafted > n // 4  # speculation ran (n-gram: only where the context matches)
+    assert set(counts) <= set(exact)
+    tv = 0.5 * sum(abs(exact.get(k, 0.0) - counts.get(k, 0) / n) for k in set(exact) | set(counts))
+    # 27 outcomes, 2400 draws: sampling noise of the TV estimate is about 0.045
+    assert tv < 0.09, f"total variation {tv:.3f} between batched speculative samples and the exact target joint"

@@ -43,3 +43,26 @@ def test_concurrent_clients_share_one_batch(pair_bundle, pair_generator):
             for _ in resp.iter_lines():
                 break
         wait_until(lambda: metric(server, "specrt_batch_size") == 0, 20, "the batch to empty")
+
+
+def test_max_batch_auto_batches_where_the_bundle_can_and_falls_back_where_it_cannot(pair_bundle, pair_generator):
+    import os
+
+    from specrt.serve import create_app
+    from specrt.serve.batching import AUTO_MAX, AUTO_SLOTS_PER_CORE, auto_max_batch
+
+    app = create_app(str(pair_bundle), max_batch="auto", backend="ort")
+    try:
+        engine = app.state.engine
+        assert engine is not None
+        assert engine.max_batch == auto_max_batch(engine.gen)
+        assert 1 <= engine.max_batch <= min(AUTO_MAX, AUTO_SLOTS_PER_CORE * os.cpu_count())
+        assert len(app.state.service.pool.generators) == engine.max_batch
+    finally:
+        engine.close()
+    # several generators asked for: auto means no batching
+    app = create_app(str(pair_bundle), max_batch="auto", max_concurrency=2, backend="ort")
+    assert app.state.engine is None and len(app.state.service.pool.generators) == 2
+    # the portable graph (no batch dimension): one slot, no engine
+    app = create_app(str(pair_bundle), max_batch="auto", backend="ort-portable")
+    assert app.state.engine is None and len(app.state.service.pool.generators) == 1

@@ -66,7 +66,8 @@ def _k(value: str):
 @click.option("--concurrency", "concurrency", default=None, callback=_csv(int, "integers"),
               help="Instead of the k sweep: N clients at once for each N (e.g. 1,2,4,8) on the batching scheduler: "
                    "one at a time vs plain batched vs speculative batched (first of --methods, default ngram); "
-                   "--peer ort-genai adds its batched generation. --markdown writes the section.")
+                   "--peer ort-genai adds its batched generation; --repeats interleaved rounds (median); chat "
+                   "prompts unless --suite or --prompts is given. --markdown writes the section.")
 @click.option("--force", is_flag=True, help="Replace an existing --make-random-target DIR (one specrt wrote).")
 @click.option("--quiet", is_flag=True, help="No progress bar and no table.")
 @click.option("--wide", is_flag=True, help="Every column in the terminal table (default: what fits the terminal).")
@@ -99,7 +100,7 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
                                  ks=ks, max_new_tokens=max_new_tokens, repeats=repeats, temperature=temperature,
                                  seed=seed, simulate=(), peer=peer, target_checkpoint=target_checkpoint,
                                  draft_checkpoint=draft_checkpoint, ttft_prompt_tokens=None)
-        return _concurrency(settings, concurrency, md_path, json_path, title, quiet)
+        return _concurrency(settings, concurrency, md_path, json_path, title, quiet, plot_path)
     settings = BenchSettings(bundle=bundle, backend=backend, threads=threads, suites=suites,
                              prompts_file=prompts_file, prompts_per_suite=prompts_per_suite, methods=methods,
                              ks=ks, max_new_tokens=max_new_tokens, repeats=repeats, temperature=temperature,
@@ -175,7 +176,7 @@ def _json_suite(bundle, suites, methods, ks, max_new_tokens, repeats, backend, t
         click.echo(md_path.read_text(encoding="utf-8"))
 
 
-def _concurrency(settings, levels, md_path, json_path, title, quiet) -> None:
+def _concurrency(settings, levels, md_path, json_path, title, quiet, plot_path=None) -> None:
     """`--concurrency`: specrt/bench/concurrency.py."""
     from specrt.bench.concurrency import concurrency_markdown, run_concurrency
     from specrt.core.errors import InvalidArgument
@@ -185,7 +186,7 @@ def _concurrency(settings, levels, md_path, json_path, title, quiet) -> None:
         raise InvalidArgument(f"--concurrency values must be >= 1, got {','.join(map(str, levels))}")
     if set(settings.peer) - {"ort-genai"}:
         raise InvalidArgument("--concurrency compares with --peer ort-genai only")
-    _check_before_measuring(settings, None)
+    _check_before_measuring(settings, plot_path)
     gen = load(settings.bundle, backend=settings.backend if settings.backend != "auto" else "ort",
                threads=settings.threads)
     method = (settings.methods or ("ngram",))[0]
@@ -195,8 +196,29 @@ def _concurrency(settings, levels, md_path, json_path, title, quiet) -> None:
 
         p = OrtGenaiPeer(gen, settings)
         peer = (p.og, p.plain, p.eos[0] if p.eos else 0)
-    result = run_concurrency(gen, list(levels), settings.max_new_tokens, method, peer)
+    prompts = None
+    ctx = click.get_current_context()
+    if settings.prompts_file is not None or ctx.get_parameter_source("suites") != click.core.ParameterSource.DEFAULT:
+        from specrt.bench.suites import builtin_prompts, load_prompts
+
+        chosen = (load_prompts(settings.prompts_file, list(settings.suites)) if settings.prompts_file is not None
+                  else builtin_prompts(list(settings.suites), settings.prompts_per_suite))
+        prompts = [p.text for p in chosen]
+        if not prompts:
+            raise InvalidArgument("no prompts to run (check --prompts / --suite)")
+    result = run_concurrency(gen, list(levels), settings.max_new_tokens, method, peer, prompts=prompts,
+                             repeats=settings.repeats)
     text = concurrency_markdown(result, title or "Many clients at once (continuous batching)")
+    if plot_path is not None:
+        from specrt.bench.plot import save_concurrency_plot
+
+        save_concurrency_plot(result, str(plot_path))
+        if md_path is not None:
+            try:
+                rel = str(plot_path.resolve().relative_to(md_path.resolve().parent))
+            except ValueError:
+                rel = str(plot_path)
+            text += f"\n\n![throughput against concurrency]({rel})"
     if json_path is not None:
         (click.echo if str(json_path) == "-" else lambda t: json_path.write_text(t + "\n"))(
             json.dumps(result, indent=2, default=str))

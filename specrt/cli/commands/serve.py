@@ -10,6 +10,23 @@ from specrt.cli.main import KType, handle_errors, main
 from specrt.cli.options import backend_option, method_option
 
 
+class BatchSize(click.ParamType):
+    """--max-batch: an integer >= 0 or 'auto'."""
+
+    name = "N|auto"
+
+    def convert(self, value, param, ctx):
+        if value == "auto" or isinstance(value, int) and value >= 0:
+            return value
+        try:
+            n = int(str(value))
+        except ValueError:
+            n = -1
+        if n < 0:
+            self.fail(f"{value!r} is not an integer >= 0 or 'auto'", param, ctx)
+        return n
+
+
 @main.command("serve")
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -19,9 +36,11 @@ from specrt.cli.options import backend_option, method_option
               help="Default tokens drafted per step, or 'auto' (adaptive).")
 @click.option("--max-concurrency", default=1, show_default=True, type=click.IntRange(min=1),
               help="Generations running at once (one loaded generator each).")
-@click.option("--max-batch", default=0, show_default=True, type=click.IntRange(min=0),
+@click.option("--max-batch", default="auto", show_default=True, type=BatchSize(),
               help="Continuous batching: N requests decode together on one loaded model (0 = off: one generator "
-                   "per --max-concurrency slot).")
+                   "per --max-concurrency slot). auto: 4 per CPU core (at most 16, fewer if their KV would pass a "
+                   "quarter of the memory) when the bundle's fused graph batches on this backend, else off; off "
+                   "with --max-concurrency > 1 or --ray.")
 @click.option("--max-queue", default=64, show_default=True, type=click.IntRange(min=0),
               help="Requests waiting for a slot before the server answers 429.")
 @backend_option()
@@ -75,8 +94,11 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_batch, max_que
     sock = listen_socket(host, port)  # bound here, so the banner shows the real port (also for --port 0)
     real_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
+    engine = app.state.engine
+    slots = (f"batch of up to {engine.max_batch}" if engine is not None
+             else f"{len(app.state.service.pool.generators)} slot(s), no batching")
     click.echo(f"serving {bundle} as {app.state.service.config.served_model_name!r} on http://{shown}:{real_port}/v1 "
-               f"({f'batch of up to {max_batch}' if max_batch else f'{max_concurrency} slot(s)'}, queue {max_queue})", err=True)
+               f"({slots}, queue {max_queue})", err=True)
     from specrt.serve.access_log import configure
 
     configure(log_level)  # our per-request line (method, path, status, tokens, duration) replaces uvicorn's

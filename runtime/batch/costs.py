@@ -1,0 +1,101 @@
+"""The scheduler's cost table, measured once per bundle graph and device, then cached.
+
+Measured: seconds of a batched one-token pass of b = 1..max_batch sequences (best of 3 after a warm-up), of a
+one-sequence pass of s tokens (the generator's load-time verify timings) and of one drafted token. Cached as JSON
+under `$SPECRT_CACHE/batch-costs/` keyed by the target graph (path, size, mtime), threads, max_batch, the ONNX
+Runtime version and the CPU (model name, core count), so a server restart skips the measurement; a changed graph,
+runtime or machine measures again. SPECRT_REMEASURE=1 ignores the cache (e.g. after a run on a loaded machine).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from specrt.runtime.batch.goodput import CostTable
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cache_key(gen, max_batch: int) -> str:
+    import onnxruntime
+
+    target = gen.target
+    st = Path(target.onnx_path).stat()
+    ident = [str(Path(target.onnx_path).resolve()), st.st_size, st.st_mtime_ns, target.threads, max_batch,
+             onnxruntime.__version__, _cpu_name(), os.cpu_count(),
+             str(getattr(gen.draft, "onnx_path", "")) if gen.draft is not None else ""]
+    return hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:24]
+
+
+def cache_path(gen, max_batch: int) -> Path:
+    from specrt.core.cache import cache_dir
+
+    return cache_dir() / "batch-costs" / f"{cache_key(gen, max_batch)}.json"
+
+
+def measure_batch(pool, max_batch: int) -> list[float]:
+    """Seconds of `pool.decode_batch` over b = 1..max_batch empty regions (best of 3 after one warm-up)."""
+    runners = [pool.acquire() for _ in range(max_batch)]
+    ids = np.zeros(max_batch, np.int64)
+    out = []
+    try:
+        for b in range(1, max_batch + 1):
+            best = float("inf")
+            for rep in range(4):
+                for r in runners[:b]:
+                    r.truncate(0)
+                t0 = time.perf_counter()
+                pool.decode_batch(ids[:b])
+                if rep:
+                    best = min(best, time.perf_counter() - t0)
+            out.append(best)
+    finally:
+        for r in reversed(runners):
+            pool.release(r)
+    return out
+
+
+def cost_table(gen, pool, max_batch: int) -> CostTable:
+    """The cached table for this graph and device, else measured now and cached (a failed write is ignored)."""
+    path = None
+    try:
+        path = cache_path(gen, max_batch)
+        if os.environ.get("SPECRT_REMEASURE") != "1" and path.is_file():
+            data = json.loads(path.read_text())
+            if len(data["batch"]) == max_batch and data["rows"]:
+                return CostTable(batch=data["batch"], rows=data["rows"], draft_token=data["draft_token"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    batch = measure_batch(pool, max_batch)
+    if gen._load_costs is None:  # load(warmup=False)
+        gen.warmup()
+    verify, draft = gen._load_costs
+    table = CostTable(batch=batch, rows=list(verify), draft_token=draft or 0.0)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(dataclasses_dict(table)))
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return table
+
+
+def dataclasses_dict(table: CostTable) -> dict:
+    return {"batch": table.batch, "rows": table.rows, "draft_token": table.draft_token}

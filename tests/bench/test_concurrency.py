@@ -1,0 +1,41 @@
+"""`specrt bench BUNDLE --concurrency N,...`: clients at once on the batching scheduler, in-process (CliRunner)."""
+
+import json
+
+from click.testing import CliRunner
+
+from specrt.bench.concurrency import _until_eos, concurrency_markdown
+from specrt.cli.main import main
+
+
+def test_concurrency_bench_writes_identical_rows_and_its_section(pair_bundle, tmp_path):
+    md, js = tmp_path / "c.md", tmp_path / "c.json"
+    res = CliRunner().invoke(main, ["bench", str(pair_bundle), "--concurrency", "1,2", "--max-new-tokens", "6",
+                                    "--repeats", "2", "--suite", "grounded", "--prompts-per-suite", "1",
+                                    "--markdown", str(md), "--json", str(js), "--plot", str(tmp_path / "c.png"),
+                                    "--quiet"])
+    assert res.exit_code == 0, res.output
+    result = json.loads(js.read_text())
+    rows = result["rows"]
+    assert [(r["concurrency"], r["config"].split(" (")[0]) for r in rows] == [
+        (1, "sequential"), (1, "plain batched"), (1, "speculative batched"),
+        (2, "sequential"), (2, "plain batched"), (2, "speculative batched")]
+    assert all(r["identical"] for r in rows if r["identical"] is not None)
+    assert all(r["tokens"] > 0 and r["tokens_per_second"] > 0 for r in rows)
+    assert result["repeats"] == 2 and result["prompts"] == 1
+    text = md.read_text()
+    assert text == concurrency_markdown(result, "Many clients at once (continuous batching)") + \
+        "\n\n![throughput against concurrency](c.png)\n"
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| 2 | plain batched |" in text and "vs plain batched" in text
+
+
+def test_concurrency_bench_refuses_bad_levels_in_one_line(pair_bundle):
+    res = CliRunner().invoke(main, ["bench", str(pair_bundle), "--concurrency", "0,2", "--quiet"])
+    assert res.exit_code == 2 and "--concurrency values must be >= 1" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_peer_tokens_after_eos_are_not_counted():
+    assert _until_eos([5, 6, 2, 2, 2], frozenset({2})) == [5, 6, 2]
+    assert _until_eos([5, 6], frozenset({2})) == [5, 6]
