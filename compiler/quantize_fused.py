@@ -5,7 +5,8 @@ ONNX Runtime's `MatMulNBitsQuantizer` applies directly (compiler/quantize.py). T
 LM head, which the fp32 graph computes as Gemm(transB=1) over the embedding to store the vocabulary matrix
 once: `untie_lm_head` gives the head its own [hidden, vocab] MatMul weight first, so the head is quantized
 like the portable graph's (whose tied head becomes a MatMul initializer after constant folding). The
-embedding Gather stays fp32.
+embedding Gather then becomes GatherBlockQuantized over the head's own packed weights when tied, over its own
+quantized table when not (compiler/quantize_embed.py): each weight stored once, at the quantized precision.
 
 Blocks run along K for each output column, so a column of the fused QKV or gate/up matrix gets the same
 scales as in the separate q/k/v or gate/up matrices of the portable graph: both quantized graphs compute the
@@ -25,6 +26,7 @@ from specrt.compiler.fused_scorer import FusedScorer
 from specrt.compiler.quality import GraphScorer
 from specrt.compiler.onnx_io import save_onnx
 from specrt.compiler.quantize import QuantizationError, QuantizeConfig, quantize_onnx
+from specrt.compiler.quantize_embed import quantize_embedding
 from specrt.compiler.validate import Tolerance, _Worst, check_logits
 
 LM_HEAD = "lm_head"
@@ -72,12 +74,17 @@ def quantize_fused_onnx(src: Path, dst: Path, config: QuantizeConfig) -> dict[st
 
     src, dst = Path(src), Path(dst)
     model = onnx.load(str(src), load_external_data=True)
-    untie_lm_head(model)
+    tied = untie_lm_head(model)
     with tempfile.TemporaryDirectory(prefix=".quantize-fused-", dir=dst.parent) as tmp:
         untied = Path(tmp) / "untied.onnx"
         save_onnx(model, untied)
         del model
-        return quantize_onnx(untied, dst, config)
+        counts = quantize_onnx(untied, dst, config)
+    quantized = onnx.load(str(dst), load_external_data=True)
+    embedding = quantize_embedding(quantized, tied, config.bits, config.block_size, config.symmetric)
+    if embedding["storage"] != "fp32":
+        save_onnx(quantized, dst)
+    return counts | {"extra": {"embedding": embedding}}
 
 
 def validate_quantized_fused(portable: Path, fused: Path, dims: dict[str, int], vocab_size: int, capacity: int,

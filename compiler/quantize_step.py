@@ -34,6 +34,8 @@ from specrt.core.errors import InvalidArgument
 from specrt.compiler.quality import HELDOUT, GraphScorer, compare_quality, quality_texts, verify_consistency
 from specrt.compiler.fused_scorer import FusedScorer
 from specrt.compiler.quantize import QUANT_TYPES, QuantizeConfig, quantize_onnx
+from specrt.compiler.onnx_io import save_onnx
+from specrt.compiler.quantize_embed import align_portable_embedding, embedding_table
 from specrt.compiler.quantize_fused import quantize_fused_onnx, validate_quantized_fused, with_accuracy_level
 from specrt.compiler.validate import validation_shapes, window_shapes
 
@@ -128,6 +130,8 @@ def quantize_model(tmp: Path, role: str, entry: ModelEntry, cfg: QuantizeConfig,
         quantize = quantize_fused_onnx if variant == "fused" else quantize_onnx
         counts = quantize(tmp / rel, tmp / out_rel, cfg)
         graphs[variant] = GraphVariant(out_rel, out_rel + ".data", **counts)
+    if "fused" in graphs:
+        align_portable_graph(tmp / graphs["portable"].onnx, tmp / graphs["fused"].onnx)
     dims = model_dims(entry)
     if "fused" in graphs:
         validation = validate_fused_variant(tmp, graphs, entry, cfg, max_seq_len, max_draft_tokens)
@@ -143,6 +147,20 @@ def quantize_model(tmp: Path, role: str, entry: ModelEntry, cfg: QuantizeConfig,
                                                        trials=CONSISTENCY_TRIALS)
     return QuantizationEntry(**cfg.to_dict(), reference_onnx=entry.onnx, graphs=graphs, quality=quality,
                              calibration_data=plan.calibration_name, verify_consistency=consistency)
+
+
+def align_portable_graph(portable: Path, fused: Path) -> None:
+    """When the quantized fused graph reads a quantized embedding (compiler/quantize_embed.py), give the quantized
+    portable graph the same table dequantized: the two compute the same function again, and the quality measured on
+    the portable graph includes the embedding's quantization."""
+    import onnx
+
+    table = embedding_table(onnx.load(str(fused), load_external_data=True))
+    if table is None:
+        return
+    model = onnx.load(str(portable), load_external_data=True)
+    align_portable_embedding(model, table)
+    save_onnx(model, portable)
 
 
 def validate_fused_variant(tmp: Path, graphs: dict[str, GraphVariant], entry: ModelEntry, cfg: QuantizeConfig,

@@ -19,6 +19,9 @@ from __future__ import annotations
 import dataclasses
 
 
+SPEC_MARGIN = 1.05
+
+
 @dataclasses.dataclass
 class CostTable:
     batch: list[float]  # batch[b - 1]: seconds of one batched decode pass of b sequences
@@ -72,7 +75,9 @@ def plan_step(acceptance: list[float], max_ks: list[int], draft_costs: list[floa
         return StepPlan([], True, 0.0)
 
     def spec(a: float, k: int, cd: float) -> tuple[float, float]:
-        return 1.0 + gain(a, k), k * cd + table.t_rows(k + 1)
+        # a drafting pass is charged SPEC_MARGIN more: speculation must beat not drafting by that much (estimates
+        # are noisy; the single-sequence loop's adaptive k asks the same 5%)
+        return 1.0 + gain(a, k), (k * cd + table.t_rows(k + 1)) * (SPEC_MARGIN if k else 1.0)
 
     batched_opts, separate_opts = [], []
     for a, kmax, cd in zip(acceptance, max_ks, draft_costs):

@@ -173,15 +173,16 @@ class Scheduler:
                 prop = _first(f, k) if f is not None else s.proposer.propose(s.tokens, s.n, k)
                 emitted += self._verify(s, k, prop)
             elif not plan.batched:
-                emitted += self._verify(s, 0, None)
+                emitted += self._verify(s, 0, None, f)
         if plan.batched:
             emitted += self._batched_token(seqs, plan, free)
         self.steps += 1
         self.step_tokens += emitted
         self.step_seconds += time.perf_counter() - t0
 
-    def _verify(self, s: Sequence, k: int, prop) -> int:
-        """One pass over the pending token and the drafts in s's own region, then the loop's acceptance rule."""
+    def _verify(self, s: Sequence, k: int, prop, free=None) -> int:
+        """One pass over the pending token and the drafts in s's own region, then the loop's acceptance rule.
+        `free`: an n-gram proposal not used this step, judged against the token picked (acceptance estimate)."""
         params = s.request.sampling
         drafts = prop.token_ids if prop is not None else np.empty(0, np.int64)
         kk = drafts.size
@@ -191,6 +192,8 @@ class Scheduler:
         s.stats.target_calls += 1
         if kk == 0:
             j, nxt = 0, pick_token(logits[-1], params, s.rng)
+            if free is not None and free.token_ids.size:
+                s.observe_acceptance(1, int(int(free.token_ids[0]) == nxt))
         elif params.greedy:
             j, nxt = greedy_accept(drafts, logits)
         else:

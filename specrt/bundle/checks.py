@@ -43,15 +43,28 @@ def check_profiles(profiles: dict, key: str, max_seq_len: int, max_draft_tokens:
                             f"{verify_max - 1} (profiles); recompile with --max-draft-tokens {max_draft_tokens}")
 
 
-def check_memory(manifest: "Manifest") -> None:
-    """The KV caches `load` preallocates must fit in available memory (no MemoryError mid-load)."""
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation: Linux's MemAvailable (what psutil reports there, without
+    importing psutil on every load), else psutil's figure."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     import psutil
 
+    return psutil.virtual_memory().available
+
+
+def check_memory(manifest: "Manifest") -> None:
+    """The KV caches `load` preallocates must fit in available memory (no MemoryError mid-load)."""
     total = 0
     for entry in manifest.models.values():
         c = entry.decoder_config
         total += 2 * c.num_layers * manifest.max_seq_len * c.num_kv_heads * c.head_dim * 4
-    available = psutil.virtual_memory().available
+    available = available_memory()
     if total > available:
         raise ManifestError(f"manifest max_seq_len {manifest.max_seq_len} needs {total / 2**30:.1f} GiB of KV cache, "
                             f"{available / 2**30:.1f} GiB are available")

@@ -104,11 +104,22 @@ def file_entries(root: Path) -> dict[str, dict[str, Any]]:
 
 def verify_files(manifest: Manifest, rels: Iterable[str]) -> None:
     """sha256 of the listed files `rels` against the manifest (read_manifest with verify_checksums=False has
-    checked every file's presence and size already). Raises ChecksumMismatch naming the first bad file."""
+    checked every file's presence and size already). A file verified before and unchanged since is not hashed
+    again (verified.py: same device, inode, size, mtime and ctime). Raises ChecksumMismatch naming the first bad
+    file."""
+    from specrt.bundle.verified import VerifiedCache, file_identity
+
+    cache = VerifiedCache(manifest.root)
     for rel in sorted(set(rels)):
-        digest = sha256_file(manifest.path(rel))
-        if digest != manifest.files[rel].sha256:
+        path, expected = manifest.path(rel), manifest.files[rel].sha256
+        if cache.known(path, expected):
+            continue
+        identity = file_identity(path)
+        digest = sha256_file(path)
+        if digest != expected:
             raise ChecksumMismatch(
-                f"bundle file {rel} has sha256 {digest[:16]}..., manifest says {manifest.files[rel].sha256[:16]}... "
+                f"bundle file {rel} has sha256 {digest[:16]}..., manifest says {expected[:16]}... "
                 "(corrupted or modified); recompile the bundle"
             )
+        cache.record(path, expected, identity)
+    cache.save()

@@ -80,7 +80,9 @@ def command_section(path: str, cmd: click.Command) -> list[str]:
 def reference(group: click.Group | None = None) -> str:
     """The whole reference: every command (sub-groups included), every option, in a fixed order."""
     if group is None:
-        from specrt.cli.main import main as group
+        from specrt.cli.main import main as group, register_all
+
+        register_all()
     lines = [BEGIN, ""]
 
     def walk(path: str, cmd: click.Command) -> None:

@@ -101,3 +101,11 @@ def test_tampered_config_via_cli_is_one_line_exit_2(bundle):
 def test_format_version_1_bundles_still_load(pair_bundle):
     m = read_manifest(pair_bundle)
     assert m.format_version == 1 and m.max_seq_len == 128
+
+
+def test_available_memory_is_what_psutil_reports():
+    import psutil
+
+    from specrt.bundle.checks import available_memory
+
+    assert abs(available_memory() - psutil.virtual_memory().available) < 512 * 2**20  # moves between the reads

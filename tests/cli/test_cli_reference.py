@@ -2,11 +2,12 @@
 
 import click
 
-from specrt.cli.main import main
+from specrt.cli.main import COMMAND_MODULES, main, register_all
 from specrt.cli.reference import PAGE, generated_part, reference
 
 
 def all_commands(group, path="specrt"):
+    register_all()
     for name, cmd in group.commands.items():
         if isinstance(cmd, click.Group):
             yield from all_commands(cmd, f"{path} {name}")
@@ -47,3 +48,11 @@ def test_a_new_option_fails_the_check():
 
     assert "`--brand-new-flag`" in reference(grp)
     assert "`--brand-new-flag`" not in PAGE.read_text()
+
+
+def test_every_command_is_found_lazily_in_its_module():
+    """`specrt CMD` imports only CMD's module (COMMAND_MODULES): the map must name every command's own module."""
+    register_all()
+    assert sorted(main.commands) == sorted(COMMAND_MODULES)
+    for name, cmd in main.commands.items():
+        assert cmd.callback.__module__.endswith(f".commands.{COMMAND_MODULES[name]}"), name
