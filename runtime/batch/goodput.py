@@ -68,11 +68,13 @@ def _dinkelbach(options: list[list[tuple[int, float, float]]], fixed_tokens: flo
     return [p[0] for p in pick], g
 
 
-def plan_step(acceptance: list[float], max_ks: list[int], draft_costs: list[float], table: CostTable) -> StepPlan:
-    """k per request (0 allowed) and the regime maximising expected tokens / expected seconds of the step."""
+def plan_step(acceptance: list[float], max_ks: list[int], draft_costs: list[float], table: CostTable,
+              batched_ok: bool = True) -> StepPlan:
+    """k per request (0 allowed) and the regime maximising expected tokens / expected seconds of the step.
+    `batched_ok` False: only the separate regime (a target whose one-token calls must run as several rows)."""
     b = len(acceptance)
     if b == 0:
-        return StepPlan([], True, 0.0)
+        return StepPlan([], batched_ok, 0.0)
 
     def spec(a: float, k: int, cd: float) -> tuple[float, float]:
         # a drafting pass is charged SPEC_MARGIN more: speculation must beat not drafting by that much (estimates
@@ -83,11 +85,12 @@ def plan_step(acceptance: list[float], max_ks: list[int], draft_costs: list[floa
     for a, kmax, cd in zip(acceptance, max_ks, draft_costs):
         batched_opts.append([(0, 0.0, 0.0)] + [(k, *spec(a, k, cd)) for k in range(1, kmax + 1)])
         separate_opts.append([(k, *spec(a, k, cd)) for k in range(0, kmax + 1)])
-    ks, g = _dinkelbach(batched_opts, float(b), table.t_batch(b))
-    best = StepPlan(ks, True, g)
     ks, g = _dinkelbach(separate_opts, 0.0, 0.0)
-    if g > best.goodput:
-        best = StepPlan(ks, False, g)
+    best = StepPlan(ks, False, g)
+    if batched_ok:
+        ks, g = _dinkelbach(batched_opts, float(b), table.t_batch(b))
+        if g >= best.goodput:
+            best = StepPlan(ks, True, g)
     return best
 
 

@@ -56,6 +56,11 @@ class Scheduler:
         self.waiting: collections.deque[Sequence] = collections.deque()
         self.prefilling: list[Sequence] = []
         self.running: list[Sequence] = []
+        # A target whose one-token calls run as min_rows rows (MatMulNBits accuracy level 4, batch-invariant
+        # default) computes a one-token row differently from the batched pass (one token per sequence: ONNX
+        # Runtime's one-token attention path differs from its several-token one by ~1e-6, which int8 activations
+        # turn into other tokens on a few % of steps). Its requests run their own passes (identical to alone).
+        self.batched_decode = getattr(gen.target, "min_rows", 1) <= 1
         self.costs = self._measure_costs()
         self.steps = 0
         self.step_tokens = 0  # tokens emitted by decode steps, and their seconds: goodput
@@ -166,7 +171,7 @@ class Scheduler:
                 for s, mk in zip(seqs, max_ks)]
         max_ks = [mk if f is None else f.token_ids.size for mk, f in zip(max_ks, free)]
         dcost = [self.costs.draft_token if s.draft is not None else 0.0 for s in seqs]
-        plan = plan_step([s.acceptance for s in seqs], max_ks, dcost, self.costs)
+        plan = plan_step([s.acceptance for s in seqs], max_ks, dcost, self.costs, self.batched_decode)
         emitted = 0
         for s, k, f in zip(seqs, plan.ks, free):
             if k > 0:

@@ -282,3 +282,18 @@ def test_speculative_sampling_in_a_batch_follows_the_target_distribution(engines
     tv = 0.5 * sum(abs(exact.get(k, 0.0) - counts.get(k, 0) / n) for k in set(exact) | set(counts))
     # 27 outcomes, 2400 draws: sampling noise of the TV estimate is about 0.045
     assert tv < 0.09, f"total variation {tv:.3f} between batched speculative samples and the exact target joint"
+
+
+def test_a_target_with_two_row_decode_calls_never_runs_the_one_row_batched_pass(engines, monkeypatch):
+    # MatMulNBits accuracy level 4 (min_rows 2): a one-token row of the batched pass would round differently from
+    # the two-row calls the request makes alone (measured on SmolLM2 int4: logits 0.6 apart); each request runs its
+    # own passes instead, so outputs stay identical to alone
+    gen, eng = engines["int4"]
+    assert gen.target.min_rows == 2 and not eng.scheduler.batched_decode
+    assert engines["fp32"][1].scheduler.batched_decode
+    calls = []
+    monkeypatch.setattr(eng.scheduler.targets, "decode_batch", lambda ids: calls.append(ids) or 1 / 0)
+    res = eng.generate_batch(PROMPTS[:4], 8, method="ngram")
+    assert calls == []
+    assert [r.token_ids for r in res] == [gen.generate(p, 8, method="ngram").token_ids for p in PROMPTS[:4]]
+    assert plan_step([0.1, 0.1], [0, 0], [0.0, 0.0], CostTable([1.0, 1.0], [1.0]), batched_ok=False).batched is False
