@@ -90,7 +90,7 @@ def test_self_draft_and_ngram_outputs_equal_plain_decoding(request, bundle_name)
         for method, k in (("draft", 4), ("draft", 8), ("ngram", 5), ("draft", "auto")):
             res = gen.generate(prompt, 120, method=method, num_speculative_tokens=k)
             assert res.token_ids == plain, (prompt, method, k)
-            if method == "draft":
+            if method == "draft" and k != "auto":  # adaptive k may switch speculation off on a loaded machine
                 assert res.stats.accepted_tokens > 0
                 rejected += res.stats.drafted_tokens - res.stats.accepted_tokens
     assert rejected > 0  # the rejection path ran: the draft is not the target
