@@ -178,8 +178,12 @@ SMOL_BATCH=artifacts/smollm2-batch
 wheel=$(smol_wheel)
 [[ -f "$SMOL_BATCH/manifest.json" ]] || "$SPECRT" compile --target "$wheel" -o "$SMOL_BATCH" --max-seq-len 512 --force
 smol_int4
+# int4 with one-row decode calls (--quant-fast-decode): the batched pass is used (see docs/batching.md)
+SMOL_INT4_FD=artifacts/smollm2-int4-fast-decode
+[[ -f "$SMOL_INT4_FD/manifest.json" ]] || "$SPECRT" compile --target "$wheel" -o "$SMOL_INT4_FD" --quantize int4 \
+  --quant-fast-decode --max-seq-len 512 --force
 parts=()
-for pair in "fp32:$SMOL_BATCH" "int4:$SMOL_INT4"; do
+for pair in "fp32:$SMOL_BATCH" "int4:$SMOL_INT4" "int4-fast-decode:$SMOL_INT4_FD"; do
   label=${pair%%:*}; bundle=${pair#*:}
   echo "== 5e/6 specrt bench $bundle --concurrency 1,2,4,8 ($label)" >&2
   # shellcheck disable=SC2046
