@@ -23,7 +23,7 @@ import numpy as np
 
 from specrt.bundle.manifest import Manifest, read_manifest, verify_files
 from specrt.core.errors import GeneratorBusy, InvalidArgument
-from specrt.core.tokenizer import IncrementalDecoder, Tokenizer
+from specrt.core.tokenizer import Tokenizer, text_pieces
 from specrt.runtime import backends
 from specrt.runtime.arguments import check_threads, prompt_ids
 from specrt.runtime.loop import decode
@@ -215,15 +215,8 @@ class Generator:
     def stream(self, prompt: str | Sequence[int], max_new_tokens: int | None = None, *,
                request: GenerationRequest | None = None, **options: Any) -> Iterator[str]:
         """Yield text pieces as tokens are accepted (incremental detokenization); options as `generate`."""
-        dec = IncrementalDecoder(self.tokenizer)
         with contextlib.closing(self._iterate("stream", prompt, max_new_tokens, request, options)) as steps:
-            for chunk, _, _ in steps:
-                piece = dec.push(chunk)
-                if piece:
-                    yield piece
-        tail = dec.flush()
-        if tail:
-            yield tail
+            yield from text_pieces(self.tokenizer, (chunk for chunk, _, _ in steps))
 
     def stream_tokens(self, prompt: str | Sequence[int], max_new_tokens: int | None = None, *,
                       request: GenerationRequest | None = None, **options: Any):

@@ -10,13 +10,14 @@ stream (or `cancel`) frees its slot within one step.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import queue
 import threading
 import time
 from typing import Any, Iterator, Sequence as Seq
 
-from specrt.core.tokenizer import IncrementalDecoder
+from specrt.core.tokenizer import IncrementalDecoder, StopText, text_pieces
 from specrt.runtime.batch.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
 from specrt.runtime.batch.sequence import Sequence
 from specrt.runtime.request import GenerationRequest
@@ -120,6 +121,13 @@ class BatchEngine:
             yield from self.gen.stream_tokens(prompt, request=req)
             return
         seq, events = self.submit(prompt, req)
+        with contextlib.closing(self.events(seq, events)) as steps:
+            for _, chunk in steps:
+                yield chunk, seq.stats
+
+    def events(self, seq: Sequence, events: queue.SimpleQueue) -> Iterator[tuple[float, list[int]]]:
+        """(time the step emitted it, new token ids) per step of a submitted request until it ends; raises the
+        error that ended it. Closing the iterator early cancels the request (its slot is free within a step)."""
         try:
             while True:
                 ev = events.get()
@@ -127,7 +135,7 @@ class BatchEngine:
                     return
                 if isinstance(ev, BaseException):
                     raise ev
-                yield ev[1], seq.stats
+                yield ev
         finally:
             seq.cancel.set()
             self._wake.set()
@@ -144,38 +152,27 @@ class BatchEngine:
         out = []
         for seq, events in subs:
             ids: list[int] = []
-            text, stop_at = "", -1
-            stops = seq.request.stop
-            while True:
-                ev = events.get()
-                if ev is END:
-                    break
-                if isinstance(ev, BaseException):
-                    raise ev
-                ids.extend(ev[1])
-                if stops and stop_at < 0:  # cut before the first stop string; the request leaves at the next step
-                    text = self.gen.tokenizer.decode(ids)
-                    hits = [i for i in (text.find(x) for x in stops) if i >= 0]
-                    if hits:
-                        stop_at = min(hits)
+            dec, stopper = IncrementalDecoder(self.gen.tokenizer), StopText(seq.request.stop)
+            text, stopped = [], False
+            for _, chunk in self.events(seq, events):
+                ids.extend(chunk)
+                if not stopped:
+                    piece, stopped = stopper.push(dec.push(chunk))
+                    text.append(piece)
+                    if stopped:  # cut before the first stop string; the request leaves at the next step
                         seq.cancel.set()
-            if stop_at >= 0:
+            if not stopped:
+                piece, stopped = stopper.push(dec.flush())
+                text.append(piece if stopped else piece + stopper.flush())
+            if stopped:
                 seq.stats.finish_reason = "stop"
-                out.append(GenerationResult(text[:stop_at], ids, seq.prompt_ids.tolist(), seq.stats, "stop"))
-                continue
-            out.append(GenerationResult(self.gen.tokenizer.decode(ids), ids, seq.prompt_ids.tolist(), seq.stats,
+            out.append(GenerationResult("".join(text), ids, seq.prompt_ids.tolist(), seq.stats,
                                         seq.stats.finish_reason))
         return out
 
     def stream(self, prompt, max_new_tokens: int | None = None, **options: Any) -> Iterator[str]:
-        dec = IncrementalDecoder(self.gen.tokenizer)
-        for ids, _ in self.stream_tokens(prompt, max_new_tokens, **options):
-            piece = dec.push(ids)
-            if piece:
-                yield piece
-        tail = dec.flush()
-        if tail:
-            yield tail
+        return text_pieces(self.gen.tokenizer, (ids for ids, _ in self.stream_tokens(prompt, max_new_tokens,
+                                                                                    **options)))
 
 
 class EngineClient:

@@ -63,18 +63,14 @@ def _sequential(gen, prompts: list[list[int]], max_new: int, method: str) -> dic
     return {"outs": outs, "wall": time.perf_counter() - t_all, "lat": lat, "ttft": ttft, "itl": itl}
 
 
-def _drain(events) -> tuple[list[int], float | None, float | None]:
+def _drain(engine, seq, events) -> tuple[list[int], float | None, float | None]:
+    """A submitted request's tokens, and when its first and last steps emitted them."""
     ids, first, last = [], None, None
-    while True:
-        ev = events.get(timeout=600)
-        if not isinstance(ev, tuple):
-            if isinstance(ev, BaseException):
-                raise ev
-            return ids, first, last
-        now, chunk = ev  # stamped when the step emitted it
+    for now, chunk in engine.events(seq, events):
         first = first or now
         last = now
         ids.extend(chunk)
+    return ids, first, last
 
 
 def _batched(engine, prompts: list[list[int]], max_new: int, method: str, clients: int | None = None
@@ -97,8 +93,8 @@ def _batched(engine, prompts: list[list[int]], max_new: int, method: str, client
                 if i is None:
                     return
                 t0 = time.perf_counter()
-                _, events = engine.submit(prompts[i], max_new_tokens=max_new, method=method, temperature=0)
-                ids, first, last = _drain(events)
+                seq, events = engine.submit(prompts[i], max_new_tokens=max_new, method=method, temperature=0)
+                ids, first, last = _drain(engine, seq, events)
                 first, last = first or t0, last or t0
                 results[i] = (ids, last - t0, first - t0, (last - first) / max(len(ids) - 1, 1))
         except BaseException as exc:  # noqa: BLE001 - reported by the caller

@@ -7,6 +7,7 @@ method), so streaming costs O(1) per token instead of re-decoding the whole text
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from specrt.core.errors import BundleError
 
@@ -54,3 +55,45 @@ class IncrementalDecoder:
         full = self.tok.decode(self.ids[self.prefix_offset:], self.skip)
         self.prefix_offset = self.read_offset = len(self.ids)
         return full[len(prefix):]
+
+
+class StopText:
+    """Cut the text before the first stop string; hold back a tail that may still become one."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = [s for s in stops if s]
+        self.pending = ""
+
+    def push(self, piece: str) -> tuple[str, bool]:
+        """-> (text safe to emit now, whether a stop string was found)."""
+        if not self.stops:
+            return piece, False
+        buf = self.pending + piece
+        hits = [i for i in (buf.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            self.pending = ""
+            return buf[:min(hits)], True
+        hold = 0
+        for s in self.stops:  # longest suffix of buf that is a proper prefix of a stop string
+            for n in range(min(len(s) - 1, len(buf)), hold, -1):
+                if buf.endswith(s[:n]):
+                    hold = n
+                    break
+        self.pending = buf[len(buf) - hold:] if hold else ""
+        return buf[:len(buf) - hold], False
+
+    def flush(self) -> str:
+        out, self.pending = self.pending, ""
+        return out
+
+
+def text_pieces(tokenizer: Tokenizer, chunks):
+    """Text pieces of a stream of token-id chunks (incremental detokenization, the tail flushed at the end)."""
+    dec = IncrementalDecoder(tokenizer)
+    for chunk in chunks:
+        piece = dec.push(chunk)
+        if piece:
+            yield piece
+    tail = dec.flush()
+    if tail:
+        yield tail

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from specrt.core.tokenizer import IncrementalDecoder
+from specrt.core.tokenizer import IncrementalDecoder, StopText
 from specrt.runtime.request import GenerationRequest
 
 
@@ -43,36 +43,6 @@ class Done:
     completion_tokens: int = 0
     stats: Any = None  # GenerationStats (None when nothing ran)
     error: Optional[BaseException] = None
-
-
-class StopText:
-    """Cut the text before the first stop string; hold back a tail that may still become one."""
-
-    def __init__(self, stops: Sequence[str]) -> None:
-        self.stops = [s for s in stops if s]
-        self.pending = ""
-
-    def push(self, piece: str) -> tuple[str, bool]:
-        """-> (text safe to emit now, whether a stop string was found)."""
-        if not self.stops:
-            return piece, False
-        buf = self.pending + piece
-        hits = [i for i in (buf.find(s) for s in self.stops) if i >= 0]
-        if hits:
-            self.pending = ""
-            return buf[:min(hits)], True
-        hold = 0
-        for s in self.stops:  # longest suffix of buf that is a proper prefix of a stop string
-            for n in range(min(len(s) - 1, len(buf)), hold, -1):
-                if buf.endswith(s[:n]):
-                    hold = n
-                    break
-        self.pending = buf[len(buf) - hold:] if hold else ""
-        return buf[:len(buf) - hold], False
-
-    def flush(self) -> str:
-        out, self.pending = self.pending, ""
-        return out
 
 
 def run_job(gen: Any, job: Job, cancel: threading.Event, emit: Callable[[Any], None]) -> None:
