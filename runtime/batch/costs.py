@@ -9,6 +9,7 @@ runtime or machine measures again. SPECRT_REMEASURE=1 ignores the cache (e.g. af
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -90,12 +91,9 @@ def cost_table(gen, pool, max_batch: int) -> CostTable:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(dataclasses_dict(table)))
+            tmp.write_text(json.dumps(dataclasses.asdict(table)))
             os.replace(tmp, path)
         except OSError:
             pass
     return table
 
-
-def dataclasses_dict(table: CostTable) -> dict:
-    return {"batch": table.batch, "rows": table.rows, "draft_token": table.draft_token}

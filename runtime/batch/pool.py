@@ -25,6 +25,11 @@ from specrt.runtime.backends.ort.runner import binding_runner, one_line
 from specrt.runtime.kv_cache import KVCache
 
 
+def kv_bytes(config, capacity: int) -> int:
+    """Bytes of one sequence's fp32 KV cache (keys and values, every layer) of `capacity` positions."""
+    return 2 * config.num_layers * config.num_kv_heads * capacity * config.head_dim * 4
+
+
 def graph_has_batch_dim(session) -> bool:
     """True when the graph's input_ids batch dimension is symbolic (a batch-capable fused graph)."""
     shape = next(i.shape for i in session.get_inputs() if i.name == graph_io.INPUT_IDS)
@@ -75,7 +80,7 @@ class RegionPool:
                             (c.num_kv_heads, c.head_dim))
 
     def kv_bytes_per_slot(self) -> int:
-        return 2 * self.config.num_layers * self.config.num_kv_heads * self.capacity * self.config.head_dim * 4
+        return kv_bytes(self.config, self.capacity)
 
     # ------------------------------------------------------------------------------------- slots
     def acquire(self) -> OrtFusedRunner:

@@ -216,7 +216,7 @@ class Scheduler:
     def _batched_token(self, seqs: list[Sequence], plan: StepPlan, free: list) -> int:
         """One batched one-token pass over every decoding request; each unfinished one gets one more token."""
         pending = np.array([s.tokens[s.n - 1] for s in seqs], np.int64)
-        rows = self.targets.decode_batch(pending).copy()  # [B, V]
+        rows = self.targets.decode_batch(pending)  # [B, V], a view valid until the next batched pass
         emitted = 0
         for s, row, k, f in zip(seqs, rows, plan.ks, free):
             if s.finished:  # ended by its own pass this step: its row is discarded (its region is released)

@@ -51,12 +51,10 @@ def auto_max_batch(gen: Any) -> int:
 
 def kv_bytes_per_slot(gen: Any) -> int:
     """Preallocated KV bytes of one slot (target, and the draft when it is batched too)."""
-    total = 0
-    for runner in (gen.target, gen.draft):
-        c = getattr(runner, "config", None)
-        if c is not None and hasattr(runner, "capacity"):
-            total += 2 * c.num_layers * c.num_kv_heads * runner.capacity * c.head_dim * 4
-    return total
+    from specrt.runtime.batch.pool import kv_bytes
+
+    return sum(kv_bytes(r.config, r.capacity) for r in (gen.target, gen.draft)
+               if getattr(r, "config", None) is not None and hasattr(r, "capacity"))
 
 
 def batched_generators(bundle: Union[str, Path, Any], max_batch: Union[int, str], backend: str = "auto",

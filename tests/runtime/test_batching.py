@@ -14,6 +14,18 @@ PROMPTS = ["hello world", "def f(x): return x + 1\ndef g(x): return", "a b a b a
 LENGTHS = [12, 20, 7, 16, 9, 24, 5, 14]
 
 
+def _tokens(events) -> list[int]:
+    """Every token a submitted request emits, until it ends (its error raised)."""
+    ids = []
+    while True:
+        ev = events.get(timeout=120)
+        if isinstance(ev, BaseException):
+            raise ev
+        if not isinstance(ev, tuple):
+            return ids
+        ids.extend(ev[1])
+
+
 @pytest.fixture(scope="module")
 def int4_bundle(workdir, llama_target, llama_draft):
     from specrt.compiler import CompileSpec, QuantizeSpec, compile_bundle
@@ -68,12 +80,7 @@ def test_greedy_output_equals_alone_at_every_batch_size(engines, precision, meth
     for b in (1, 2, 4, 8):
         subs = [eng.submit(p, max_new_tokens=n, method=method) for p, n in zip(PROMPTS[:b], LENGTHS[:b])]
         for i, (seq, events) in enumerate(subs):
-            got = []
-            while True:
-                ev = events.get(timeout=120)
-                if not isinstance(ev, tuple):
-                    break
-                got.extend(ev[1])
+            got = _tokens(events)
             assert got == alone[i], (precision, method, b, i)
     assert eng.scheduler.targets.used == 0
 
@@ -129,12 +136,7 @@ def test_request_finished_by_its_prefill_token_gets_no_decode_step(engines):
     assert got == [a[:1] for a in alone]
     subs = [eng.submit(p, max_new_tokens=n, method="none") for p, n in zip(PROMPTS, lengths)]
     for i, (seq, events) in enumerate(subs):
-        ids = []
-        while True:
-            ev = events.get(timeout=120)
-            if not isinstance(ev, tuple):
-                break
-            ids.extend(ev[1])
+        ids = _tokens(events)
         assert ids == alone[i], (i, lengths[i])
         assert seq.stats.new_tokens == len(alone[i])
     # EOS as the first token: make the prompt's own greedy first token an end token for this generator
@@ -182,12 +184,7 @@ def test_speculating_requests_in_a_batch_keep_their_greedy_output(engines, rows)
         subs = [eng.submit(p, max_new_tokens=n, method="ngram") for p, n in zip(prompts, lengths)]
         got = []
         for seq, events in subs:
-            ids = []
-            while True:
-                ev = events.get(timeout=120)
-                if not isinstance(ev, tuple):
-                    break
-                ids.extend(ev[1])
+            ids = _tokens(events)
             got.append((ids, seq.stats))
     finally:
         eng.scheduler.costs = saved
@@ -267,12 +264,7 @@ def test_speculative_sampling_in_a_batch_follows_the_target_distribution(engines
             subs = [eng.submit(prompt, max_new_tokens=3, method=method, temperature=1.5, top_k=3,
                                num_speculative_tokens=2, seed=int(rng.integers(1 << 30))) for _ in range(8)]
             for seq, events in subs:
-                ids = []
-                while True:
-                    ev = events.get(timeout=120)
-                    if not isinstance(ev, tuple):
-                        break
-                    ids.extend(ev[1])
+                ids = _tokens(events)
                 counts[tuple(ids)] = counts.get(tuple(ids), 0) + 1
                 drafted += seq.stats.drafted_tokens
     finally:
