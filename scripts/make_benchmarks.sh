@@ -223,7 +223,7 @@ echo "== 5g/6 cold start: $SMOL_INT4 beside onnxruntime-genai int4" >&2
 # smollm2-int4 builds it)
 GENAI_INT4=$(ls -d "${SPECRT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specrt}"/bench-peers/ort-genai/*/int4-* 2>/dev/null | head -1 || true)
 [[ -n "$GENAI_INT4" ]] || { echo "cold-start needs onnxruntime-genai's int4 build: run SECTIONS=batching first" >&2; exit 2; }
-"$PYTHON" scripts/cold_start.py --bundle "$SMOL_INT4" --genai-dir "$GENAI_INT4" --json "$OUT/cold_start.json" --markdown "$OUT/sections/cold_start.md"
+"$PYTHON" scripts/cold_start.py --bundle "$SMOL_INT4" --genai-dir "$GENAI_INT4" --rounds 9 --json "$OUT/cold_start.json" --markdown "$OUT/sections/cold_start.md"
 fi
 
 echo "== 6/6 $BENCHMARKS" >&2
