@@ -66,6 +66,14 @@ def _cached(real):
     return onnx_from_decoder
 
 
+def onnx_from_decoder(decoder, path):
+    """The cached export for a test that exports a decoder itself (compiler.export.onnx_from_decoder's
+    signature): a decoder identical to one exported before in this session gets a copy of that graph."""
+    from specrt.compiler import export
+
+    return _cached(export.onnx_from_decoder)(decoder, path)
+
+
 def install() -> None:
     """Wrap the pipeline's export once it is imported (called before every test: importing it loads torch)."""
     import sys
