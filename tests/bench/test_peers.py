@@ -69,6 +69,7 @@ def bench(*args, env=None):
     return CliRunner().invoke(main, ["bench", *map(str, args)], env=env)
 
 
+@pytest.mark.slow  # two runs of onnxruntime-genai's builder (subprocesses importing torch): ~17 s
 @needs_genai
 def test_ort_genai_on_the_pair(pair_bundle, llama_target, llama_draft, tmp_path):
     js, md = tmp_path / "og.json", tmp_path / "og.md"
@@ -117,6 +118,7 @@ def gguf_bundle(tmp_path_factory, llama_target):
     return gguf, compile_bundle(CompileSpec(gguf, d / "bundle", max_seq_len=128, max_draft_tokens=4))
 
 
+@pytest.mark.slow  # a GGUF compile, llama.cpp's warm-up and timed runs: ~25 s
 @needs_llama
 def test_llama_cpp_on_the_gguf_the_bundle_came_from(gguf_bundle, tmp_path):
     gguf, bundle = gguf_bundle
@@ -134,6 +136,7 @@ def test_llama_cpp_on_the_gguf_the_bundle_came_from(gguf_bundle, tmp_path):
     assert peer["ratios"]["plain"]["ratio"] > 0
 
 
+@pytest.mark.slow  # the GGUF compile above (8 s) when run alone
 @needs_llama
 def test_llama_cpp_refuses_another_gguf(gguf_bundle, tmp_path, llama_target):
     _, bundle = gguf_bundle
