@@ -116,6 +116,9 @@ def _exact_constrained_joint(generator, prompt_ids, spec, params, steps):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method, k", [("draft", 2), ("hybrid", 2), ("draft", 0)])
+# 2000 samples each: on the fused graph only (masks and acceptance are the loop's, the same code on either
+# graph; test_loop.py / test_hybrid.py check sampling on both graphs)
+@pytest.mark.parametrize("pair_generator", ["ort"], indirect=True)
 def test_constrained_sampling_is_lossless(pair_generator, method, k):
     """Speculative sampling under a constraint emits the masked target's exact joint distribution: with an
     unrelated draft most sampled drafts are refused (kept, to be rejected); at k = 0 the forced "#" is the

@@ -27,6 +27,7 @@ def test_same_seed_same_text_five_times_with_auto(generators, method):
 
 
 @pytest.mark.slow  # two real processes
+@pytest.mark.parametrize("pair_generator", ["ort"], indirect=True)  # the processes run --backend ort
 def test_same_seed_same_text_across_processes(pair_bundle, pair_generator):
     args = [sys.executable, "-m", "specrt", "generate", str(pair_bundle), "--prompt", PROMPT, "--max-new-tokens",
             "30", "--temperature", "1", "--seed", "3", "--backend", "ort"]

@@ -31,6 +31,7 @@ print("ok")
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["none", "draft", "ngram", "hybrid"])
+@pytest.mark.parametrize("pair_generator", ["ort"], indirect=True)  # the processes run --backend ort
 def test_generate_without_torch_equals_generate_with_it(pair_bundle, pair_generator, method):
     prompt = "def main(args):\n    "
     proc = run_blocked(NO_TORCH, cli("generate", pair_bundle, "--prompt", prompt, "--max-new-tokens", "16",
