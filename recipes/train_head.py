@@ -21,7 +21,8 @@ import torch
 from specrt.core.errors import InvalidArgument
 from specrt.models.checkpoint import open_checkpoint
 from specrt.models.draft_head import DraftHead, save_head
-from specrt.recipes.head_data import build_dataset, chat_encoder, read_prompts
+from specrt.recipes.head_data import (answers_from_bundle, build_dataset, chat_encoder, dataset_from_answers,
+                                       read_prompts)
 from specrt.recipes.head_train import acceptance_per_position, choose_vocab, train_head
 
 HELDOUT_EVERY = 10  # prompt i is held out when i % 10 == 9
@@ -62,8 +63,10 @@ def train_head_for_target(target: str | Path, out: str | Path, *, prompts: str |
                           draft_vocab: int = 8192, answer_tokens: int = 128, samples: int = 1,
                           steps: int | None = None, max_minutes: float | None = 30.0, batch_size: int = 8,
                           max_rows: int = 256, lr: float = 1e-3, seed: int = 0, run_dir: str | Path | None = None,
-                          force: bool = False, progress: bool = True) -> dict:
-    """Train a head for `target` into `out` (see the module docstring); returns the metrics (also metrics.json)."""
+                          force: bool = False, progress: bool = True,
+                          answers_bundle: str | Path | None = None) -> dict:
+    """Train a head for `target` into `out` (see the module docstring); returns the metrics (also metrics.json).
+    `answers_bundle`: a bundle compiled from the same target makes the answers (batched, on ONNX Runtime)."""
     started = time.time()
     target, out = Path(target), Path(out)
     check_output(out, force)
@@ -85,13 +88,21 @@ def train_head_for_target(target: str | Path, out: str | Path, *, prompts: str |
             _say(True, f"[train-head] target answers {done}/{total} ({time.time() - started:.0f}s)")
 
     gen_budget = max_minutes * 60 * GENERATION_SHARE if max_minutes else None
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one-token steps: a thread pool costs more than it gives (measured above)
-    try:
-        seqs = build_dataset(decoder, chat_encoder(tdir), texts, run, max_new=answer_tokens, samples=samples,
-                             eos=eos, seed=seed, progress=tick, max_seconds=gen_budget)
-    finally:
-        torch.set_num_threads(threads)
+    if answers_bundle is not None:
+        answers = answers_from_bundle(Path(answers_bundle), ck.config, chat_encoder(tdir), texts, run,
+                                      max_new=answer_tokens, samples=samples, seed=seed,
+                                      progress=lambda d, t: _say(progress, f"[train-head] target answers: prompts "
+                                                                           f"{d}/{t} ({time.time() - started:.0f}s)"),
+                                      max_seconds=gen_budget)
+        seqs = dataset_from_answers(decoder, answers, run)
+    else:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # one-token steps: a thread pool costs more than it gives (measured above)
+        try:
+            seqs = build_dataset(decoder, chat_encoder(tdir), texts, run, max_new=answer_tokens, samples=samples,
+                                 eos=eos, seed=seed, progress=tick, max_seconds=gen_budget)
+        finally:
+            torch.set_num_threads(threads)
     held = heldout_prompts(len(texts))
     heldout = [s for s in seqs if s["prompt"] in held]
     train = [s for s in seqs if s["prompt"] not in held]
@@ -115,7 +126,8 @@ def train_head_for_target(target: str | Path, out: str | Path, *, prompts: str |
                "train": {k: v for k, v in stats.items() if k != "loss_curve"},
                "wall_s": round(time.time() - started, 1),
                "settings": {"answer_tokens": answer_tokens, "samples": samples, "batch_size": batch_size,
-                            "max_rows": max_rows, "lr": lr, "seed": seed, "prompts": str(prompts or "builtin")}}
+                            "max_rows": max_rows, "lr": lr, "seed": seed, "prompts": str(prompts or "builtin"),
+                            "answers": str(answers_bundle) if answers_bundle else "pytorch decoder"}}
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     save_head(head, tmp, extra={"training": {"heldout_acceptance": acc, "draft_vocab_size": int(vocab.numel())}})

@@ -377,9 +377,12 @@ class Generator:
                 stats.elapsed_s = time.perf_counter() - started
                 # why speculation is off, built when it turns off (not every step), cleared when it turns back
                 # on: a caller that reads the stats mid-stream or stops early sees the current state
+                # (a k = 0 step the policy does not call "off", e.g. its first, plain, measuring step: no note)
                 if explains and (stats.num_speculative_tokens == 0) != noted_off:
-                    noted_off = not noted_off
-                    stats.speculation_note = policy.off_reason() if noted_off else ""
+                    note = "" if noted_off else policy.off_reason()
+                    if noted_off or note:
+                        noted_off = not noted_off
+                        stats.speculation_note = note
                 self._suspended_at = time.monotonic()
                 yield chunk, prompt_ids.tolist(), stats
                 self._suspended_at = None

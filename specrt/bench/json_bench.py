@@ -54,22 +54,36 @@ def prompt_ids(gen: Any, case: JsonCase, short: bool = False) -> list[int]:
     return list(chat_prompt_ids(gen, message, SYSTEM, ChatFormatter.from_manifest(gen.manifest)))
 
 
+NUMBER_LIMIT = 1e15  # |value| below it: at most 16 integer digits
+FRACTION_STEP = 1e-6  # multipleOf: at most 6 decimals
+
+
 def bounded(schema: Any) -> Any:
     """The schema with the limits OpenAI's strict mode asks for, where it has none: objects get
-    additionalProperties false, strings maxLength 48 (unless enum / pattern / format / const), arrays maxItems 4.
-    A bounded schema accepts a subset of the original's documents; outputs are validated against the original.
-    (A 135M model otherwise runs on in an unbounded string or adds keys until max_new_tokens.)"""
+    additionalProperties false, strings maxLength 48 (unless enum / pattern / format / const), arrays maxItems 4,
+    numbers a magnitude below 1e15 and (type number) at most 6 decimals (multipleOf 1e-6; llguidance turns both
+    into a finite digit pattern). A bounded schema accepts a subset of the original's documents; outputs are
+    validated against the original. (A 135M model otherwise runs on in an unbounded string, adds keys, or repeats
+    a digit until max_new_tokens: `1.1111...` for a latitude, int4 SmolLM2.)"""
     if isinstance(schema, list):
         return [bounded(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
     out = {k: bounded(v) for k, v in schema.items()}
-    if out.get("type") == "object" and "additionalProperties" not in out:
+    kind = out.get("type")
+    if kind == "object" and "additionalProperties" not in out:
         out["additionalProperties"] = False
-    if out.get("type") == "string" and not {"maxLength", "enum", "pattern", "format", "const"} & set(out):
+    if kind == "string" and not {"maxLength", "enum", "pattern", "format", "const"} & set(out):
         out["maxLength"] = 48
-    if out.get("type") == "array" and "maxItems" not in out:
+    if kind == "array" and "maxItems" not in out:
         out["maxItems"] = 4
+    if kind in ("number", "integer") and not {"enum", "const"} & set(out):
+        if not {"minimum", "exclusiveMinimum"} & set(out):
+            out["minimum"] = -NUMBER_LIMIT
+        if not {"maximum", "exclusiveMaximum"} & set(out):
+            out["maximum"] = NUMBER_LIMIT
+        if kind == "number" and "multipleOf" not in out:
+            out["multipleOf"] = FRACTION_STEP
     return out
 
 
@@ -154,7 +168,8 @@ def json_markdown(result: dict, title: str, command: str | None, machine: str) -
               f"{', '.join(result['origins'])}), greedy, max_new_tokens {result['max_new_tokens']}, k "
               f"{result['k']}, {result['repeats']} repeats, configurations interleaved per prompt. The constraint is "
               "the schema bounded as OpenAI's strict mode asks (`json_bench.bounded`: additionalProperties false, "
-              "maxLength / maxItems where absent); outputs are validated against the original schema. "
+              "maxLength / maxItems, numbers below 1e15 in magnitude with at most 6 decimals, where absent); outputs "
+              "are validated against the original schema. "
               f"{machine}", "",
               "| configuration | decode tok/s (median) | vs plain | vs constrained plain | valid JSON | stopped | "
               "identical to constrained plain | tokens per pass | forced accepted / drafted | acceptance |",

@@ -52,3 +52,30 @@ def test_cli_suite_json_refusals(pair_bundle):
     assert proc.returncode == 2 and "not available" in proc.stderr
     proc = run_cli("bench", pair_bundle, "--suite", "json,code", "--quiet")
     assert proc.returncode == 2 and "runs alone" in proc.stderr
+
+
+def test_bounded_schemas_end_runaway_values_and_keep_the_extracted_ones(pair_generator):
+    """`bounded` (what the suite constrains with) refuses a digit run (int4 SmolLM2 wrote `1.1111...` for a
+    latitude until max_new_tokens) and an endless string, yet accepts every case's example, which still
+    validates against the original schema."""
+    from specrt.bench.json_bench import bounded
+
+    def accepted(schema, text):
+        constraint = pair_generator.compile_constraint(ConstraintSpec.json_schema(schema))
+        ids = pair_generator.tokenizer.encode(text, add_special_tokens=False)
+        return constraint.valid_prefix(ids) == len(ids)
+
+    geo = next(c for c in CASES if c.name == "geo_location")
+    runaway = '{"latitude":1.' + "1" * 40
+    assert accepted(geo.schema, runaway)  # the published schema allows it: nothing ends the loop
+    assert not accepted(bounded(geo.schema), runaway)
+    assert accepted(bounded(geo.schema), '{"latitude":45.8326,"longitude":6.8652}')
+    huge = '{"deviceType":"phone","screenSize":1,"batteryCapacityMah":' + "3" * 20
+    device = next(c for c in CASES if c.name == "device")
+    assert accepted(device.schema, huge) and not accepted(bounded(device.schema), huge)
+    assert bounded({"type": "integer", "minimum": 0, "enum": [1, 2]}) == {"type": "integer", "minimum": 0,
+                                                                         "enum": [1, 2]}
+    for case in CASES:
+        example = json.dumps(case.example, separators=(",", ":"))
+        assert accepted(bounded(case.schema), example), case.name
+        jsonschema.validate(case.example, case.schema)

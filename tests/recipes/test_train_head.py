@@ -85,6 +85,9 @@ def test_cli_train_head_bad_input_is_one_line(tmp_path, llama_target):
     assert res.exit_code == 2 and "missing.txt" in res.output
     res = runner.invoke(main, ["train-head", "--target", str(tmp_path / "nothing"), "-o", str(tmp_path / "h")])
     assert res.exit_code == 2 and "Traceback" not in res.output
+    res = runner.invoke(main, ["train-head", "--target", str(llama_target), "-o", str(tmp_path / "h"),
+                               "--answers-bundle", str(tmp_path)])
+    assert res.exit_code == 2 and "is not a bundle" in res.output and not (tmp_path / "h").exists()
 
 
 def test_compile_refuses_a_bad_head_dir(tmp_path, llama_target):
@@ -170,3 +173,38 @@ def test_training_rows_and_acceptance_are_aligned(tmp_path, tokenizer_path):
     with torch.no_grad():
         _, hidden = row_losses(head, *batch)
     assert torch.allclose(hidden, batch[3], atol=1e-3)  # the head's output feature = the target's next feature
+
+
+def test_answers_from_a_bundle_equal_the_reference_path(tmp_path, llama_target, target_only_bundle, llama_draft):
+    """`--answers-bundle`: the compiled target writes the answers (batched), the PyTorch decoder computes features
+    in one teacher-forced pass: greedy answers and features equal the incremental reference path's; a bundle of
+    another model is refused."""
+    import torch
+
+    from specrt.core.errors import InvalidArgument
+    from specrt.models.checkpoint import open_checkpoint
+    from specrt.recipes.head_data import (answers_from_bundle, chat_encoder, dataset_from_answers,
+                                          generate_features)
+
+    ck = open_checkpoint(llama_target)
+    decoder = ck.load_decoder(torch.float32).eval()
+    encode = chat_encoder(llama_target)
+    prompts = [f"def f{i}(x):" for i in range(5)]
+    eos = set(ck.config.eos_token_ids)
+    answers = answers_from_bundle(target_only_bundle, ck.config, encode, prompts, tmp_path, max_new=12, samples=1,
+                                  max_batch=3)
+    assert [a["prompt"] for a in answers if a["greedy"]] == list(range(5)) and len(answers) == 10
+    data = dataset_from_answers(decoder, answers, tmp_path)
+    for a, seq in zip(answers, data):
+        if not a["greedy"]:
+            assert a["ids"][:a["prompt_len"]] == encode(prompts[a["prompt"]])
+            continue
+        ref = generate_features(decoder, encode(prompts[a["prompt"]]), 12, eos, 0.0, torch.Generator())
+        assert seq["ids"].tolist() == ref["ids"].tolist()
+        torch.testing.assert_close(seq["features"].float(), ref["features"].float(), atol=2e-2, rtol=1e-2)
+        assert (seq["top_ids"][:, 0] == ref["top_ids"][:, 0]).all()
+    again = answers_from_bundle(target_only_bundle, ck.config, encode, prompts, tmp_path, max_new=12, samples=1)
+    assert again == answers  # cached in the run directory
+    other = open_checkpoint(llama_draft).config  # one layer: not the bundle's target
+    with pytest.raises(InvalidArgument, match="not compiled from this target"):
+        answers_from_bundle(target_only_bundle, other, encode, prompts, tmp_path / "o", max_new=4, samples=0)
