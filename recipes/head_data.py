@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 
 from specrt.models.base import Decoder, empty_past
@@ -134,7 +135,7 @@ def answers_from_bundle(bundle: Path, config, encode: Callable[[str], list[int]]
                         max_seconds: float | None = None) -> list[dict]:
     """Greedy + `samples` sampled answers (temperature 0.8) to every prompt, made by the compiled bundle with
     continuous batching; cached in `run_dir`/answers.json (resumed by prompt). Returns [{prompt, greedy, ids,
-    prompt_len}] in prompt order. Refuses a bundle compiled from another model (`config` is the checkpoint's)."""
+    prompt_len}] in prompt order (made in a fixed shuffled one). Refuses a bundle compiled from another model (`config` is the checkpoint's)."""
     import json
 
     from specrt.core.errors import InvalidArgument
@@ -142,9 +143,12 @@ def answers_from_bundle(bundle: Path, config, encode: Callable[[str], list[int]]
 
     path = Path(run_dir) / "answers.json"
     done: list[dict] = json.loads(path.read_text()) if path.exists() else []
-    todo = [p for p in range(len(prompts)) if p not in {a["prompt"] for a in done}]
+    # in a fixed shuffled order: a run cut short by its time budget still covers every kind of prompt
+    answered = {a["prompt"] for a in done}
+    order = np.random.default_rng(seed).permutation(len(prompts)).tolist()
+    todo = [p for p in order if p not in answered]
     if not todo:
-        return done
+        return _in_prompt_order(done)
     gen = load(bundle, warmup=False)
     got = gen.manifest.models["target"].decoder_config
     want = {"vocab_size": config.vocab_size, "hidden_size": config.hidden_size, "num_layers": config.num_layers}
@@ -172,7 +176,11 @@ def answers_from_bundle(bundle: Path, config, encode: Callable[[str], list[int]]
                 progress(len({a["prompt"] for a in done}), len(prompts))
     finally:
         engine.close()
-    return done
+    return _in_prompt_order(done)
+
+
+def _in_prompt_order(answers: list[dict]) -> list[dict]:
+    return sorted(answers, key=lambda a: (a["prompt"], not a["greedy"]))  # stable: samples keep their order
 
 
 def dataset_from_answers(decoder: Decoder, answers: list[dict], run_dir: Path) -> list[dict]:
