@@ -241,7 +241,7 @@ cat "$OUT/head_heldout.jsonl" "$OUT/head_fresh.jsonl" > "$OUT/head_prompts.jsonl
 "$SPECRT" bench "$HEAD_BUNDLE" --prompts "$OUT/head_prompts.jsonl" --methods head,hybrid-head --k 1,auto \
   --max-new-tokens 96 --repeats 1 --quiet --title "Draft head: SmolLM2-135M-Instruct int4 + a head trained on a CPU" \
   --json "$OUT/draft_head.json" --markdown "$OUT/sections/draft_head.md.tmp"
-{ cat "$OUT/sections/draft_head.md.tmp"; echo; echo "The head: \`$(cat "$HEAD_DIR/metrics.json" | tr -d '\n ' | cut -c1-400)\`"; } \
+{ cat "$OUT/sections/draft_head.md.tmp"; echo; echo "The head (its metrics.json): \`$("$PYTHON" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$HEAD_DIR/metrics.json")\`"; } \
   > "$OUT/sections/draft_head.md" && rm -f "$OUT/sections/draft_head.md.tmp"
 fi
 
