@@ -68,8 +68,9 @@ def run_ptq(bundle: Path, dst: Path, options: dict) -> tuple[Path, dict]:
 def quantized(request, demo_bundle, tmp_path_factory):
     precision = request.param
     options = {"engines": "trt", "precision": precision}
-    if precision == "int4":  # round-to-nearest: the same Q/DQ graph and facts as the default awq_clip without its
-        options["ptq_method"] = "rtn_dq"  # ~45 s calibration search (awq_clip's name and default: option tests)
+    # The cheapest method of each precision: the same Q/DQ graph and facts as the defaults (entropy for int8, awq_clip
+    # for int4; their names and defaults: the option tests) without ~25 s histogram and ~45 s search calibrations
+    options["ptq_method"] = {"int8": "max", "fp8": "max", "int4": "rtn_dq"}[precision]
     root, results = run_ptq(demo_bundle, tmp_path_factory.mktemp("q") / precision, options)
     return precision, root, results["target"]
 
