@@ -139,6 +139,7 @@ def answers_from_bundle(bundle: Path, config, encode: Callable[[str], list[int]]
     import json
 
     from specrt.core.errors import InvalidArgument
+    from specrt.models.draft_head import target_fingerprint
     from specrt.runtime.generator import load
 
     path = Path(run_dir) / "answers.json"
@@ -150,12 +151,12 @@ def answers_from_bundle(bundle: Path, config, encode: Callable[[str], list[int]]
     if not todo:
         return _in_prompt_order(done)
     gen = load(bundle, warmup=False)
-    got = gen.manifest.models["target"].decoder_config
-    want = {"vocab_size": config.vocab_size, "hidden_size": config.hidden_size, "num_layers": config.num_layers}
-    have = {k: getattr(got, k) for k in want}
+    have, want = target_fingerprint(gen.manifest.models["target"].decoder_config), target_fingerprint(config)
     if have != want:
         raise InvalidArgument(f"--answers-bundle {bundle} was not compiled from this target (its target: {have}; "
                               f"the checkpoint: {want})")
+    runs = [dict(temperature=0.0)] + [dict(temperature=SAMPLE_TEMPERATURE, seed=seed * 1_000_003 + j)
+                                      for j in range(1, samples + 1)]
     engine = gen.engine(max_batch=max_batch)
     started = time.time()
     try:
@@ -164,16 +165,15 @@ def answers_from_bundle(bundle: Path, config, encode: Callable[[str], list[int]]
                 break  # the generation budget is spent: train on what there is
             chunk = todo[start:start + max_batch]
             ids = [encode(prompts[p]) for p in chunk]
-            runs = [dict(temperature=0.0)] + [dict(temperature=SAMPLE_TEMPERATURE, seed=seed * 1_000_003 + j)
-                                              for j in range(1, samples + 1)]
             for j, options in enumerate(runs):
                 results = engine.generate_batch(ids, max_new, method="none", **options)
                 for p, prompt_ids, r in zip(chunk, ids, results):
                     done.append({"prompt": p, "greedy": j == 0, "ids": list(prompt_ids) + list(r.token_ids),
                                  "prompt_len": len(prompt_ids)})
             path.write_text(json.dumps(done))
+            answered.update(chunk)
             if progress is not None:
-                progress(len({a["prompt"] for a in done}), len(prompts))
+                progress(len(answered), len(prompts))
     finally:
         engine.close()
     return _in_prompt_order(done)

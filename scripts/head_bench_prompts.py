@@ -31,10 +31,13 @@ def main(target_dir: Path, out: Path, prompts: Path | None, every: bool = False,
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--all"]
-    name = None
-    if "--suite" in args:
-        i = args.index("--suite")
-        name = args[i + 1]
-        del args[i:i + 2]
-    main(Path(args[0]), Path(args[1]), Path(args[2]) if len(args) > 2 else None, "--all" in sys.argv, name)
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("target_dir", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("prompts", type=Path, nargs="?")
+    ap.add_argument("--all", action="store_true", help="every prompt of PROMPTS, not the held-out ones")
+    ap.add_argument("--suite", help="suite name (default open-chat, or fresh-chat with --all)")
+    a = ap.parse_args()
+    main(a.target_dir, a.out, a.prompts, a.all, a.suite)
