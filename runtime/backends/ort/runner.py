@@ -87,6 +87,9 @@ def cpu_session(ort, onnx_path: Path, threads: int | None, alternating: bool = F
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Pre-pack constant weights (MatMulNBits' int4 blocks, fp32 GEMM panels) on the intra-op pool instead of one
+    # thread: the same packed bytes, ~0.1 s less session creation for SmolLM2 int4 on 2 cores (cold start).
+    opts.add_session_config_entry("session.prepack.enable_parallel", "1")
     if os.environ.get("SPECRT_ORT_SPIN", "1") == "0":
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     elif alternating:
