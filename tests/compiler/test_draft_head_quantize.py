@@ -1,0 +1,101 @@
+"""A draft head in a quantized bundle: quantized like the target (MatMulNBits, GatherBlockQuantized embedding),
+validated against the fp32 head at compile, loaded by the runtime; greedy output still equals plain decoding.
+
+The head (fc = [I | I], the target's own last layer, norm and full LM head) is untrained:
+what is checked is the graph, the manifest and the losslessness, not the acceptance.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+
+def _save_head(target, out):
+    from specrt.models.checkpoint import open_checkpoint
+    from specrt.models.draft_head import DraftHead, save_head
+
+    decoder = open_checkpoint(target).load_decoder(torch.float32)
+    save_head(DraftHead(decoder, torch.arange(decoder.config.vocab_size)), out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def int4_head_bundle(workdir, llama_target):
+    from specrt.compiler import CompileSpec, QuantizeSpec, compile_bundle
+
+    base = workdir / "int4_head"
+    head = _save_head(llama_target, base / "head")
+    return compile_bundle(CompileSpec(llama_target, base / "bundle", f"head:{head}", max_seq_len=128,
+                                      max_draft_tokens=4, quantize=QuantizeSpec(target="int4")))
+
+
+def _ops(path):
+    import onnx
+
+    return [n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node]
+
+
+def test_int4_bundle_has_a_quantized_head(int4_head_bundle):
+    from specrt.bundle.manifest import read_manifest
+
+    m = read_manifest(int4_head_bundle)
+    entry = m.draft_head
+    assert entry.precision == "int4" and entry.onnx == "draft_head/head.int4.onnx"
+    assert not (int4_head_bundle / "draft_head" / "head.onnx").exists()  # the fp32 graph is not shipped
+    ops = _ops(m.path(entry.onnx))
+    assert ops.count("MatMulNBits") == 9 and "GatherBlockQuantized" in ops  # fc, q/k/v/o, gate/up/down, LM head
+    assert "Gather" not in ops
+    q = entry.quantization
+    assert q["quantized_matmuls"] == 9 and q["unquantized_weight_matmuls"] == 0 and q["bits"] == 4
+    assert q["embedding"]["storage"] == "GatherBlockQuantized"
+    v = q["validation"]
+    assert v["top1_agreement"] >= v["min_top1_agreement"] and v["logits_cosine"] >= v["min_cosine"]
+
+
+def test_int4_head_greedy_output_equals_plain(int4_head_bundle):
+    from specrt.runtime import load
+
+    gen = load(int4_head_bundle, backend="ort")
+    for prompt in ("def main(argv):\n    ", "import os\nimport json\n\n\nclass Config:\n"):
+        plain = gen.generate(prompt, 40, method="none")
+        for method in ("head", "hybrid-head"):
+            spec = gen.generate(prompt, 40, method=method, num_speculative_tokens=3)
+            assert spec.token_ids == plain.token_ids
+            assert spec.stats.drafted_tokens > 0
+
+
+def _broken_copy(bundle, tmp_path, scale):
+    """The bundle's quantized head graph with the LM head's scales multiplied by `scale`."""
+    import onnx
+    from onnx import numpy_helper
+
+    src = bundle / "draft_head" / "head.int4.onnx"
+    model = onnx.load(str(src), load_external_data=True)
+    inits = {t.name: t for t in model.graph.initializer}
+    node = next(n for n in model.graph.node if n.op_type == "MatMulNBits" and "logits" in n.output)  # LM head
+    scales = numpy_helper.to_array(inits[node.input[2]]) * np.float32(scale)
+    inits[node.input[2]].CopyFrom(numpy_helper.from_array(scales, node.input[2]))
+    from specrt.compiler.onnx_io import save_onnx
+
+    save_onnx(model, tmp_path / "broken.onnx")
+    return tmp_path / "broken.onnx"
+
+
+@pytest.mark.parametrize("scale,message", [(-1.0, "drafts unlike the fp32 head"), (np.nan, "non-finite")])
+def test_a_broken_quantized_head_is_refused(int4_head_bundle, llama_target, tmp_path, scale, message):
+    from specrt.compiler.draft_head_quantize import target_rows, validate_quantized_head
+    from specrt.compiler.validate import ValidationError
+    from specrt.models.checkpoint import open_checkpoint
+    from specrt.models.draft_head import load_head
+
+    decoder = open_checkpoint(llama_target).load_decoder(torch.float32)
+    head, _ = load_head(int4_head_bundle.parent / "head", decoder)
+    rows = target_rows(decoder, np.arange(3, 60))
+    validate_quantized_head(head, int4_head_bundle / "draft_head" / "head.int4.onnx", *rows)  # the real one passes
+    with pytest.raises(ValidationError, match=message):
+        validate_quantized_head(head, _broken_copy(int4_head_bundle, tmp_path, scale), *rows)
