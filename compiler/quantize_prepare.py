@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specrt.core.errors import InvalidArgument
-from specrt.compiler.quantize import DEFAULT_BLOCK_SIZE, QuantizeConfig
+from specrt.compiler.quantize import DEFAULT_BLOCK_SIZE, HEAD_QUANT_TYPE, QuantizeConfig
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the step module imports torch (validation); the CLI reads this module on every start
@@ -64,9 +64,9 @@ def _config(options: dict[str, Any], kind: str | None) -> QuantizeConfig | None:
 
 
 def head_quantization(options: dict[str, Any]) -> QuantizeConfig | None:
-    """A draft head's precision (`--draft head:DIR`): --draft-quantize when given (an int4 head on an fp32
-    target), else the target's --quantize; None: the head stays fp32."""
-    return _config(options, options["draft_quantize"] or options["quantize"])
+    """A draft head's precision (`--draft head:DIR`): --draft-quantize when given (e.g. an int4 head on an fp32
+    target), else HEAD_QUANT_TYPE (int8) when the target is quantized; None: the head stays fp32."""
+    return _config(options, options["draft_quantize"] or (HEAD_QUANT_TYPE if options["quantize"] else None))
 
 
 def prepare_quantization(options: dict[str, Any], draft: Path | str | None, trt_backend: bool = False,

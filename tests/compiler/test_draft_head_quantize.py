@@ -1,5 +1,6 @@
-"""A draft head in a quantized bundle: quantized like the target (MatMulNBits, GatherBlockQuantized embedding),
-validated against the fp32 head at compile, loaded by the runtime; greedy output still equals plain decoding.
+"""A quantized draft head (MatMulNBits, GatherBlockQuantized embedding): int8 by default in a quantized bundle, or
+`--draft-quantize int4|int8`; validated against the fp32 head at compile, loaded by the runtime; greedy output still
+equals plain decoding.
 
 The head (fc = [I | I], the target's own last layer, norm and full LM head) is untrained:
 what is checked is the graph, the manifest and the losslessness, not the acceptance.
@@ -31,7 +32,7 @@ def int4_head_bundle(workdir, llama_target):
     base = workdir / "int4_head"
     head = _save_head(llama_target, base / "head")
     return compile_bundle(CompileSpec(llama_target, base / "bundle", f"head:{head}", max_seq_len=128,
-                                      max_draft_tokens=4, quantize=QuantizeSpec(target="int4")))
+                                      max_draft_tokens=4, quantize=QuantizeSpec(target="int4", draft="int4")))
 
 
 def _ops(path):
@@ -99,3 +100,74 @@ def test_a_broken_quantized_head_is_refused(int4_head_bundle, llama_target, tmp_
     validate_quantized_head(head, int4_head_bundle / "draft_head" / "head.int4.onnx", *rows)  # the real one passes
     with pytest.raises(ValidationError, match=message):
         validate_quantized_head(head, _broken_copy(int4_head_bundle, tmp_path, scale), *rows)
+
+
+@pytest.fixture(scope="module")
+def int8_head_on_fp32_target(workdir, llama_target):
+    """`specrt compile --draft head:DIR --draft-quantize int8`: the head quantized, the target left fp32."""
+    from click.testing import CliRunner
+
+    from specrt.cli.main import main
+
+    base = workdir / "int8_head"
+    head = _save_head(llama_target, base / "head")
+    res = CliRunner().invoke(main, ["compile", "--target", str(llama_target), "--draft", f"head:{head}",
+                                    "--draft-quantize", "int8", "-o", str(base / "bundle"), "--max-seq-len", "64",
+                                    "--max-draft-tokens", "4"])
+    assert res.exit_code == 0, res.output
+    return base / "bundle"
+
+
+def test_cli_int8_head_on_an_fp32_target(int8_head_on_fp32_target):
+    from click.testing import CliRunner
+
+    from specrt.bundle.manifest import read_manifest
+    from specrt.cli.main import main
+
+    m = read_manifest(int8_head_on_fp32_target)
+    assert m.models["target"].quantization is None
+    assert m.draft_head.precision == "int8" and m.draft_head.quantization["bits"] == 8
+    assert _ops(m.path(m.draft_head.onnx)).count("MatMulNBits") == 9
+    res = CliRunner().invoke(main, ["inspect", str(int8_head_on_fp32_target)], terminal_width=200)
+    assert res.exit_code == 0 and "draft head: int8" in res.output, res.output
+    res = CliRunner().invoke(main, ["generate", str(int8_head_on_fp32_target), "--prompt", "import os", "--method",
+                                    "head", "--max-new-tokens", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output[res.output.index("{"):])["stats"]["method"] == "head"
+
+
+def test_seeded_auto_k_costs_the_head_by_its_weights(int4_head_bundle, int8_head_on_fp32_target):
+    """CountOnlyAdaptiveK's draft cost for a head: its streamed weights (embedding excluded) over the target's."""
+    from specrt.bundle.manifest import read_manifest
+    from specrt.runtime.policy import NGRAM_DRAFT_COST, head_weight_bytes, model_draft_cost, weight_bytes
+
+    int4, int8 = read_manifest(int4_head_bundle), read_manifest(int8_head_on_fp32_target)
+    assert 0 < head_weight_bytes(int4) < head_weight_bytes(int8)
+    for m in (int4, int8):
+        cost = model_draft_cost("head", m)
+        assert cost == pytest.approx(head_weight_bytes(m) / weight_bytes(m, "target")) and cost > NGRAM_DRAFT_COST
+        assert model_draft_cost("hybrid", m) == model_draft_cost("hybrid-head", m) == cost  # no draft model
+
+
+def test_head_precision_follows_the_options():
+    """A quantized target gets an int8 head (HEAD_QUANT_TYPE), --draft-quantize overrides, fp32 stays fp32."""
+    from specrt.compiler import QuantizeSpec
+    from specrt.compiler.quantize_prepare import head_quantization
+
+    def kind(**kw):
+        cfg = head_quantization(QuantizeSpec(**kw).options())
+        return cfg.type if cfg else None
+
+    assert kind() is None and kind(target="int8") == kind(target="int4") == "int8"
+    assert kind(target="int4", draft="int4") == kind(draft="int4") == "int4"
+    cfg = head_quantization(QuantizeSpec(target="int4", block_size=64, symmetric=False).options())
+    assert (cfg.block_size, cfg.symmetric) == (64, False)
+
+
+def test_draft_quantize_without_a_draft_is_still_refused(tmp_path, llama_target):
+    from specrt.compiler import CompileSpec, QuantizeSpec, compile_bundle
+    from specrt.core.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="needs a draft checkpoint"):
+        compile_bundle(CompileSpec(llama_target, tmp_path / "b", quantize=QuantizeSpec(draft="int4")))
+    assert not (tmp_path / "b").exists()
