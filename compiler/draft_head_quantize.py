@@ -62,6 +62,8 @@ def quantize_head(src: Path, dst: Path, cfg: QuantizeConfig) -> dict[str, Any]:
     embedding = quantize_embedding(model, False, cfg.bits, cfg.block_size, cfg.symmetric, gather_name=EMBED_GATHER)
     if embedding["storage"] != "fp32":
         save_onnx(model, dst)
+    else:  # left as the head's own table
+        embedding["storage"] = "fp16"
     return {"method": "MatMulNBits", "type": cfg.type, "bits": cfg.bits, "block_size": cfg.block_size,
             "symmetric": cfg.symmetric, "accuracy_level": cfg.level, **counts, "embedding": embedding}
 

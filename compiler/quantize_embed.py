@@ -82,8 +82,9 @@ def quantize_embedding(model, tied: bool, bits: int, block_size: int, symmetric:
     """Replace the embedding Gather (node `gather_name`) of the quantized fused graph `model` (ModelProto with its
     weights loaded) by GatherBlockQuantized, in place. `tied`: the LM head was untied from the embedding before
     quantization, so its MatMulNBits weights are the embedding's. An untied table keeps its dtype in its scales, so
-    the rows come out as before (the draft head's fp16 table: fp16 rows, compiler/draft_head_quantize.py). Returns the manifest's `embedding` record: {"storage":
-    "GatherBlockQuantized", "shared_with": "lm_head" | None} or {"storage": "fp32", "reason": ...}."""
+    the rows come out as before (the draft head's fp16 table: fp16 rows, compiler/draft_head_quantize.py). Returns
+    the manifest's `embedding` record: {"storage": "GatherBlockQuantized", "shared_with": "lm_head" | None} or
+    {"storage": "fp32", "reason": ...}."""
     from onnx import helper, numpy_helper
 
     graph = model.graph

@@ -171,3 +171,22 @@ def test_draft_quantize_without_a_draft_is_still_refused(tmp_path, llama_target)
     with pytest.raises(InvalidArgument, match="needs a draft checkpoint"):
         compile_bundle(CompileSpec(llama_target, tmp_path / "b", quantize=QuantizeSpec(draft="int4")))
     assert not (tmp_path / "b").exists()
+
+
+def test_asymmetric_head_keeps_its_fp16_embedding(tmp_path, llama_target):
+    """GatherBlockQuantized is used without zero points: with --quant-asymmetric the MatMuls are quantized and the
+    embedding stays the head's fp16 table (recorded as such); the graph still validates."""
+    from specrt.compiler.draft_head import export_head
+    from specrt.compiler.draft_head_quantize import quantize_head, target_rows, validate_quantized_head
+    from specrt.compiler.quantize import QuantizeConfig
+    from specrt.models.checkpoint import open_checkpoint
+    from specrt.models.draft_head import load_head
+
+    decoder = open_checkpoint(llama_target).load_decoder(torch.float32)
+    head, _ = load_head(_save_head(llama_target, tmp_path / "head"), decoder)
+    fp32 = export_head(head, tmp_path / "head.onnx")
+    record = quantize_head(fp32, tmp_path / "head.int4.onnx", QuantizeConfig("int4", symmetric=False))
+    assert record["embedding"]["storage"] == "fp16" and record["quantized_matmuls"] == 9
+    ops = _ops(tmp_path / "head.int4.onnx")
+    assert "Gather" in ops and "GatherBlockQuantized" not in ops
+    validate_quantized_head(head, tmp_path / "head.int4.onnx", *target_rows(decoder, np.arange(3, 60)))
