@@ -190,3 +190,16 @@ def test_asymmetric_head_keeps_its_fp16_embedding(tmp_path, llama_target):
     ops = _ops(tmp_path / "head.int4.onnx")
     assert "Gather" in ops and "GatherBlockQuantized" not in ops
     validate_quantized_head(head, tmp_path / "head.int4.onnx", *target_rows(decoder, np.arange(3, 60)))
+
+
+def test_timed_auto_k_starts_from_the_heads_cost(int4_head_bundle):
+    """The head is not timed at load: the timed controller starts from its weight-bytes cost, not from zero."""
+    from specrt.runtime import load
+    from specrt.runtime.policy import model_draft_cost
+
+    gen = load(int4_head_bundle, backend="ort")
+    verify = gen._load_costs[0]
+    for method in ("head", "hybrid-head", "hybrid"):
+        cost = gen.make_policy("auto", method).draft_cost
+        assert cost == pytest.approx(model_draft_cost(method, gen.manifest) * verify[0]) and cost > 0
+    assert gen.make_policy("auto", "ngram").draft_cost == 0.0
