@@ -118,6 +118,7 @@ def int8_head_on_fp32_target(workdir, llama_target):
     return base / "bundle"
 
 
+@pytest.mark.slow
 def test_cli_int8_head_on_an_fp32_target(int8_head_on_fp32_target):
     from click.testing import CliRunner
 
@@ -136,6 +137,7 @@ def test_cli_int8_head_on_an_fp32_target(int8_head_on_fp32_target):
     assert json.loads(res.output[res.output.index("{"):])["stats"]["method"] == "head"
 
 
+@pytest.mark.slow
 def test_seeded_auto_k_costs_the_head_by_its_weights(int4_head_bundle, int8_head_on_fp32_target):
     """CountOnlyAdaptiveK's draft cost for a head: its streamed weights (embedding excluded) over the target's."""
     from specrt.bundle.manifest import read_manifest
