@@ -27,7 +27,7 @@ def quick_start_commands():
 def test_ci_runs_the_readme_test_command():
     install_demo, install_test = quick_start_commands()[:2]
     assert install_demo.endswith("specrt demo")
-    assert install_test.endswith("python -m pytest -q")
+    assert install_test.endswith("python -m pytest -q -n 2 --dist loadfile")
     assert install_test in (ROOT / ".ci" / "run").read_text()
 
 

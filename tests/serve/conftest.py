@@ -13,6 +13,18 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("openai")
 
+@pytest.fixture(scope="module", autouse=True)
+def _ray_modules_one_at_a_time(request):
+    """test_ray_*.py modules start local Ray instances: one such module at a time on this machine (ray_helpers)."""
+    if not request.module.__name__.rsplit(".", 1)[-1].startswith("test_ray"):
+        yield
+        return
+    from ray_helpers import one_ray_instance_at_a_time
+
+    with one_ray_instance_at_a_time():
+        yield
+
+
 K = 3  # the server default k in these tests (explicit: 'auto' is another issue's policy)
 
 

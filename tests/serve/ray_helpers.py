@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import socket
 import tempfile
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterator
 
 import psutil
 
@@ -16,6 +19,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def one_ray_instance_at_a_time() -> Iterator[None]:
+    """Hold a machine-wide lock while a test module runs Ray: the full run spreads test files over two pytest-xdist
+    workers, and two local Ray instances at once on 2 cores miss Ray Serve's own 5 s health checks."""
+    with open(Path(tempfile.gettempdir()) / "specrt-tests-ray.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def small_ray(num_cpus: int = 2) -> dict[str, Any]:
