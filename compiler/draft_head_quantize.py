@@ -119,5 +119,6 @@ def validate_quantized_head(head, path: Path, features: np.ndarray, tokens: np.n
     if top1 < MIN_TOP1_AGREEMENT or cosine < MIN_COSINE:
         raise ValidationError(f"quantized draft head drafts unlike the fp32 head on {rows} rows of the target's "
                               f"features: top-1 agreement {top1:.2f} (floor {MIN_TOP1_AGREEMENT}), logits cosine "
-                              f"{cosine:.3f} (floor {MIN_COSINE}); try --draft-quantize int8 or a smaller --quant-block-size")
+                              f"{cosine:.3f} (floor {MIN_COSINE}); try --draft-quantize int8 or a smaller "
+                              "--quant-block-size")
     return record
