@@ -52,7 +52,8 @@ class BatchEngine:
         while not self._closed:
             while True:
                 try:
-                    sched.add(self._inbox.get_nowait())  # methods were checked by submit
+                    for seq in self._inbox.get_nowait():  # methods were checked by _sequence
+                        sched.add(seq)
                 except queue.Empty:
                     break
             if not sched.has_work():
@@ -74,6 +75,13 @@ class BatchEngine:
     def submit(self, prompt, request: GenerationRequest | None = None, **options: Any):
         """Queue one request; returns (Sequence, event queue). Events: (time.perf_counter(), new token ids) per step,
         then `END` (the stats are complete) or the exception that ended the request."""
+        seq, events = self._sequence(prompt, request, **options)
+        self._inbox.put([seq])
+        self._wake.set()
+        return seq, events
+
+    def _sequence(self, prompt, request: GenerationRequest | None = None, **options: Any):
+        """A checked request, not yet queued: (Sequence, its event queue)."""
         max_new = options.pop("max_new_tokens", None)
         req = self.gen.request("submit", max_new, request, **options)
         method = req.method or self.gen.default_method
@@ -103,8 +111,6 @@ class BatchEngine:
         stats = GenerationStats(method=method, backend=self.gen.backend, prompt_tokens=int(ids.size),
                                 provider="batched", context_limited=req.max_new_tokens > self.gen.max_seq_len - ids.size)
         seq = Sequence(next(self._ids), ids, req, method, max_k, emit, stats, started=time.perf_counter())
-        self._inbox.put(seq)
-        self._wake.set()
         return seq, events
 
     def batchable(self, request: GenerationRequest) -> bool:
@@ -148,7 +154,9 @@ class BatchEngine:
         req = self.gen.request("generate_batch", max_new_tokens, request, **options)
         if not self.batchable(req):  # see stream_tokens: the one-request loop, prompt after prompt
             return [self.gen.generate(p, request=req) for p in prompts]
-        subs = [self.submit(p, req) for p in prompts]
+        subs = [self._sequence(p, req) for p in prompts]
+        self._inbox.put([seq for seq, _ in subs])  # queued together: admitted in one step, prefilled in one pass
+        self._wake.set()
         out = []
         for seq, events in subs:
             ids: list[int] = []
