@@ -3,7 +3,9 @@
 Graph: `features [1,S,D]`, `input_ids [1,S]`, `position_ids [1,S]`, `past_key`, `past_value [1,P,Hkv,D]`
 -> `logits [1,S,V']`, `hidden_states [1,S,D]`, `new_key`, `new_value [1,S,Hkv,D]` (only the S new rows, like
 the decoder graphs). Validated against the PyTorch module at compile (prefill-, draft- and catch-up-shaped
-calls); `draft_head/head_config.json` carries `vocab_ids` (logit index -> full-vocabulary token id).
+calls); `draft_head/head_config.json` carries `vocab_ids` (logit index -> full-vocabulary token id). In a
+quantized bundle (or with --draft-quantize) the graph is `draft_head/head.int4.onnx` / `head.int8.onnx` instead:
+compiler/draft_head_quantize.py.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from specrt.bundle.entries import TensorSpec
 from specrt.bundle.parts import DraftHeadEntry
 from specrt.bundle.writer import ManifestDraft
 from specrt.compiler.export import export_module
+from specrt.compiler.quantize import QuantizeConfig
 from specrt.compiler.validate import ValidationError
 from specrt.models.checkpoint import open_checkpoint
 from specrt.models.draft_head import CONFIG, DraftHead, load_head, read_head_config
@@ -84,23 +87,44 @@ def _target_dir(target: str | Path, tmp: Path) -> Path:
     return tmp / SOURCES / "target" / "checkpoint" if is_gguf_source(target) else Path(target)
 
 
-def draft_head_step(head_dir: Path, target: str | Path) -> Callable[[Path, ManifestDraft], None]:
-    """The compile step (`CompileSpec.draft="head:DIR"`) adding the head to the bundle being written (fails fast on a bad dir)."""
+def quantized_head(head: DraftHead, decoder, fp32: Path, tmp: Path, manifest: ManifestDraft,
+                   cfg: QuantizeConfig) -> tuple[str, dict]:
+    """`fp32` (the validated fp32 head graph) quantized to `draft_head/head.<type>.onnx` and validated on the
+    target's features over the held-out text; the fp32 graph is then removed. Returns (relative path, record)."""
+    from specrt.compiler.draft_head_quantize import quantize_head, target_rows, validate_quantized_head
+    from specrt.compiler.quality import heldout_text, text_token_ids
+
+    rel = f"draft_head/head.{cfg.type}.onnx"
+    record = quantize_head(fp32, tmp / rel, cfg)
+    ids = text_token_ids(tmp / manifest.tokenizer.path, heldout_text(), "the built-in held-out text")
+    record["validation"] = validate_quantized_head(head, tmp / rel, *target_rows(decoder, ids))
+    for path in (fp32, fp32.with_name(fp32.name + ".data")):
+        path.unlink(missing_ok=True)
+    return rel, record
+
+
+def draft_head_step(head_dir: Path, target: str | Path,
+                    quantize: QuantizeConfig | None = None) -> Callable[[Path, ManifestDraft], None]:
+    """The compile step (`CompileSpec.draft="head:DIR"`) adding the head to the bundle being written (fails fast on
+    a bad dir). `quantize`: the head's weights quantized (compiler/draft_head_quantize.py), else it stays fp32."""
     read_head_config(head_dir)
 
     def step(tmp: Path, manifest: ManifestDraft) -> None:
         decoder = open_checkpoint(_target_dir(target, tmp)).load_decoder(torch.float32)
         head, _ = load_head(head_dir, decoder)
-        del decoder
         (tmp / "draft_head").mkdir()
         onnx_path = export_head(head, tmp / "draft_head" / "head.onnx")
         validation = validate_head(head, onnx_path)
+        rel, quantization = "draft_head/head.onnx", None
+        if quantize is not None:
+            rel, quantization = quantized_head(head, decoder, onnx_path, tmp, manifest, quantize)
+        del decoder
         shutil.copy2(Path(head_dir) / CONFIG, tmp / "draft_head" / CONFIG)
         c = head.config
         kv = (1, "P", c.num_kv_heads, c.head_dim)
         new = (1, "S", c.num_kv_heads, c.head_dim)
         manifest.draft_head = DraftHeadEntry(
-            onnx="draft_head/head.onnx", onnx_data="draft_head/head.onnx.data", config=f"draft_head/{CONFIG}",
+            onnx=rel, onnx_data=rel + ".data", config=f"draft_head/{CONFIG}",
             draft_vocab_size=head.draft_vocab_size, hidden_size=c.hidden_size, num_kv_heads=c.num_kv_heads,
             head_dim=c.head_dim,
             inputs=(TensorSpec("features", (1, "S", c.hidden_size), "float32"),
@@ -110,6 +134,6 @@ def draft_head_step(head_dir: Path, target: str | Path) -> Callable[[Path, Manif
             outputs=(TensorSpec("logits", (1, "S", head.draft_vocab_size), "float32"),
                      TensorSpec("hidden_states", (1, "S", c.hidden_size), "float32"),
                      TensorSpec("new_key", new, "float32"), TensorSpec("new_value", new, "float32")),
-            validation=validation)
+            validation=validation, precision=quantize.type if quantize else "fp32", quantization=quantization)
 
     return step

@@ -16,7 +16,7 @@ from typing import Callable
 from specrt.bundle.writer import ManifestDraft
 from specrt.compiler.input_check import check_checkpoint_dir
 from specrt.compiler.output_dir import check_output
-from specrt.compiler.quantize_prepare import prepare_quantization
+from specrt.compiler.quantize_prepare import head_quantization, prepare_quantization
 from specrt.compiler.spec import CompileSpec
 from specrt.compiler.trt.compile_steps import prepare_trt_compile
 from specrt.compiler.trt.ptq import PTQ_PRECISIONS
@@ -40,7 +40,8 @@ def preflight(spec: CompileSpec) -> Preflight:
         read_head_config(head)
     e = spec.engines
     plan, draft = prepare_quantization(spec.quantize.options(), None if head is not None else spec.draft,
-                                       trt_backend=e.kind == "trt", trt_ptq=e.precision in PTQ_PRECISIONS)
+                                       trt_backend=e.kind == "trt", trt_ptq=e.precision in PTQ_PRECISIONS,
+                                       head=head is not None)
     for flag, path in (("--target", spec.target), ("--draft", draft), ("--medusa", spec.medusa)):
         if path is not None:
             check_checkpoint_dir(path, flag)
@@ -49,7 +50,7 @@ def preflight(spec: CompileSpec) -> Preflight:
     if head is not None:
         from specrt.compiler.draft_head import draft_head_step
 
-        steps.append(draft_head_step(head, spec.target))
+        steps.append(draft_head_step(head, spec.target, head_quantization(spec.quantize.options())))
     if spec.medusa is not None:
         from specrt.compiler.medusa import medusa_step
 

@@ -77,15 +77,18 @@ def _head_node(graph, vocab: int, hidden: int):
     return None
 
 
-def quantize_embedding(model, tied: bool, bits: int, block_size: int, symmetric: bool) -> dict[str, Any]:
-    """Replace the embedding Gather of the quantized fused graph `model` (ModelProto with its weights loaded) by
-    GatherBlockQuantized, in place. `tied`: the LM head was untied from the embedding before quantization, so its
-    MatMulNBits weights are the embedding's. Returns the manifest's `embedding` record: {"storage":
-    "GatherBlockQuantized", "shared_with": "lm_head" | None} or {"storage": "fp32", "reason": ...}."""
+def quantize_embedding(model, tied: bool, bits: int, block_size: int, symmetric: bool,
+                       gather_name: str = EMBED_NODE) -> dict[str, Any]:
+    """Replace the embedding Gather (node `gather_name`) of the quantized fused graph `model` (ModelProto with its
+    weights loaded) by GatherBlockQuantized, in place. `tied`: the LM head was untied from the embedding before
+    quantization, so its MatMulNBits weights are the embedding's. An untied table keeps its dtype in its scales, so
+    the rows come out as before (the draft head's fp16 table: fp16 rows, compiler/draft_head_quantize.py). Returns
+    the manifest's `embedding` record: {"storage": "GatherBlockQuantized", "shared_with": "lm_head" | None} or
+    {"storage": "fp32", "reason": ...}."""
     from onnx import helper, numpy_helper
 
     graph = model.graph
-    gather = next((n for n in graph.node if n.name == EMBED_NODE and n.op_type == "Gather"), None)
+    gather = next((n for n in graph.node if n.name == gather_name and n.op_type == "Gather"), None)
     inits = {t.name: t for t in graph.initializer}
     if gather is None or gather.input[0] not in inits:
         return {"storage": "fp32", "reason": "no embedding Gather over an initializer"}
@@ -100,16 +103,16 @@ def quantize_embedding(model, tied: bool, bits: int, block_size: int, symmetric:
         packed_name, scales_name, shared = head.input[1], head.input[2], "lm_head"
     else:
         table = numpy_helper.to_array(inits[gather.input[0]])
-        packed, scales = _block_quantize(table, bits, block_size)
+        packed, scales = _block_quantize(table.astype(np.float32), bits, block_size)
         packed_name, scales_name, shared = EMBED_Q.format(bits=bits), EMBED_SCALES, None
         graph.initializer.extend([numpy_helper.from_array(packed, packed_name),
-                                  numpy_helper.from_array(scales.astype(np.float32), scales_name)])
+                                  numpy_helper.from_array(scales.astype(table.dtype), scales_name)])
     shape = numpy_helper.from_array(np.array([vocab, -1], np.int64), "embed_tokens/rows_shape")
     graph.initializer.append(shape)
     rows = helper.make_node("Reshape", [packed_name, shape.name], ["embed_tokens/packed_rows"],
                             name="embed_tokens/packed_rows")  # [vocab, k_blocks, blob] -> [vocab, hidden*bits/8]
     quantized = helper.make_node("GatherBlockQuantized", ["embed_tokens/packed_rows", gather.input[1], scales_name],
-                                 list(gather.output), name=EMBED_NODE, domain=MS, bits=bits,
+                                 list(gather.output), name=gather_name, domain=MS, bits=bits,
                                  block_size=block_size, gather_axis=0, quantize_axis=1)
     idx = list(graph.node).index(gather)
     graph.node.remove(gather)

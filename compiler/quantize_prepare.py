@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specrt.core.errors import InvalidArgument
-from specrt.compiler.quantize import DEFAULT_BLOCK_SIZE, QuantizeConfig
+from specrt.compiler.quantize import DEFAULT_BLOCK_SIZE, HEAD_QUANT_TYPE, QuantizeConfig
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the step module imports torch (validation); the CLI reads this module on every start
@@ -55,16 +55,27 @@ def check_unused(options: dict[str, Any]) -> None:
                                   "--draft self:int4/int8, or TensorRT int8/fp8/int4 engines)")
 
 
+def _config(options: dict[str, Any], kind: str | None) -> QuantizeConfig | None:
+    if kind is None:
+        return None
+    return QuantizeConfig(kind, block_size=options["quant_block_size"], symmetric=options["quant_symmetric"],
+                          accuracy_level=options["quant_accuracy_level"],
+                          batch_invariant=options["quant_batch_invariant"])
+
+
+def head_quantization(options: dict[str, Any]) -> QuantizeConfig | None:
+    """A draft head's precision (`--draft head:DIR`): --draft-quantize when given (e.g. an int4 head on an fp32
+    target), else HEAD_QUANT_TYPE (int8) when the target is quantized; None: the head stays fp32."""
+    return _config(options, options["draft_quantize"] or (HEAD_QUANT_TYPE if options["quantize"] else None))
+
+
 def prepare_quantization(options: dict[str, Any], draft: Path | str | None, trt_backend: bool = False,
-                         trt_ptq: bool = False) -> tuple["QuantizePlan | None", Any]:
+                         trt_ptq: bool = False, head: bool = False) -> tuple["QuantizePlan | None", Any]:
     """The plan for `compile_bundle` and the draft checkpoint to export (None for a self draft). `trt_ptq`:
-    TensorRT int8 / fp8 / int4 engines, which use --calibration-data and --max-ppl-increase themselves."""
+    TensorRT int8 / fp8 / int4 engines, which use --calibration-data and --max-ppl-increase themselves. `head`:
+    the draft is a draft head, which --draft-quantize applies to (`head_quantization`), not a draft model."""
     def config(kind: str | None) -> QuantizeConfig | None:
-        if kind is None:
-            return None
-        return QuantizeConfig(kind, block_size=options["quant_block_size"], symmetric=options["quant_symmetric"],
-                              accuracy_level=options["quant_accuracy_level"],
-                              batch_invariant=options["quant_batch_invariant"])
+        return _config(options, kind)
 
     from specrt.compiler.quantize_step import QuantizePlan, parse_self_draft, resolve_plan
 
@@ -74,12 +85,13 @@ def prepare_quantization(options: dict[str, Any], draft: Path | str | None, trt_
         return None, draft
     if self_kind is not None and trt_backend:
         raise InvalidArgument(f"--draft {draft} runs on ONNX Runtime only; drop --engines trt or use a draft checkpoint")
-    plan = QuantizePlan(target=config(options["quantize"]), draft=config(options["draft_quantize"]),
+    plan = QuantizePlan(target=config(options["quantize"]), draft=None if head else config(options["draft_quantize"]),
                         self_draft=config(self_kind),
                         calibration_text=read_calibration(options["calibration_data"]),
                         calibration_name=options["calibration_data"].name if options["calibration_data"] else None,
                         max_ppl_increase=options["max_ppl_increase"])
     if not plan.roles():
-        check_unused(options)
+        if not (head and options["draft_quantize"]):
+            check_unused(options)
         return None, draft
     return resolve_plan(plan, draft)

@@ -55,7 +55,7 @@ class QuantizeSpec:
     """Weight-only MatMulNBits quantization for ONNX Runtime (`--quantize` and the `--quant-*` options)."""
 
     target: str | None = None  # --quantize int8|int4
-    draft: str | None = None  # --draft-quantize (a draft checkpoint's weights)
+    draft: str | None = None  # --draft-quantize (a draft checkpoint's weights, or a draft head's)
     block_size: int = DEFAULT_BLOCK_SIZE
     symmetric: bool = True
     accuracy_level: int | None = None  # None: 4 for models with a fused graph, else 1 (compiler/quantize.py)

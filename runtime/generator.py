@@ -273,7 +273,10 @@ class Generator:
                 verify, draft = self._load_costs
                 if method != "medusa":  # start short runs at the k the load-time costs predict best
                     uses_model = method == "draft" or method == "hybrid" and self.draft is not None
-                    self._policies[key].prime(verify, draft if uses_model else 0.0)
+                    uses_head = not uses_model and method != "ngram" and self.manifest.draft_head is not None
+                    if uses_head:  # not timed at load: the head's weight bytes against the target's (policy.py)
+                        draft = model_draft_cost(method, self.manifest) * (verify[0] or 0.0)
+                    self._policies[key].prime(verify, draft if uses_model or uses_head else 0.0)
             return self._policies[key]
         return FixedK(min(k, max_k))
 

@@ -223,9 +223,28 @@ def weight_bytes(manifest, role: str) -> float:
     return 4.0 * float(entry.num_parameters or 0)
 
 
+def head_weight_bytes(manifest) -> float:
+    """Bytes of weights the draft head streams per drafted token: its graph's external data less its input
+    embedding, of which one row is gathered (fp16 [V, D] in an fp32 head; block-quantized, fp16 scales, in a
+    quantized one: compiler/draft_head_quantize.py)."""
+    h = manifest.draft_head
+    data = manifest.files.get(h.onnx_data) if h.onnx_data else None
+    if data is None:
+        return 0.0
+    v, d = manifest.models["target"].decoder_config.vocab_size, h.hidden_size
+    q = h.quantization or {}
+    quantized = (q.get("embedding") or {}).get("storage") == "GatherBlockQuantized"
+    embedding = v * d * q["bits"] / 8 + v * (d // q["block_size"]) * 2 if quantized else v * d * 2
+    return max(float(data.size) - embedding, 0.0)
+
+
 def model_draft_cost(method: str, manifest) -> float:
     """The fixed per-token draft cost for `method`, relative to one target step."""
-    if method in ("draft", "hybrid"):  # hybrid: the draft model's cost bounds it
+    head = method in ("head", "hybrid-head") or method == "hybrid" and "draft" not in manifest.models
+    if head and manifest.draft_head is not None:  # hybrid in a bundle with a head and no draft model: the head
+        target, draft = weight_bytes(manifest, "target"), head_weight_bytes(manifest)
+        return max(draft / target, MEDUSA_DRAFT_COST) if target > 0 and draft > 0 else 0.1
+    if method in ("draft", "hybrid") and "draft" in manifest.models:  # hybrid: the draft model's cost bounds it
         target, draft = weight_bytes(manifest, "target"), weight_bytes(manifest, "draft")
         return draft / target if target > 0 and draft > 0 else 0.1
     if method == "medusa":

@@ -1,34 +1,54 @@
 """Add (or replace) a draft head in an existing bundle, for benchmarks: `specrt compile --draft head:DIR` re-exports
 the whole target, which takes minutes on a loaded 2-core machine; this runs only the draft-head step.
 
-    python scripts/add_draft_head.py BUNDLE HEAD_DIR TARGET_CHECKPOINT_DIR
+    python scripts/add_draft_head.py BUNDLE HEAD_DIR TARGET_CHECKPOINT_DIR [--precision target|fp32|int8|int4]
 
 TARGET_CHECKPOINT_DIR is the target as a checkpoint directory (a GGUF target: the one `specrt train-head`
-converted into its run directory, RUN/target/checkpoint). The manifest is rewritten with fresh checksums;
-keys this specrt does not know are dropped.
+converted into its run directory, RUN/target/checkpoint). `--precision target` (the default) quantizes the head
+as `compile` would: int8 when the bundle's target is quantized (its block size and symmetry), else fp32. The manifest is
+rewritten with fresh checksums; keys this specrt does not know are dropped.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
-import sys
 from pathlib import Path
 
 from specrt.bundle.manifest import read_manifest
 from specrt.bundle.writer import ManifestDraft, write_manifest
 from specrt.compiler.draft_head import draft_head_step
+from specrt.compiler.quantize import HEAD_QUANT_TYPE, QuantizeConfig
 
 
-def add_head(bundle: Path, head_dir: Path, target_dir: Path) -> None:
+def head_quantize(manifest, precision: str) -> QuantizeConfig | None:
+    """The head's QuantizeConfig for `precision` ("target": what `compile` gives, HEAD_QUANT_TYPE when the target
+    is quantized, else None; "fp32": None), with the target's block size and symmetry."""
+    q = manifest.models["target"].quantization
+    if precision == "fp32" or (precision == "target" and q is None):
+        return None
+    kind = HEAD_QUANT_TYPE if precision == "target" else precision
+    if q is None:
+        return QuantizeConfig(kind)
+    return QuantizeConfig(kind, block_size=q.block_size, symmetric=q.symmetric)
+
+
+def add_head(bundle: Path, head_dir: Path, target_dir: Path, precision: str = "target") -> None:
     m = read_manifest(bundle)
     draft = ManifestDraft(m.max_seq_len, m.max_draft_tokens, torch_version=m.torch_version, onnx=m.onnx,
                           created=m.created, batch_size=m.batch_size or 1, models=dict(m.models),
                           engines=dict(m.engines), tokenizer=m.tokenizer, medusa=m.medusa, demo=m.demo)
     shutil.rmtree(bundle / "draft_head", ignore_errors=True)
-    draft_head_step(head_dir, target_dir)(bundle, draft)
+    draft_head_step(head_dir, target_dir, head_quantize(m, precision))(bundle, draft)
     write_manifest(bundle, draft)
 
 
 if __name__ == "__main__":
-    add_head(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))
-    print(f"added {sys.argv[2]} to {sys.argv[1]}")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("bundle", type=Path)
+    parser.add_argument("head_dir", type=Path)
+    parser.add_argument("target_dir", type=Path)
+    parser.add_argument("--precision", choices=("target", "fp32", "int8", "int4"), default="target")
+    args = parser.parse_args()
+    add_head(args.bundle, args.head_dir, args.target_dir, args.precision)
+    print(f"added {args.head_dir} to {args.bundle} ({args.precision})")

@@ -38,7 +38,8 @@
 #   SMOL_TTFT    prompt tokens for the time-to-first-token measure of step 5 (default 1000)
 #   SECTIONS     which sections to (re)generate (default "demo simulated smollm2 smollm2-int4"; opt-in: gemma3 (5d), batching, json, cold-start, draft-head)
 #   HEAD_DIR, HEAD_TARGET  for draft-head: a head trained by `specrt train-head` for the SmolLM2 GGUF, and the
-#                checkpoint directory it converted (RUN/target/checkpoint)
+#                checkpoint directory it converted (RUN/target/checkpoint); HEAD_PRECISION (default target: what
+#                compile gives, int8 in the int4 bundle; or fp32 / int8 / int4) the head's precision
 #   OUT          output directory for JSON and plots (default: benchmarks); BENCHMARKS=path of the Markdown file
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -234,12 +235,13 @@ smol_int4
 echo "== 5h/6 draft head: $SMOL_INT4 + $HEAD_DIR, held-out and fresh chat prompts" >&2
 HEAD_BUNDLE=artifacts/smollm2-int4-head
 rm -rf "$HEAD_BUNDLE" && cp -r "$SMOL_INT4" "$HEAD_BUNDLE"
-"$PYTHON" scripts/add_draft_head.py "$HEAD_BUNDLE" "$HEAD_DIR" "$HEAD_TARGET" >&2
+"$PYTHON" scripts/add_draft_head.py "$HEAD_BUNDLE" "$HEAD_DIR" "$HEAD_TARGET" --precision "${HEAD_PRECISION:-target}" >&2
+HEAD_PREC=$("$PYTHON" -c 'import sys; from specrt.bundle.manifest import read_manifest; print(read_manifest(sys.argv[1]).draft_head.precision)' "$HEAD_BUNDLE")
 "$PYTHON" scripts/head_bench_prompts.py "$HEAD_TARGET" "$OUT/head_heldout.jsonl"
 "$PYTHON" scripts/head_bench_prompts.py "$HEAD_TARGET" "$OUT/head_fresh.jsonl" benchmarks/head_fresh_prompts.txt --all
 cat "$OUT/head_heldout.jsonl" "$OUT/head_fresh.jsonl" > "$OUT/head_prompts.jsonl"
 "$SPECRT" bench "$HEAD_BUNDLE" --prompts "$OUT/head_prompts.jsonl" --methods head,hybrid-head --k 1,auto \
-  --max-new-tokens 96 --repeats 1 --quiet --title "Draft head: SmolLM2-135M-Instruct int4 + a head trained on a CPU" \
+  --max-new-tokens 96 --repeats 1 --quiet --title "Draft head: SmolLM2-135M-Instruct int4 + a head trained on a CPU ($HEAD_PREC head)" \
   --json "$OUT/draft_head.json" --markdown "$OUT/sections/draft_head.md.tmp"
 { cat "$OUT/sections/draft_head.md.tmp"; echo; echo "The head (its metrics.json): \`$("$PYTHON" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$HEAD_DIR/metrics.json")\`"; } \
   > "$OUT/sections/draft_head.md" && rm -f "$OUT/sections/draft_head.md.tmp"

@@ -23,6 +23,7 @@ from specrt.bundle.fields import (check_dict, check_ids, check_int, check_option
                      unknown_keys)
 
 MAX_DRAFT_TOKENS_LIMIT = 64
+HEAD_PRECISIONS = ("fp32", "int8", "int4")  # draft_head.precision
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 REBUILD_ENGINES = "rebuild the engines: specrt compile --target ... -o BUNDLE --engines trt --force"
 
@@ -128,7 +129,8 @@ class MedusaEntry:
 class DraftHeadEntry:
     """`draft_head`: an EAGLE-style head (compiler/draft_head.py): `features [1,S,D], input_ids, position_ids,
     past_key/past_value [1,P,Hkv,D] -> logits [1,S,V'], hidden_states [1,S,D], new_key/new_value [1,S,Hkv,D]`;
-    `config` (head_config.json) holds `vocab_ids` [V'], the full-vocabulary id of each logit."""
+    `config` (head_config.json) holds `vocab_ids` [V'], the full-vocabulary id of each logit. `precision`: "fp32",
+    or "int8" / "int4" when its weights are quantized (`quantization`: compiler/draft_head_quantize.py's record)."""
 
     onnx: str
     draft_vocab_size: int
@@ -140,10 +142,15 @@ class DraftHeadEntry:
     inputs: tuple[TensorSpec, ...] | None = None
     outputs: tuple[TensorSpec, ...] | None = None
     validation: Any = None
+    precision: str = "fp32"
+    quantization: Any = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_str(self.onnx, "draft_head.onnx")
+        if self.precision not in HEAD_PRECISIONS:
+            raise ManifestError(f"draft_head.precision must be one of {', '.join(HEAD_PRECISIONS)}, "
+                                f"got {self.precision!r}")
         check_str(self.config, "draft_head.config")
         check_optional_str(self.onnx_data, "draft_head.onnx_data")
         check_int(self.draft_vocab_size, "draft_head.draft_vocab_size", 1, 1 << 24)
@@ -154,7 +161,7 @@ class DraftHeadEntry:
     def from_dict(cls, raw: Any) -> "DraftHeadEntry":
         check_dict(raw, "draft_head")
         names = ("onnx", "onnx_data", "config", "draft_vocab_size", "hidden_size", "num_kv_heads", "head_dim",
-                 "validation")
+                 "validation", "precision", "quantization")
         simple = {k: raw[k] for k in names if k in raw}
         return cls(**{"onnx": None, "config": None, "draft_vocab_size": None, "hidden_size": None,
                       "num_kv_heads": None, "head_dim": None, **simple},

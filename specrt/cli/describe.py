@@ -26,6 +26,7 @@ def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | 
         "models": models,
         "chat_template": m.tokenizer.chat_template,
         "medusa": m.medusa.to_dict() if m.medusa is not None else None,
+        "draft_head": head_summary(m.draft_head) if m.draft_head is not None else None,
         "engines": {role: e.to_dict() for role, e in m.engines.items()},
         "files": len(m.files),
         "bytes": sum(f.size for f in m.files.values()),
@@ -49,6 +50,23 @@ def bundle_summary(bundle: str | Path, memory: bool = False, max_seq_len: int | 
                                     workspace=0 if cpu else None)
         out["memory"]["notes"] = memory_notes(m, max_seq_len)
     return out
+
+
+def head_summary(h) -> dict[str, Any]:
+    """The draft head (DraftHeadEntry) of `bundle_summary`: its graph, precision and validation."""
+    return {"onnx": h.onnx, "precision": h.precision, "draft_vocab_size": h.draft_vocab_size,
+            "validation": h.validation, "quantization": h.quantization}
+
+
+def head_line(h: dict[str, Any]) -> str:
+    text = f"draft head: {h['precision']}, {h['draft_vocab_size']}-token vocabulary ({h['onnx']})"
+    q = h.get("quantization")
+    if not q:
+        return text + f", max |ORT-PyTorch| {(h.get('validation') or {}).get('max_abs_diff', float('nan')):.1e}"
+    v = q.get("validation") or {}
+    return (text + f", {q['quantized_matmuls']} MatMulNBits (block {q['block_size']}, accuracy level "
+            f"{q['accuracy_level']}), embedding {q['embedding']['storage']}; against the fp32 head: top-1 agreement "
+            f"{v.get('top1_agreement', float('nan')):.2f}, logits cosine {v.get('logits_cosine', float('nan')):.3f}")
 
 
 def model_summary(e: ModelEntry) -> dict[str, Any]:
@@ -153,6 +171,8 @@ def print_summary(summary: dict[str, Any]) -> None:
     console.print(f"chat template: {chat if chat else 'none (chat uses the plain role: content format)'}")
     if summary.get("medusa"):
         console.print(f"medusa heads: {summary['medusa']['num_heads']}")
+    if summary.get("draft_head"):
+        console.print(head_line(summary["draft_head"]), markup=False, soft_wrap=True)
     for name, eng in (summary.get("engines") or {}).items():
         console.print(f"engine {name}: TensorRT {eng.get('tensorrt_version')} on {eng.get('gpu_name')} "
                       f"(sm {eng.get('compute_capability')}), {eng.get('precision')}")

@@ -20,7 +20,9 @@ _TYPES = click.Choice(list(QUANT_TYPES))
 _OPTIONS = [
     click.option("--quantize", "quantize", type=_TYPES, default=None,
                  help="Quantize the target's MatMul weights (weight-only, block-wise MatMulNBits) for ONNX Runtime."),
-    click.option("--draft-quantize", type=_TYPES, default=None, help="Quantize the draft checkpoint's weights."),
+    click.option("--draft-quantize", type=_TYPES, default=None,
+                 help="Quantize the draft checkpoint's weights, or the draft head's (--draft head:DIR; a head follows "
+                      "--quantize otherwise)."),
     click.option("--quant-block-size", type=int, default=DEFAULT_BLOCK_SIZE, show_default=True,
                  help="Weights per quantization block along K (power of two, 16-256)."),
     click.option("--quant-symmetric/--quant-asymmetric", default=True, show_default=True,

@@ -56,6 +56,7 @@ PROMPTS = ("def main(argv):\n    ", "import os\nimport json\n\n\nclass Config:\n
 def test_manifest_entry(oracle):
     entry = oracle.manifest.draft_head
     assert entry.draft_vocab_size == oracle.vocab_size and entry.validation["max_abs_diff"] < 1e-4
+    assert entry.precision == "fp32" and entry.quantization is None and entry.onnx == "draft_head/head.onnx"
     cfg = json.loads(oracle.manifest.path(entry.config).read_text())
     assert cfg["vocab_ids"] == list(range(oracle.vocab_size))
     assert oracle.methods[:2] == ["hybrid", "head"] and oracle.default_method == "hybrid"
