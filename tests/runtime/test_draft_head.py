@@ -115,3 +115,37 @@ def test_head_method_needs_a_head(pair_generator):
 
     with pytest.raises(InvalidArgument, match="head:DIR"):
         pair_generator.generate("x", 4, method="head")
+
+
+def test_features_fed_after_steps_the_head_sat_out_are_not_a_per_token_cost():
+    """Rows queued while the head did not draft (k = 0 steps) are fed in the next proposal's first call: that
+    call's time beyond an ordinary call is reported as catch-up (as a draft model's is), so adaptive k does not
+    see the head as dearer the longer it was off. A runner whose calls take 1 ms + 10 ms per row."""
+    import time
+
+    from specrt.runtime.proposers.head import HeadProposer
+    from specrt.runtime.sampling import SamplingParams
+
+    class SlowRunner:
+        vocab_ids = np.arange(8, dtype=np.int64)
+        length = 0
+
+        def truncate(self, length):
+            self.length = min(self.length, length)
+
+        def __call__(self, features, token_ids, position):
+            time.sleep(0.001 + 0.010 * token_ids.size)
+            self.length += token_ids.size
+            return np.eye(8, dtype=np.float32)[token_ids % 8], np.asarray(features, np.float32)
+
+    prop = HeadProposer(SlowRunner(), SamplingParams(temperature=0.0), np.random.default_rng(0), 8)
+    feats = np.ones((40, 4), np.float32)
+    tokens = np.arange(40, dtype=np.int64)
+    prop.start(tokens, 5, feats[:1])
+    ordinary = prop.propose(tokens, 5, 3)  # one queued row, then two one-row calls: the ordinary call time
+    assert ordinary.catch_up_s == 0.0
+    prop.observe(6, 0, feats[:1])
+    for n in range(7, 12):  # five steps without a proposal: their rows queue
+        prop.observe(n, 0, feats[:1])
+    after = prop.propose(tokens, 11, 1)  # six queued rows in one call
+    assert after.catch_up_s > 0.03, after.catch_up_s
