@@ -18,19 +18,20 @@ from pathlib import Path
 from specrt.bundle.manifest import read_manifest
 from specrt.bundle.writer import ManifestDraft, write_manifest
 from specrt.compiler.draft_head import draft_head_step
-from specrt.compiler.quantize import HEAD_QUANT_TYPE, QuantizeConfig
+from specrt.compiler.quantize import DEFAULT_BLOCK_SIZE, QuantizeConfig
+from specrt.compiler.quantize_prepare import head_quantization
 
 
 def head_quantize(manifest, precision: str) -> QuantizeConfig | None:
-    """The head's QuantizeConfig for `precision` ("target": what `compile` gives, HEAD_QUANT_TYPE when the target
-    is quantized, else None; "fp32": None), with the target's block size and symmetry."""
-    q = manifest.models["target"].quantization
-    if precision == "fp32" or (precision == "target" and q is None):
+    """The head's QuantizeConfig for `precision`: "target" is what `compile` gives (head_quantization: int8 when the
+    target is quantized, else fp32), "fp32" None, "int8" / "int4" that type; the target's block size and symmetry."""
+    if precision == "fp32":
         return None
-    kind = HEAD_QUANT_TYPE if precision == "target" else precision
-    if q is None:
-        return QuantizeConfig(kind)
-    return QuantizeConfig(kind, block_size=q.block_size, symmetric=q.symmetric)
+    q = manifest.models["target"].quantization
+    return head_quantization({
+        "quantize": q.type if q else None, "draft_quantize": None if precision == "target" else precision,
+        "quant_block_size": q.block_size if q else DEFAULT_BLOCK_SIZE, "quant_symmetric": q.symmetric if q else True,
+        "quant_accuracy_level": None, "quant_batch_invariant": True})
 
 
 def add_head(bundle: Path, head_dir: Path, target_dir: Path, precision: str = "target") -> None:

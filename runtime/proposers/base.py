@@ -28,6 +28,21 @@ POINT_MASS = "point_mass"
 SAMPLED = "sampled"
 
 
+class CallClock:
+    """EMA of a model proposer's ordinary call (one row, or the one or two rows after a drafting step), for
+    `Proposal.catch_up_s`: a first call that fed the rows of steps the proposer sat out costs that much more."""
+
+    def __init__(self) -> None:
+        self.seconds: float | None = None
+
+    def ordinary(self, seconds: float) -> None:
+        self.seconds = seconds if self.seconds is None else 0.75 * self.seconds + 0.25 * seconds
+
+    def beyond(self, seconds: float) -> float:
+        """A catch-up call's time beyond an ordinary call (0 until one was timed)."""
+        return 0.0 if self.seconds is None else max(seconds - self.seconds, 0.0)
+
+
 @dataclasses.dataclass(frozen=True)
 class Proposal:
     token_ids: np.ndarray  # [k'] int64, k' <= k (may be empty)

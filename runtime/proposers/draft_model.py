@@ -14,7 +14,7 @@ import numpy as np
 
 from specrt.runtime.backends.base import Runner
 from specrt.runtime.sampling import SamplingParams, sample, warp
-from specrt.runtime.proposers.base import Proposal
+from specrt.runtime.proposers.base import CallClock, Proposal
 
 
 class DraftModelProposer:
@@ -28,7 +28,7 @@ class DraftModelProposer:
         self.vocab = max(target_vocab, runner.vocab_size)  # draft probs padded to the larger vocabulary
         self.prefill_chunk = prefill_chunk
         self._tok = np.empty(1, dtype=np.int64)
-        self._call_s: float | None = None  # moving average of one single-token draft call, seconds
+        self._clock = CallClock()  # one single-token draft call, seconds (catch-up: Proposal.catch_up_s)
 
     def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None:
         """Prefill the draft with the committed tokens except the pending last one (timed as prefill)."""
@@ -57,10 +57,9 @@ class DraftModelProposer:
             logits = r.forward(self._tok)
             calls += 1
             draft[i] = self._pick(logits[-1], probs, i)
-            dt = time.perf_counter() - t0
-            self._call_s = dt if self._call_s is None else 0.75 * self._call_s + 0.25 * dt
+            self._clock.ordinary(time.perf_counter() - t0)
         # a long catch-up (the draft sat out steps): its cost beyond one ordinary call is not a per-token cost
-        catch_up_s = max(first_s - self._call_s, 0.0) if unseen > 2 and self._call_s is not None else 0.0
+        catch_up_s = self._clock.beyond(first_s) if unseen > 2 else 0.0
         if probs is None:  # greedy drafts are argmaxes: a point mass
             return Proposal.point_mass(draft, calls, catch_up_s)
         return Proposal.sampled(draft, probs, calls, catch_up_s)

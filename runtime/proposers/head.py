@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from specrt.core.errors import BackendUnavailable, InvalidArgument
-from specrt.runtime.proposers.base import Proposal
+from specrt.runtime.proposers.base import CallClock, Proposal
 from specrt.runtime.sampling import SamplingParams, sample, warp
 
 INPUTS = ("features", "input_ids", "position_ids", "past_key", "past_value")
@@ -84,7 +84,7 @@ class HeadProposer:
         self._base = 0  # position of head cache row 0
         self._rows = 0  # head cache rows that hold committed positions (target features)
         self._n = 0  # committed length at the last start / observe
-        self._call_s: float | None = None  # EMA of an ordinary head call (a few rows): see `propose`
+        self._clock = CallClock()  # an ordinary head call (a few rows): see `propose`
 
     def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None:
         if target_hidden is None:
@@ -120,23 +120,20 @@ class HeadProposer:
         for i in range(1, k):
             t0 = time.perf_counter()
             logits, hidden = r(h, draft[i - 1:i], n - 2 + i)
-            self._timed(time.perf_counter() - t0)
+            self._clock.ordinary(time.perf_counter() - t0)
             draft[i] = self._pick(logits[-1], probs, i)
             h = hidden[-1:]
         # features queued while the head sat out steps (k = 0, hybrid's n-gram branch) are fed in this first call:
         # like a draft model's catch-up, that part is not a cost per drafted token (adaptive k would otherwise see
         # the head as dearer the longer it was off, and keep it off)
         catch_up_s = 0.0
-        if rows > 2 and self._call_s is not None:
-            catch_up_s = max(first_s - self._call_s, 0.0)
-        elif rows <= 2:
-            self._timed(first_s)
+        if rows > 2:
+            catch_up_s = self._clock.beyond(first_s)
+        else:
+            self._clock.ordinary(first_s)
         if probs is None:
             return Proposal.point_mass(draft, calls=k, catch_up_s=catch_up_s)
         return Proposal.sampled(draft, probs, calls=k, catch_up_s=catch_up_s)
-
-    def _timed(self, seconds: float) -> None:
-        self._call_s = seconds if self._call_s is None else 0.75 * self._call_s + 0.25 * seconds
 
     def observe(self, n: int, num_accepted: int, target_hidden: np.ndarray | None = None) -> None:
         # the verify pass started at position self._n - 1: its first n - self._n rows are now committed
