@@ -1,7 +1,8 @@
 """The scheduler's cost table, measured once per bundle graph and device, then cached.
 
 Measured: seconds of a batched one-token pass of b = 1..max_batch sequences (best of 3 after a warm-up), of a
-one-sequence pass of s tokens (the generator's load-time verify timings) and of one drafted token. Cached as JSON
+one-sequence pass of s tokens (the generator's load-time verify timings), of one drafted token, and of a packed
+pass (runtime/batch/packed.py) over a small grid of sequences x rows each (interpolated by `CostTable.t_packed`). Cached as JSON
 under `$SPECRT_CACHE/batch-costs/` keyed by the target graph (path, size, mtime), threads, max_batch, the ONNX
 Runtime version and the CPU (model name, core count), so a server restart skips the measurement; a changed graph,
 runtime or machine measures again. SPECRT_REMEASURE=1 ignores the cache (e.g. after a run on a loaded machine).
@@ -71,15 +72,46 @@ def measure_batch(pool, max_batch: int) -> list[float]:
     return out
 
 
-def cost_table(gen, pool, max_batch: int) -> CostTable:
+PACKED_PAST = 32  # past length of the measured packed passes (one-token and verify calls, not prefills)
+
+
+def packed_grid(max_batch: int, max_rows: int, min_rows: int) -> tuple[list[int], list[int]]:
+    """(sequence counts, rows per sequence) measured for the packed pass."""
+    bs = sorted({b for b in (1, 2, 4, max_batch) if b <= max_batch})
+    rs = sorted({r for r in (min_rows, min_rows + 1, 4, max_rows) if min_rows <= r <= max(max_rows, min_rows)})
+    return bs, rs
+
+
+def measure_packed(pool, max_rows: int, min_rows: int) -> tuple[list[list[float]], list[int], list[int]]:
+    """Seconds of packed passes over the grid (best of 2 after a warm-up), on regions [0, b) at PACKED_PAST."""
+    packed = pool.packed()
+    bs, rs = packed_grid(pool.max_batch, max_rows, min_rows)
+    past = min(PACKED_PAST, pool.capacity - max(rs))
+    grid = []
+    for b in bs:
+        line = []
+        for r in rs:
+            ids = np.zeros(r, np.int64)
+            best = float("inf")
+            for rep in range(3):
+                t0 = time.perf_counter()
+                packed.run([(region, ids, past, (0, r)) for region in range(b)])
+                if rep:
+                    best = min(best, time.perf_counter() - t0)
+            line.append(best)
+        grid.append(line)
+    return grid, bs, rs
+
+
+def cost_table(gen, pool, max_batch: int, packed: bool = False) -> CostTable:
     """The cached table for this graph and device, else measured now and cached (a failed write is ignored)."""
     path = None
     try:
         path = cache_path(gen, max_batch)
         if os.environ.get("SPECRT_REMEASURE") != "1" and path.is_file():
             data = json.loads(path.read_text())
-            if len(data["batch"]) == max_batch and data["rows"]:
-                return CostTable(batch=data["batch"], rows=data["rows"], draft_token=data["draft_token"])
+            if len(data["batch"]) == max_batch and data["rows"] and bool(data.get("packed")) == packed:
+                return CostTable(**data)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
     batch = measure_batch(pool, max_batch)
@@ -87,6 +119,9 @@ def cost_table(gen, pool, max_batch: int) -> CostTable:
         gen.warmup()
     verify, draft = gen._load_costs
     table = CostTable(batch=batch, rows=list(verify), draft_token=draft or 0.0)
+    if packed:
+        min_rows = getattr(gen.target, "min_rows", 1)
+        table.packed, table.packed_b, table.packed_r = measure_packed(pool, len(table.rows), min_rows)
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -6,8 +6,13 @@ A step is made of passes of two kinds (scheduler.py):
   1 + a + a^2 + ... + a^k expected tokens at per-token acceptance a;
 * one batched one-token pass over every decoding request (`T_batch(B)`, measured per B) gives each request one more
   token (a request that speculated first feeds its newly picked token).
-Two regimes: **batched** (the batched pass runs: each request k >= 0, speculating ones gain one token more) and
-**separate** (no batched pass: every request runs its own pass, k >= 0; at B = 1 this is the single-sequence loop).
+Three regimes: **batched** (the batched pass runs: each request k >= 0, speculating ones gain one token more),
+**separate** (no batched pass: every request runs its own pass, k >= 0; at B = 1 this is the single-sequence loop)
+and **packed** (ONE pass of the packed graph over every request's pending token and drafts, each in its own region:
+`T_packed(b, rows)`; runtime/batch/packed.py). The packed regime is planned greedily: starting from k = 0 everywhere,
+add the draft with the most expected tokens per extra second while it raises the step's goodput (its cost is
+not separable: a row's price depends on the pass's total rows; for a target whose calls are padded to `min_rows`
+rows, the drafts that fill the padding cost only their drafting).
 Within a regime goodput G = tokens / seconds is a separable fractional programme: Dinkelbach's iteration (pick each
 k maximising tokens_i - G * seconds_i, update G) reaches its optimum in a few rounds. The regime with the larger
 optimum wins; ties go to the batched one, whose all-zero choice is plain batched decoding, so the choice is never
@@ -27,6 +32,10 @@ class CostTable:
     batch: list[float]  # batch[b - 1]: seconds of one batched decode pass of b sequences
     rows: list[float]  # rows[s - 1]: seconds of one single-sequence pass of s tokens
     draft_token: float = 0.0  # seconds per drafted token (0 for n-gram)
+    # packed[i][j]: seconds of one packed pass of packed_b[i] sequences with packed_r[j] rows each (empty: none)
+    packed: list[list[float]] = dataclasses.field(default_factory=list)
+    packed_b: list[int] = dataclasses.field(default_factory=list)
+    packed_r: list[int] = dataclasses.field(default_factory=list)
 
     def t_batch(self, b: int) -> float:
         return self.batch[min(b, len(self.batch)) - 1]
@@ -34,12 +43,30 @@ class CostTable:
     def t_rows(self, s: int) -> float:
         return self.rows[min(s, len(self.rows)) - 1]
 
+    def t_packed(self, b: int, rows: int) -> float:
+        """Seconds of a packed pass of b sequences and `rows` rows in all (interpolated in the measured grid,
+        extrapolated linearly beyond it)."""
+        per = rows / b
+        by_b = [_interp(self.packed_r, line, per) for line in self.packed]
+        return _interp(self.packed_b, by_b, b)
+
+
+def _interp(xs: list[int], ys: list[float], x: float) -> float:
+    if len(xs) == 1:
+        return ys[0] * (x / xs[0] if x > xs[0] else 1.0)
+    i = 1
+    while i < len(xs) - 1 and x > xs[i]:
+        i += 1
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+
 
 @dataclasses.dataclass(frozen=True)
 class StepPlan:
     ks: list[int]  # drafts per request (0: no speculation this step)
     batched: bool  # the batched one-token pass runs (False: every request runs its own pass)
     goodput: float  # expected tokens per second of the plan
+    packed: bool = False  # one packed pass over every request (batched is then False)
 
 
 def gain(a: float, k: int) -> float:
@@ -68,10 +95,38 @@ def _dinkelbach(options: list[list[tuple[int, float, float]]], fixed_tokens: flo
     return [p[0] for p in pick], g
 
 
+def plan_packed(acceptance: list[float], max_ks: list[int], draft_costs: list[float], table: CostTable,
+                min_rows: int = 1) -> StepPlan:
+    """The packed regime's plan: greedy over one more draft at a time (module docstring)."""
+    b = len(acceptance)
+    ks = [0] * b
+    rows = b * max(1, min_rows)
+    tokens, secs = float(b), table.t_packed(b, rows)
+    while True:
+        best = None
+        for i, (a, kmax, cd) in enumerate(zip(acceptance, max_ks, draft_costs)):
+            if ks[i] >= kmax or a <= 0.0:
+                continue
+            add_rows = max(ks[i] + 2, min_rows) - max(ks[i] + 1, min_rows)
+            dt = a ** (ks[i] + 1)
+            ds = (table.t_packed(b, rows + add_rows) - secs + cd) * SPEC_MARGIN if add_rows or cd else 0.0
+            if (tokens + dt) / (secs + ds) > tokens / secs and (best is None or dt * best[2] > best[1] * ds):
+                best = (i, dt, ds, add_rows)
+        if best is None:
+            break
+        i, dt, ds, add_rows = best
+        ks[i] += 1
+        rows += add_rows
+        tokens += dt
+        secs = table.t_packed(b, rows) + sum(k * cd for k, cd in zip(ks, draft_costs))
+    return StepPlan(ks, False, tokens / secs, packed=True)
+
+
 def plan_step(acceptance: list[float], max_ks: list[int], draft_costs: list[float], table: CostTable,
               batched_ok: bool = True) -> StepPlan:
-    """k per request (0 allowed) and the regime maximising expected tokens / expected seconds of the step.
-    `batched_ok` False: only the separate regime (a target whose one-token calls must run as several rows)."""
+    """k per request (0 allowed) and the regime, batched or separate, maximising expected tokens / expected
+    seconds of the step. `batched_ok` False: no one-token batched pass (a target whose one-token calls must run
+    as several rows). The packed regime is planned by `plan_packed` (the scheduler chooses between them)."""
     b = len(acceptance)
     if b == 0:
         return StepPlan([], batched_ok, 0.0)

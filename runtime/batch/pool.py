@@ -54,7 +54,8 @@ class RegionPool:
             raise InvalidArgument(f"max_batch must be >= 1, got {max_batch}")
         c = base.config
         self.config, self.session, self.max_batch = c, base.session, max_batch
-        self.capacity = base.capacity
+        self.capacity, self.onnx_path, self.threads = base.capacity, base.onnx_path, base.threads
+        self._packed = None
         shape = (max_batch, c.num_kv_heads, self.capacity, c.head_dim)
         self.keys = [np.zeros(shape, np.float32) for _ in range(c.num_layers)]  # L x [Bmax, Hkv, C, D]
         self.values = [np.zeros(shape, np.float32) for _ in range(c.num_layers)]
@@ -79,6 +80,14 @@ class RegionPool:
         return _RegionCache([k[b:b + 1] for k in self.keys], [v[b:b + 1] for v in self.values], self.capacity,
                             (c.num_kv_heads, c.head_dim))
 
+    def packed(self):
+        """The `PackedPass` over this pool's regions (runtime/batch/packed.py), built on first use."""
+        if self._packed is None:
+            from specrt.runtime.batch.packed import PackedPass
+
+            self._packed = PackedPass(self, self.threads)
+        return self._packed
+
     def kv_bytes_per_slot(self) -> int:
         return kv_bytes(self.config, self.capacity)
 
@@ -91,6 +100,9 @@ class RegionPool:
         runner.reset()
         self.used += 1
         return runner
+
+    def region_of(self, runner: OrtFusedRunner) -> int:
+        return self.runners.index(runner, 0, self.used)
 
     def release(self, runner: OrtFusedRunner) -> None:
         """Free `runner`'s region; the regions above it move down one (rows copied, runners rebound)."""

@@ -10,7 +10,10 @@ Requests join and leave at step boundaries. A step (`step()`):
    acceptance rule of the single-sequence loop (`greedy_accept` / `rejection_sample`): exactly a step of the
    loop alone; when the plan is batched, ONE batched pass over every decoding request's pending token
    (`RegionPool.decode_batch`) then gives each request one more token (plan not batched: requests without
-   drafts run a one-token pass of their own, so one request alone is the single-sequence loop);
+   drafts run a one-token pass of their own, so one request alone is the single-sequence loop); when the plan
+   is packed, ONE pass of the packed graph (runtime/batch/packed.py) runs every request's pending token and
+   drafts, each request's rows exactly its own call alone (padded to `min_rows` as alone), then each request's
+   acceptance rule;
 4. emits each request's new tokens and retires finished or cancelled requests (their slots are free at once).
 A request whose prefill token already ends it (EOS, max_new_tokens=1) leaves at once, before any decode.
 For n-gram requests the proposal is free: it is made before planning (k is capped by what matched), and when the
@@ -30,10 +33,11 @@ import time
 
 import numpy as np
 
+from specrt.bundle.graph_io import pad_rows
 from specrt.core.errors import BackendUnavailable, InvalidArgument
 from specrt.runtime.acceptance import greedy_accept, rejection_sample
 from specrt.runtime.backends.ort.fused_runner import OrtFusedRunner
-from specrt.runtime.batch.goodput import CostTable, StepPlan, plan_step
+from specrt.runtime.batch.goodput import CostTable, StepPlan, plan_packed, plan_step
 from specrt.runtime.batch.pool import RegionPool
 from specrt.runtime.batch.sequence import Sequence
 from specrt.runtime.loop import pick_token
@@ -46,7 +50,9 @@ BATCH_METHODS = ("draft", "hybrid", "ngram", "none")
 
 
 class Scheduler:
-    def __init__(self, gen, max_batch: int, prefill_chunk: int = DEFAULT_PREFILL_CHUNK) -> None:
+    def __init__(self, gen, max_batch: int, prefill_chunk: int = DEFAULT_PREFILL_CHUNK, packed: bool = True) -> None:
+        """`packed`: plan the packed regime too (a second ONNX Runtime session over the same weights file,
+        built on first use; runtime/batch/packed.py)."""
         if not isinstance(gen.target, OrtFusedRunner):
             raise BackendUnavailable("continuous batching runs on the fused ONNX Runtime graph (backend 'ort', CPU); "
                                      f"this generator's target runs on {gen.backend!r}")
@@ -60,7 +66,9 @@ class Scheduler:
         # default) computes a one-token row differently from the batched pass (one token per sequence: ONNX
         # Runtime's one-token attention path differs from its several-token one by ~1e-6, which int8 activations
         # turn into other tokens on a few % of steps). Its requests run their own passes (identical to alone).
-        self.batched_decode = getattr(gen.target, "min_rows", 1) <= 1
+        self.min_rows = getattr(gen.target, "min_rows", 1)
+        self.batched_decode = self.min_rows <= 1
+        self.packed = packed and max_batch > 1
         self.costs = self._measure_costs()
         self.steps = 0
         self.step_tokens = 0  # tokens emitted by decode steps, and their seconds: goodput
@@ -75,7 +83,7 @@ class Scheduler:
         """The cost table of this graph and device (runtime/batch/costs.py: measured once, then cached)."""
         from specrt.runtime.batch.costs import cost_table
 
-        return cost_table(self.gen, self.targets, self.max_batch)
+        return cost_table(self.gen, self.targets, self.max_batch, packed=self.packed)
 
     # ----------------------------------------------------------------------------------- admit
     def add(self, seq: Sequence) -> None:
@@ -124,11 +132,23 @@ class Scheduler:
     # ------------------------------------------------------------------------------------ step
     def step(self) -> None:
         self._admit()
-        if self.prefilling:
-            self._prefill()
-        if self.running:
-            self._decode_step()
+        if self._packed_step_due():
+            self._decode_step(packed=True)  # the prompt chunks of the requests in prefill ride in the same pass
+        else:
+            if self.prefilling:
+                self._prefill()
+            if self.running:
+                self._decode_step()
         self._retire()
+
+    def _packed_step_due(self) -> bool:
+        """The packed pass runs the step when two requests or more decode and one of them may speculate (or the
+        target has no one-token batched pass: min_rows > 1). Steps with one request run the single-sequence
+        passes, and a batch that cannot speculate the one-token batched pass, on the target's own session. The
+        choice depends on the requests, not on the step's n-gram matches: each switch between the two ONNX
+        Runtime sessions costs a step's worth of contention (the idle session's pool threads still spin)."""
+        return self.packed and bool(self.costs.packed) and len(self.running) >= 2 and (
+            not self.batched_decode or any(s.proposer is not None and s.max_k > 0 for s in self.running))
 
     def _prefill(self) -> None:
         """Spend the step's prompt-token budget on the requests in prefill, oldest first."""
@@ -147,8 +167,11 @@ class Scheduler:
         seq.prefilled += ids.size
         seq.stats.target_calls += 1
         seq.stats.prefill_seconds += time.perf_counter() - t0
-        if seq.prefilled < seq.prompt_ids.size:
-            return
+        if seq.prefilled == seq.prompt_ids.size:
+            self._prefill_done(seq, last)
+
+    def _prefill_done(self, seq: Sequence, last: np.ndarray) -> None:
+        """The prompt is in the cache: pick the first token from its last row's logits; decode from the next step."""
         first = pick_token(last, seq.request.sampling, seq.rng)
         seq.tokens[seq.n] = first
         seq.n += 1
@@ -162,7 +185,7 @@ class Scheduler:
             return
         self.running.append(seq)
 
-    def _decode_step(self) -> None:
+    def _decode_step(self, packed: bool = False) -> None:
         t0 = time.perf_counter()
         seqs, cap = self.running, self.gen.max_seq_len
         max_ks = [0 if s.proposer is None else max(0, min(s.max_k, s.remaining - 1, cap - s.n - 1)) for s in seqs]
@@ -171,7 +194,20 @@ class Scheduler:
                 for s, mk in zip(seqs, max_ks)]
         max_ks = [mk if f is None else f.token_ids.size for mk, f in zip(max_ks, free)]
         dcost = [self.costs.draft_token if s.draft is not None else 0.0 for s in seqs]
-        plan = plan_step([s.acceptance for s in seqs], max_ks, dcost, self.costs, self.batched_decode)
+        acceptance = [s.acceptance for s in seqs]
+        if packed:
+            plan = plan_packed(acceptance, max_ks, dcost, self.costs, self.min_rows)
+            emitted = self._packed_step(seqs, plan.ks, free)
+        else:
+            plan = plan_step(acceptance, max_ks, dcost, self.costs, self.batched_decode)
+            emitted = self._passes(seqs, plan, free)
+        self.steps += 1
+        self.step_tokens += emitted
+        self.step_seconds += time.perf_counter() - t0
+
+    def _passes(self, seqs: list[Sequence], plan: StepPlan, free: list) -> int:
+        """The batched and separate regimes: a pass of its own for every request that speculates (every request,
+        when not batched), then the batched one-token pass when the plan has it."""
         emitted = 0
         for s, k, f in zip(seqs, plan.ks, free):
             if k > 0:
@@ -181,20 +217,68 @@ class Scheduler:
                 emitted += self._verify(s, 0, None, f)
         if plan.batched:
             emitted += self._batched_token(seqs, plan, free)
-        self.steps += 1
-        self.step_tokens += emitted
-        self.step_seconds += time.perf_counter() - t0
+        return emitted
 
     def _verify(self, s: Sequence, k: int, prop, free=None) -> int:
         """One pass over the pending token and the drafts in s's own region, then the loop's acceptance rule.
         `free`: an n-gram proposal not used this step, judged against the token picked (acceptance estimate)."""
-        params = s.request.sampling
         drafts = prop.token_ids if prop is not None else np.empty(0, np.int64)
-        kk = drafts.size
         if prop is not None:
             s.stats.draft_calls += prop.calls
         logits = s.target.forward(np.concatenate([s.tokens[s.n - 1:s.n], drafts]))  # [kk + 1, V]
         s.stats.target_calls += 1
+        return self._accept(s, k, prop, logits, free)
+
+    def _packed_step(self, seqs: list[Sequence], ks: list[int], free: list) -> int:
+        """ONE packed pass: every request's pending token and drafts in its own region (its call alone, padded to
+        min_rows as `Runner.forward` pads it), then each request's acceptance rule."""
+        calls, metas = [], []
+        for s, k, f in zip(seqs, ks, free):
+            prop = None
+            if k > 0:
+                prop = _first(f, k) if f is not None else s.proposer.propose(s.tokens, s.n, k)
+                s.stats.draft_calls += prop.calls
+            drafts = prop.token_ids if prop is not None else np.empty(0, np.int64)
+            ids = np.concatenate([s.tokens[s.n - 1:s.n], drafts])
+            runner, real = s.target, ids.size
+            past = runner.length
+            if real < runner.min_rows and past + runner.min_rows <= runner.capacity:
+                ids = pad_rows(ids, runner.min_rows)
+            runner.cache.reserve(ids.size)
+            calls.append((self.targets.region_of(runner), ids, past, (0, real)))
+            metas.append((s, k, prop, f, past, real))
+        prefills, budget = [], self.prefill_chunk  # the step's prompt-token budget, oldest first (as `_prefill`)
+        for seq in list(self.prefilling):
+            if budget <= 0:
+                break
+            ids = seq.prompt_ids[seq.prefilled:seq.prefilled + budget]
+            budget -= ids.size
+            past = seq.target.length
+            seq.target.cache.reserve(ids.size)
+            calls.append((self.targets.region_of(seq.target), ids, past, (ids.size - 1, 1)))
+            prefills.append((seq, past, ids.size))
+        t0 = time.perf_counter()
+        outs = self.targets.packed().run(calls)
+        seconds = time.perf_counter() - t0
+        emitted = 0
+        for (s, k, prop, f, past, real), logits in zip(metas, outs):
+            s.target.cache.length = past + real
+            s.stats.target_calls += 1
+            emitted += self._accept(s, k, prop, logits, f)
+        for (seq, past, n), logits in zip(prefills, outs[len(metas):]):
+            seq.target.cache.length = past + n
+            seq.prefilled += n
+            seq.stats.target_calls += 1
+            seq.stats.prefill_seconds += seconds
+            if seq.prefilled == seq.prompt_ids.size:
+                self._prefill_done(seq, logits[0])
+        return emitted
+
+    def _accept(self, s: Sequence, k: int, prop, logits: np.ndarray, free) -> int:
+        """The loop's acceptance rule over the logits of s's pending token and drafts ([kk + 1, V])."""
+        params = s.request.sampling
+        drafts = prop.token_ids if prop is not None else np.empty(0, np.int64)
+        kk = drafts.size
         if kk == 0:
             j, nxt = 0, pick_token(logits[-1], params, s.rng)
             if free is not None and free.token_ids.size:

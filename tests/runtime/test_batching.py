@@ -289,3 +289,97 @@ def test_a_target_with_two_row_decode_calls_never_runs_the_one_row_batched_pass(
     assert calls == []
     assert [r.token_ids for r in res] == [gen.generate(p, 8, method="ngram").token_ids for p in PROMPTS[:4]]
     assert plan_step([0.1, 0.1], [0, 0], [0.0, 0.0], CostTable([1.0, 1.0], [1.0]), batched_ok=False).batched is False
+
+
+# ------------------------------------------------------------------------------------------- the packed pass
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+def test_packed_pass_rows_equal_each_sequence_alone_bit_for_bit(engines, precision, pair_bundle, int4_bundle):
+    # one pass: region 0 decodes one token (two rows when the target pads to min_rows), region 1 verifies 3 drafts,
+    # region 3 prefills; region 2 holds a sequence that is not in the call: its KV must stay untouched
+    from specrt.bundle.graph_io import pad_rows
+    from specrt.runtime import load
+
+    gen, eng = engines[precision]
+    alone = load({"fp32": pair_bundle, "int4": int4_bundle}[precision], backend="ort").target  # its own session
+    pool, mr = eng.scheduler.targets, gen.target.min_rows
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, gen.vocab_size, n) for n in (5, 11, 7, 9)]
+    runners = [pool.acquire() for _ in range(4)]
+    try:
+        for r, p in zip(runners[:3], prompts[:3]):
+            r.forward(p)
+        marker = pool.keys[0][2, :, :7].copy()
+        step = [np.array([17]), np.array([3, 4, 5, 6]), None, prompts[3]]
+        calls = []
+        for b, ids in enumerate(step):
+            if ids is None:
+                continue
+            x = pad_rows(ids, mr) if ids.size < mr else ids
+            calls.append((b, x, runners[b].length, (0, ids.size)))
+        got = [o.copy() for o in pool.packed().run(calls)]
+        np.testing.assert_array_equal(pool.keys[0][2, :, :7], marker)
+        for (b, x, past, (_, n)), logits in zip(calls, got):
+            alone.reset()
+            if b != 3:
+                alone.forward(prompts[b])
+            want = alone.forward(x[:n])
+            np.testing.assert_array_equal(logits, want, err_msg=f"region {b}")
+    finally:
+        for r in reversed(runners):
+            pool.release(r)
+
+
+def _force_packed(sched, draft_cost: float = 0.0) -> CostTable:
+    """A cost table where the packed pass is nearly free and every other pass dear: the packed regime every step."""
+    saved = sched.costs
+    sched.costs = CostTable(batch=[10.0] * 8, rows=[10.0] * 9, draft_token=draft_cost,
+                            packed=[[0.01 + 0.0001 * r for r in (1, 2, 4, 9)]] * 4, packed_b=[1, 2, 4, 8],
+                            packed_r=[1, 2, 4, 9])
+    return saved
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+@pytest.mark.parametrize("method", ["none", pytest.param("ngram", marks=pytest.mark.slow),
+                                    pytest.param("draft", marks=pytest.mark.slow)])
+def test_greedy_output_equals_alone_in_the_packed_regime(engines, precision, method, monkeypatch):
+    # a prompt budget of 3 tokens per step: prompts are prefilled over several steps, inside the packed passes of
+    # the requests already decoding
+    gen, eng = engines[precision]
+    sched = eng.scheduler
+    packed_steps = []
+    real = sched.targets.packed().run
+    monkeypatch.setattr(sched.targets.packed(), "run", lambda calls: packed_steps.append(len(calls)) or real(calls))
+    alone = [gen.generate(p, n, method=method).token_ids for p, n in zip(PROMPTS, LENGTHS)]
+    saved = _force_packed(sched)
+    monkeypatch.setattr(sched, "prefill_chunk", 3)
+    try:
+        for b in (2, 4, 8):
+            subs = [eng.submit(p, max_new_tokens=n, method=method) for p, n in zip(PROMPTS[:b], LENGTHS[:b])]
+            got = [(_tokens(events), seq.stats) for seq, events in subs]
+            assert [g[0] for g in got] == alone[:b], (precision, method, b)
+            if method != "none":
+                assert sum(st.drafted_tokens for _, st in got) > 0
+    finally:
+        sched.costs = saved
+    # the packed pass runs when the target cannot batch one-token rows (int4 here) or a request may speculate
+    if precision == "int4" or method != "none":
+        assert packed_steps and max(packed_steps) >= 4
+    else:
+        assert packed_steps == []
+    assert sched.targets.used == 0
+
+
+def test_packed_plan_fills_padded_rows_with_drafts_and_never_speculates_at_a_loss():
+    from specrt.runtime.batch.goodput import plan_packed
+
+    # rows cost in proportion: a draft accepted 10% of the time does not pay for its row
+    linear = CostTable(batch=[1.0], rows=[1.0], packed=[[1.0 * r for r in (1, 2, 4)]] * 2, packed_b=[1, 4],
+                       packed_r=[1, 2, 4])
+    assert plan_packed([0.1] * 4, [4] * 4, [0.0] * 4, linear).ks == [0] * 4
+    # ... but with two-row calls (min_rows 2) the first draft fills the padded row: free, taken
+    assert plan_packed([0.1] * 4, [4] * 4, [0.0] * 4, linear, min_rows=2).ks == [1] * 4
+    # drafting that costs more than it saves stays off; well-accepted drafts on cheap rows are taken
+    assert plan_packed([0.1] * 4, [4] * 4, [5.0] * 4, linear, min_rows=2).ks == [0] * 4
+    flat = CostTable(batch=[1.0], rows=[1.0], packed=[[1.0, 1.01, 1.03]] * 2, packed_b=[1, 4], packed_r=[1, 2, 4])
+    plan = plan_packed([0.9, 0.9, 0.0, 0.9], [3, 3, 3, 0], [0.0] * 4, flat)
+    assert plan.ks == [3, 3, 0, 0] and plan.packed

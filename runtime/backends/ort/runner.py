@@ -81,6 +81,15 @@ def cpu_session(ort, onnx_path: Path, threads: int | None, alternating: bool = F
     spinning against each other made a speculative step 2x slower. SPECRT_ORT_SPIN=0 turns spinning off
     (a machine shared with other busy processes).
     """
+    opts = session_options(ort, threads, alternating)
+    try:
+        return ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"]), opts
+    except Exception as exc:
+        raise BackendError(f"ONNX Runtime could not load {onnx_path}: {one_line(exc)}") from None
+
+
+def session_options(ort, threads: int | None, alternating: bool = False):
+    """specrt's SessionOptions for the CPU provider (see `cpu_session`)."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 3  # errors only: the portable graph's defaulted logit_start input would warn on every load
     opts.intra_op_num_threads = threads or default_threads()
@@ -94,10 +103,7 @@ def cpu_session(ort, onnx_path: Path, threads: int | None, alternating: bool = F
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     elif alternating:
         opts.add_session_config_entry("session.force_spinning_stop", "1")
-    try:
-        return ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"]), opts
-    except Exception as exc:
-        raise BackendError(f"ONNX Runtime could not load {onnx_path}: {one_line(exc)}") from None
+    return opts
 
 
 def binding_runner(session, binding):

@@ -1,0 +1,121 @@
+"""`PackedPass`: one ONNX Runtime pass over several sequences' new tokens, each in its own KV region.
+
+The session runs the packed graph (runtime/backends/ort/packed_graph.py) derived from the pool's fused graph: slot s
+of the graph is region s of the `RegionPool`, so a call is a list of (region, token ids, logit rows wanted) and each
+region's rows are exactly the call the sequence would make alone (a prefill chunk, a verify pass over its drafts,
+a one-token decode padded to `min_rows`). The caller keeps the cache lengths (reserve before, commit after), as
+`Runner.forward` does.
+
+A slot without rows in a call runs its attention node on a zero row against a scratch buffer (its region is never
+touched). The slot bindings change only when the set of regions in the calls changes; the per-call inputs are
+written into bound or freshly bound small arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specrt.bundle import graph_io
+from specrt.bundle.graph_io import LOGIT_POSITIONS
+from specrt.core.errors import BackendError, InvalidArgument
+from specrt.runtime.backends.ort.packed_graph import (IN_ROWS, OUT_ROWS, SLOT_SEQLENS, SLOT_TAKE, SLOT_TOTAL,
+                                                      packed_session, slot_name)
+from specrt.runtime.backends.ort.runner import binding_runner, import_ort, one_line
+
+
+class PackedPass:
+    def __init__(self, pool, threads: int | None = None) -> None:
+        c = pool.config
+        self.pool, self.config, self.n = pool, c, pool.max_batch
+        ort = import_ort()
+        try:
+            self.session, _ = packed_session(ort, pool.onnx_path, self.n, threads)
+        except Exception as exc:
+            raise BackendError(f"ONNX Runtime could not build the packed graph of {pool.onnx_path}: "
+                               f"{one_line(exc)}") from None
+        self.scratch = np.zeros((1, c.num_kv_heads, 1, c.head_dim), np.float32)
+        self._seqlens = np.zeros(self.n, np.int32)
+        self._total = np.ones(self.n, np.int32)
+        self._take = np.ones(self.n, np.int64)
+        self._binding = self.session.io_binding()
+        b = self._binding
+        for s in range(self.n):
+            b.bind_cpu_input(slot_name(SLOT_SEQLENS, s), self._seqlens[s:s + 1])
+            b.bind_cpu_input(slot_name(SLOT_TOTAL, s), self._total[s:s + 1])
+            self._bind_slot(s, False)
+        b.bind_cpu_input(SLOT_TAKE, self._take)
+        self._live = [False] * self.n  # slot s bound to region s (else to the scratch buffer)
+        self._run = binding_runner(self.session, self._binding)
+        self._logits = np.empty((0, c.vocab_size), np.float32)
+        self._hidden = np.empty((0, c.hidden_size), np.float32)
+
+    def _bind_slot(self, s: int, live: bool) -> None:
+        pool, b = self.pool, self._binding
+        for i in range(self.config.num_layers):
+            for name_in, name_out, bufs in ((graph_io.past_key(i), graph_io.present_key(i), pool.keys),
+                                            (graph_io.past_value(i), graph_io.present_value(i), pool.values)):
+                buf = bufs[i][s:s + 1] if live else self.scratch
+                b.bind_input(slot_name(name_in, s), "cpu", 0, np.float32, list(buf.shape), buf.ctypes.data)
+                b.bind_output(slot_name(name_out, s), "cpu", 0, np.float32, list(buf.shape), buf.ctypes.data)
+
+    def run(self, calls: list[tuple[int, np.ndarray, int, tuple[int, int]]]) -> list[np.ndarray]:
+        """calls: (region, token ids [S], past length, (first, count) logit rows) with distinct regions -> per
+        call the logits of its rows [first, first + count) ([count, V] views, valid until the next run). Writes
+        each call's S key/value rows at [past, past + S) of its region."""
+        by_slot: dict[int, tuple[np.ndarray, int, int]] = {}
+        for region, ids, past, want in calls:
+            if not 0 <= region < self.n or region in by_slot:
+                raise InvalidArgument(f"packed pass: region {region} is out of range or given twice")
+            if past + ids.size > self.pool.capacity:
+                raise InvalidArgument(f"packed pass: {past} + {ids.size} positions exceed the cache capacity "
+                                      f"{self.pool.capacity}")
+            by_slot[region] = (ids, past, want)
+        for s in range(self.n):
+            live = s in by_slot
+            if live != self._live[s]:
+                self._bind_slot(s, live)
+                self._live[s] = live
+        order = sorted(by_slot)
+        sizes = [by_slot[s][0].size for s in order]
+        n_rows = int(sum(sizes))
+        ids = np.concatenate([by_slot[s][0] for s in order]).astype(np.int64, copy=False)[None, :]
+        in_rows, out_rows, logit_pos, spans = [], [], [], []
+        row = pos = 0  # row: packed input row; pos: row in the slot-ordered attention output
+        for s in range(self.n):
+            if s in by_slot:
+                ids_s, past, (first, count) = by_slot[s]
+                k = ids_s.size
+                in_rows.append(np.arange(row, row + k))
+                out_rows.append(np.arange(pos, pos + k))
+                spans.append((len(logit_pos), count))
+                logit_pos.extend(range(row + first, row + first + count))
+                self._take[s], self._seqlens[s], self._total[s] = k, past + k - 1, past + k
+                row, pos = row + k, pos + k
+            else:
+                in_rows.append(np.array([n_rows]))  # the zero row appended after the real ones
+                self._take[s], self._seqlens[s], self._total[s] = 1, 0, 1
+                pos += 1
+        r = len(logit_pos)
+        if self._logits.shape[0] < r:
+            self._logits = np.empty((r, self.config.vocab_size), np.float32)
+        if self._hidden.shape[0] < n_rows:
+            self._hidden = np.empty((n_rows, self.config.hidden_size), np.float32)
+        b = self._binding
+        self._keep = (ids, np.concatenate(in_rows), np.concatenate(out_rows), np.array(logit_pos, np.int64))
+        b.bind_cpu_input(graph_io.INPUT_IDS, self._keep[0])
+        b.bind_cpu_input(IN_ROWS, self._keep[1])
+        b.bind_cpu_input(OUT_ROWS, self._keep[2])
+        b.bind_cpu_input(LOGIT_POSITIONS, self._keep[3])
+        b.bind_output(graph_io.LOGITS, "cpu", 0, np.float32, [1, r, self.config.vocab_size], self._logits.ctypes.data)
+        b.bind_output(graph_io.HIDDEN_STATES, "cpu", 0, np.float32, [1, n_rows, self.config.hidden_size],
+                      self._hidden.ctypes.data)
+        try:
+            self._run()
+        except Exception as exc:
+            raise BackendError(f"ONNX Runtime packed pass failed ({len(calls)} sequences, {n_rows} rows): "
+                               f"{one_line(exc)}") from None
+        out, by_region = [], {s: spans[i] for i, s in enumerate(order)}
+        for region, _, _, _ in calls:
+            start, want = by_region[region]
+            out.append(self._logits[start:start + want])
+        return out
