@@ -28,7 +28,7 @@ END = object()
 
 class BatchEngine:
     def __init__(self, gen, max_batch: int = 8, prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
-                 packed: bool = True) -> None:
+                 packed: bool | None = None) -> None:
         self.gen = gen
         self.scheduler = Scheduler(gen, max_batch, prefill_chunk, packed)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 import time
 
 import numpy as np
@@ -50,9 +51,10 @@ BATCH_METHODS = ("draft", "hybrid", "ngram", "none")
 
 
 class Scheduler:
-    def __init__(self, gen, max_batch: int, prefill_chunk: int = DEFAULT_PREFILL_CHUNK, packed: bool = True) -> None:
-        """`packed`: plan the packed regime too (a second ONNX Runtime session over the same weights file,
-        built on first use; runtime/batch/packed.py)."""
+    def __init__(self, gen, max_batch: int, prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+                 packed: bool | None = None) -> None:
+        """`packed`: use the packed pass (a second ONNX Runtime session over the same weights file, so the weights
+        are pre-packed twice in memory; runtime/batch/packed.py). None: on unless SPECRT_PACKED=0."""
         if not isinstance(gen.target, OrtFusedRunner):
             raise BackendUnavailable("continuous batching runs on the fused ONNX Runtime graph (backend 'ort', CPU); "
                                      f"this generator's target runs on {gen.backend!r}")
@@ -68,6 +70,8 @@ class Scheduler:
         # turn into other tokens on a few % of steps). Its requests run their own passes (identical to alone).
         self.min_rows = getattr(gen.target, "min_rows", 1)
         self.batched_decode = self.min_rows <= 1
+        if packed is None:
+            packed = os.environ.get("SPECRT_PACKED", "1") != "0"
         self.packed = packed and max_batch > 1
         self.costs = self._measure_costs()
         self.steps = 0

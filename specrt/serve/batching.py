@@ -83,6 +83,8 @@ def add_batch_metrics(metrics: Any, engine: Any) -> None:
     Gauge("vllm:num_requests_waiting", "Requests waiting for a batch slot", registry=r).set_function(
         lambda: len(sched.waiting))
     Gauge("specrt_batch_max", "Batch slots (--max-batch)", registry=r).set(sched.max_batch)
+    Gauge("specrt_packed_pass", "1 when several sequences' passes run as one packed pass (SPECRT_PACKED)",
+          registry=r).set(int(sched.packed))
     Gauge("specrt_goodput_tokens_per_second", "Decode-step tokens per second since start", registry=r).set_function(
         lambda: sched.step_tokens / sched.step_seconds if sched.step_seconds else 0.0)
     kv = sched.targets.kv_bytes_per_slot() + (sched.drafts.kv_bytes_per_slot() if sched.drafts else 0)

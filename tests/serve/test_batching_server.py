@@ -20,6 +20,7 @@ def test_concurrent_clients_share_one_batch(pair_bundle, pair_generator):
     with serving(str(pair_bundle), max_batch=4, method="ngram", num_speculative_tokens="auto",
                  served_model_name="tiny", backend="ort") as server:
         assert metric(server, "specrt_batch_max") == 4
+        assert metric(server, "specrt_packed_pass") == 1
         assert metric(server, "specrt_slots") == 4
         client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120)
 
