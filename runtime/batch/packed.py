@@ -24,12 +24,14 @@ from specrt.runtime.backends.ort.runner import binding_runner, import_ort, one_l
 
 
 class PackedPass:
-    def __init__(self, pool, threads: int | None = None) -> None:
+    def __init__(self, pool, threads: int | None = None, alternating: bool = False) -> None:
+        """`alternating`: a draft model's session runs between this one's passes (as for the target's own session:
+        the pool threads stop spinning at the end of a run, `cpu_session`)."""
         c = pool.config
         self.pool, self.config, self.n = pool, c, pool.max_batch
         ort = import_ort()
         try:
-            self.session, _ = packed_session(ort, pool.onnx_path, self.n, threads)
+            self.session, _ = packed_session(ort, pool.onnx_path, self.n, threads, alternating)
         except Exception as exc:
             raise BackendError(f"ONNX Runtime could not build the packed graph of {pool.onnx_path}: "
                                f"{one_line(exc)}") from None

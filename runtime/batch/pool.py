@@ -55,6 +55,7 @@ class RegionPool:
         c = base.config
         self.config, self.session, self.max_batch = c, base.session, max_batch
         self.capacity, self.onnx_path, self.threads = base.capacity, base.onnx_path, base.threads
+        self.alternating = getattr(base, "alternating", False)
         self._packed = None
         shape = (max_batch, c.num_kv_heads, self.capacity, c.head_dim)
         self.keys = [np.zeros(shape, np.float32) for _ in range(c.num_layers)]  # L x [Bmax, Hkv, C, D]
@@ -85,7 +86,7 @@ class RegionPool:
         if self._packed is None:
             from specrt.runtime.batch.packed import PackedPass
 
-            self._packed = PackedPass(self, self.threads)
+            self._packed = PackedPass(self, self.threads, self.alternating)
         return self._packed
 
     def kv_bytes_per_slot(self) -> int:

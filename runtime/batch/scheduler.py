@@ -47,6 +47,7 @@ from specrt.runtime.proposers.ngram import NgramProposer
 from specrt.runtime.sampling import warp
 
 DEFAULT_PREFILL_CHUNK = 256  # prompt tokens prefilled per step (all requests in prefill together)
+SWITCH_MARGIN = 1.15  # predicted goodput the other family of passes must offer before the scheduler switches
 BATCH_METHODS = ("draft", "hybrid", "ngram", "none")
 
 
@@ -73,6 +74,9 @@ class Scheduler:
         if packed is None:
             packed = os.environ.get("SPECRT_PACKED", "1") != "0"
         self.packed = packed and max_batch > 1
+        self.family = "fused"  # the family of passes of the last step: "fused" (batched / separate) or "packed"
+        if self.packed:  # built here, on the caller's thread (not lazily on the engine's: imports are not thread-safe)
+            self.targets.packed()
         self.costs = self._measure_costs()
         self.steps = 0
         self.step_tokens = 0  # tokens emitted by decode steps, and their seconds: goodput
@@ -136,23 +140,50 @@ class Scheduler:
     # ------------------------------------------------------------------------------------ step
     def step(self) -> None:
         self._admit()
-        if self._packed_step_due():
-            self._decode_step(packed=True)  # the prompt chunks of the requests in prefill ride in the same pass
+        prepared = self._prepare() if self.running else None
+        if prepared is not None and self._packed_step_due(prepared):
+            self._decode_step(prepared, packed=True)  # the prompt chunks of the requests in prefill ride along
         else:
             if self.prefilling:
                 self._prefill()
+                prepared = None  # requests may have joined: prepare again
             if self.running:
-                self._decode_step()
+                self._decode_step(prepared or self._prepare())
         self._retire()
 
-    def _packed_step_due(self) -> bool:
-        """The packed pass runs the step when two requests or more decode and one of them may speculate (or the
-        target has no one-token batched pass: min_rows > 1). Steps with one request run the single-sequence
-        passes, and a batch that cannot speculate the one-token batched pass, on the target's own session. The
-        choice depends on the requests, not on the step's n-gram matches: each switch between the two ONNX
-        Runtime sessions costs a step's worth of contention (the idle session's pool threads still spin)."""
-        return self.packed and bool(self.costs.packed) and len(self.running) >= 2 and (
-            not self.batched_decode or any(s.proposer is not None and s.max_k > 0 for s in self.running))
+    def _prepare(self) -> tuple[list[int], list, list[float]]:
+        """(max k, the free n-gram proposal or None, drafting cost) per decoding request, for the step's plan."""
+        seqs, cap = self.running, self.gen.max_seq_len
+        max_ks = [0 if s.proposer is None else max(0, min(s.max_k, s.remaining - 1, cap - s.n - 1)) for s in seqs]
+        # n-gram proposals cost nothing: make them first, so that k is capped by what matched
+        free = [s.proposer.propose(s.tokens, s.n, mk) if mk > 0 and s.draft is None else None
+                for s, mk in zip(seqs, max_ks)]
+        max_ks = [mk if f is None else f.token_ids.size for mk, f in zip(max_ks, free)]
+        dcost = [self.costs.draft_token if s.draft is not None else 0.0 for s in seqs]
+        return max_ks, free, dcost
+
+    def _packed_step_due(self, prepared) -> bool:
+        """Whether the packed pass runs this step (two requests or more decoding). A target without the one-token
+        batched pass (min_rows > 1) always takes it. Otherwise the two families of passes, packed and fused
+        (batched / separate, on the target's own session), are compared by predicted goodput, and the family in
+        use changes only when the other predicts SWITCH_MARGIN more: each switch between the two ONNX Runtime
+        sessions costs a pass's worth of contention (the idle session's pool threads still spin)."""
+        if not (self.packed and self.costs.packed and len(self.running) >= 2):
+            self.family = "fused"
+            return False
+        if self.batched_decode:
+            max_ks, _, dcost = prepared
+            acceptance = [s.acceptance for s in self.running]
+            g_packed = plan_packed(acceptance, max_ks, dcost, self.costs, self.min_rows).goodput
+            g_fused = plan_step(acceptance, max_ks, dcost, self.costs, True).goodput
+            if self.family == "packed":
+                use = g_packed * SWITCH_MARGIN >= g_fused
+            else:
+                use = g_packed >= g_fused * SWITCH_MARGIN
+            self.family = "packed" if use else "fused"
+        else:
+            self.family = "packed"
+        return self.family == "packed"
 
     def _prefill(self) -> None:
         """Spend the step's prompt-token budget on the requests in prefill, oldest first."""
@@ -189,15 +220,10 @@ class Scheduler:
             return
         self.running.append(seq)
 
-    def _decode_step(self, packed: bool = False) -> None:
+    def _decode_step(self, prepared, packed: bool = False) -> None:
         t0 = time.perf_counter()
-        seqs, cap = self.running, self.gen.max_seq_len
-        max_ks = [0 if s.proposer is None else max(0, min(s.max_k, s.remaining - 1, cap - s.n - 1)) for s in seqs]
-        # n-gram proposals cost nothing: make them first, so that k is capped by what matched
-        free = [s.proposer.propose(s.tokens, s.n, mk) if mk > 0 and s.draft is None else None
-                for s, mk in zip(seqs, max_ks)]
-        max_ks = [mk if f is None else f.token_ids.size for mk, f in zip(max_ks, free)]
-        dcost = [self.costs.draft_token if s.draft is not None else 0.0 for s in seqs]
+        seqs = self.running
+        max_ks, free, dcost = prepared
         acceptance = [s.acceptance for s in seqs]
         if packed:
             plan = plan_packed(acceptance, max_ks, dcost, self.costs, self.min_rows)

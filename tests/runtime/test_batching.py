@@ -361,12 +361,34 @@ def test_greedy_output_equals_alone_in_the_packed_regime(engines, precision, met
                 assert sum(st.drafted_tokens for _, st in got) > 0
     finally:
         sched.costs = saved
-    # the packed pass runs when the target cannot batch one-token rows (int4 here) or a request may speculate
-    if precision == "int4" or method != "none":
-        assert packed_steps and max(packed_steps) >= 4
-    else:
-        assert packed_steps == []
+    assert packed_steps and max(packed_steps) >= 4
     assert sched.targets.used == 0
+
+
+def test_the_family_of_passes_switches_only_for_a_clear_gain():
+    # packed vs fused (batched / separate) by predicted goodput, with SWITCH_MARGIN of hysteresis: a switch between
+    # the two sessions costs a pass's worth of contention
+    from types import SimpleNamespace
+
+    from specrt.runtime.batch.scheduler import SWITCH_MARGIN, Scheduler
+
+    def due(packed_cost: float, family: str) -> str:
+        table = CostTable(batch=[1.0] * 4, rows=[1.0] * 4, packed=[[packed_cost] * 2] * 2, packed_b=[1, 4],
+                          packed_r=[1, 2])
+        running = [SimpleNamespace(acceptance=0.0) for _ in range(4)]
+        sched = SimpleNamespace(packed=True, costs=table, running=running, batched_decode=True, min_rows=1,
+                                family=family)
+        Scheduler._packed_step_due(sched, ([0] * 4, [None] * 4, [0.0] * 4))
+        return sched.family
+
+    slightly = 1.0 / (1.0 + (SWITCH_MARGIN - 1) / 2)  # the packed pass a little cheaper: within the margin
+    assert due(slightly, "fused") == "fused" and due(slightly, "packed") == "packed"
+    assert due(0.5, "fused") == "packed" and due(2.0, "packed") == "fused"
+    sched = SimpleNamespace(packed=True, costs=CostTable(batch=[1.0], rows=[1.0], packed=[[9.0]], packed_b=[1],
+                                                         packed_r=[2]),
+                            running=[SimpleNamespace(acceptance=0.0)] * 2, batched_decode=False, min_rows=2,
+                            family="fused")
+    assert Scheduler._packed_step_due(sched, ([0, 0], [None, None], [0.0, 0.0]))  # no one-token batched pass
 
 
 def test_packed_plan_fills_padded_rows_with_drafts_and_never_speculates_at_a_loss():

@@ -49,6 +49,7 @@ class OrtFusedRunner(Runner):
             raise BackendUnavailable(f"ort device {device!r}: the fused ONNX Runtime runner runs on the CPU")
         self.config = config
         self.min_rows = min_rows
+        self.alternating = alternating  # another session runs between this one's runs (its pool stops spinning)
         max_short_tokens = max(max_short_tokens, min_rows)
         self.want_hidden = want_hidden
         self._ort = ort

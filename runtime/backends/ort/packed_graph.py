@@ -133,11 +133,11 @@ def _input_widths(model, node) -> list[int]:
     return [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim]
 
 
-def packed_session(ort, fused_path: Path, n_slots: int, threads: int | None):
+def packed_session(ort, fused_path: Path, n_slots: int, threads: int | None, alternating: bool = False):
     """(InferenceSession of the packed graph, its SessionOptions), the weights read from the fused graph's data."""
     from specrt.runtime.backends.ort.runner import session_options
 
-    opts = session_options(ort, threads)
+    opts = session_options(ort, threads, alternating)
     opts.add_session_config_entry("session.model_external_initializers_file_folder_path", str(fused_path.parent))
     proto = packed_model(fused_path, n_slots)
     return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"]), opts
