@@ -158,6 +158,8 @@ class Scheduler:
         # n-gram proposals cost nothing: make them first, so that k is capped by what matched
         free = [s.proposer.propose(s.tokens, s.n, mk) if mk > 0 and s.draft is None else None
                 for s, mk in zip(seqs, max_ks)]
+        for s, f in zip(seqs, free):  # the acceptance estimate of the kind of proposal (n-gram: its match size)
+            s.kind = getattr(s.proposer, "matched", None) if f is not None else None
         max_ks = [mk if f is None else f.token_ids.size for mk, f in zip(max_ks, free)]
         dcost = [self.costs.draft_token if s.draft is not None else 0.0 for s in seqs]
         return max_ks, free, dcost

@@ -36,20 +36,31 @@ class Sequence:
     rng: np.random.Generator | None = None
     accepted: float = PRIOR_ACCEPTANCE * PRIOR_WEIGHT  # decayed counts of accepted / offered drafts
     offered: float = PRIOR_WEIGHT
+    # the same counts per kind of proposal (an n-gram proposal's matched suffix size): a 3-token match is accepted
+    # far more often than a 1-token one, and the plan drafts more where it pays. `kind`: this step's proposal
+    by_kind: dict = dataclasses.field(default_factory=dict)
+    kind: Any = None
     finished: str = ""  # finish reason once done
     started: float = 0.0  # time.perf_counter() at submission
 
     @property
     def acceptance(self) -> float:
-        """Per-token acceptance estimate: decayed accepted drafts over decayed drafts offered."""
+        """Per-token acceptance estimate for this step's kind of proposal (decayed accepted drafts over decayed
+        drafts judged), the request's overall estimate until that kind has been judged."""
+        counts = self.by_kind.get(self.kind)
+        if counts is not None:
+            return counts[0] / counts[1] if counts[1] > 0 else PRIOR_ACCEPTANCE
         return self.accepted / self.offered if self.offered > 0 else PRIOR_ACCEPTANCE
 
     def observe_acceptance(self, drafted: int, accepted: int) -> None:
-        """A step that offered `drafted` drafts and kept `accepted`: a rejection ends the run, so the drafts
-        judged are accepted + (1 if one was rejected)."""
+        """A step that offered `drafted` drafts (of this step's kind) and kept `accepted`: a rejection ends the run,
+        so the drafts judged are accepted + (1 if one was rejected)."""
         judged = accepted + (1 if accepted < drafted else 0)
         self.accepted = DECAY * self.accepted + accepted
         self.offered = DECAY * self.offered + judged
+        if self.kind is not None:
+            acc, off = self.by_kind.get(self.kind, (PRIOR_ACCEPTANCE * PRIOR_WEIGHT, PRIOR_WEIGHT))
+            self.by_kind[self.kind] = (DECAY * acc + accepted, DECAY * off + judged)
 
     @property
     def remaining(self) -> int:

@@ -45,6 +45,7 @@ class NgramProposer:
         self.tables: dict[int, dict[tuple[int, ...], int]] = {}
         self.indexed = 0  # tokens[:indexed] are in the tables (as n-grams that have a continuation)
         self._tokens: np.ndarray | None = None
+        self.matched = 0  # size of the suffix n-gram the last `match` found (0: none)
 
     def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None:
         self.tables = {size: {} for size in range(self.min_n, self.max_n + 1)}
@@ -61,13 +62,16 @@ class NgramProposer:
         self.indexed = max(self.indexed, n - 1)
 
     def match(self, tokens: np.ndarray, n: int) -> int | None:
-        """Start of the continuation of the longest matching suffix n-gram, or None."""
+        """Start of the continuation of the longest matching suffix n-gram, or None. `matched`: its size (0: none),
+        which predicts how well the proposal will be accepted (the batch scheduler keeps an estimate per size)."""
         for size in range(self.max_n, self.min_n - 1, -1):
             if n < size:
                 continue
             start = self.tables[size].get(tuple(tokens[n - size:n].tolist()))
             if start is not None:
+                self.matched = size
                 return start
+        self.matched = 0
         return None
 
     def propose(self, tokens: np.ndarray, n: int, k: int) -> Proposal:

@@ -405,3 +405,31 @@ def test_packed_plan_fills_padded_rows_with_drafts_and_never_speculates_at_a_los
     flat = CostTable(batch=[1.0], rows=[1.0], packed=[[1.0, 1.01, 1.03]] * 2, packed_b=[1, 4], packed_r=[1, 2, 4])
     plan = plan_packed([0.9, 0.9, 0.0, 0.9], [3, 3, 3, 0], [0.0] * 4, flat)
     assert plan.ks == [3, 3, 0, 0] and plan.packed
+
+
+def test_acceptance_is_estimated_per_kind_of_proposal():
+    # an n-gram proposal from a 3-token match is accepted far more often than one from a 1-token match: the plan
+    # reads the estimate of this step's kind (the request's overall estimate until that kind has been judged)
+    from specrt.runtime.batch.sequence import PRIOR_ACCEPTANCE, Sequence
+    from specrt.runtime.proposers.ngram import NgramProposer
+
+    seq = Sequence(0, np.zeros(1, np.int64), None, "ngram", 4, lambda *_: None, None)
+    for _ in range(10):
+        seq.kind = 3
+        seq.observe_acceptance(4, 4)
+        seq.kind = 1
+        seq.observe_acceptance(4, 0)
+    seq.kind = 3
+    high = seq.acceptance
+    seq.kind = 1
+    low = seq.acceptance
+    seq.kind = 2
+    overall = seq.acceptance
+    assert high > 0.85 and low < 0.1 and low < overall < high
+    assert Sequence(0, np.zeros(1, np.int64), None, "ngram", 4, lambda *_: None, None).acceptance == PRIOR_ACCEPTANCE
+    prop = NgramProposer(max_n=3)
+    toks = np.array([5, 6, 7, 8, 5, 6, 7, 0, 0], np.int64)
+    prop.start(toks, 7)
+    assert prop.propose(toks, 7, 2).token_ids.tolist() == [8, 5] and prop.matched == 3
+    prop.propose(np.array([9, 9, 9, 9, 9, 9, 4], np.int64), 7, 2)
+    assert prop.matched == 0
