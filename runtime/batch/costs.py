@@ -75,20 +75,21 @@ def measure_batch(pool, max_batch: int) -> list[float]:
 PACKED_PAST = 32  # past length of the measured packed passes (one-token and verify calls, not prefills)
 
 
-def packed_grid(max_batch: int, max_rows: int, min_rows: int) -> tuple[list[int], list[int]]:
+def packed_grid(max_batch: int, max_rows: int) -> tuple[list[int], list[int]]:
     """(sequence counts, rows per sequence) measured for the packed pass."""
     bs = sorted({b for b in (1, 2, 4, max_batch) if b <= max_batch})
-    rs = sorted({r for r in (min_rows, min_rows + 1, 4, max_rows) if min_rows <= r <= max(max_rows, min_rows)})
+    rs = sorted({r for r in (1, 2, 4, max_rows) if r <= max(max_rows, 1)})
     return bs, rs
 
 
 def measure_packed(pool, max_rows: int, min_rows: int) -> tuple[list[list[float]], list[int], list[int]]:
-    """Seconds of packed passes over the grid (best of 2 after a warm-up), on regions [0, b) at PACKED_PAST."""
+    """Seconds of packed passes over the grid (best of 2 after a warm-up), on regions [0, b) at PACKED_PAST, each
+    call's attention padded to `min_rows` rows as the scheduler pads it."""
     packed = pool.packed()
-    bs, rs = packed_grid(pool.max_batch, max_rows, min_rows)
-    past = min(PACKED_PAST, pool.capacity - max(rs))
+    bs, rs = packed_grid(pool.max_batch, max_rows)
+    past = min(PACKED_PAST, pool.capacity - max(max(rs), min_rows))
     for _ in range(3):  # the fused session measured just before may still spin its pool threads: let them settle
-        packed.run([(0, np.zeros(rs[0], np.int64), past, (0, 1))])
+        packed.run([(0, np.zeros(rs[0], np.int64), past, (0, 1), min_rows)])
     grid = []
     for b in bs:
         line = []
@@ -97,7 +98,7 @@ def measure_packed(pool, max_rows: int, min_rows: int) -> tuple[list[list[float]
             best = float("inf")
             for rep in range(3):
                 t0 = time.perf_counter()
-                packed.run([(region, ids, past, (0, r)) for region in range(b)])
+                packed.run([(region, ids, past, (0, r), min_rows) for region in range(b)])
                 if rep:
                     best = min(best, time.perf_counter() - t0)
             line.append(best)

@@ -11,8 +11,7 @@ Three regimes: **batched** (the batched pass runs: each request k >= 0, speculat
 and **packed** (ONE pass of the packed graph over every request's pending token and drafts, each in its own region:
 `T_packed(b, rows)`; runtime/batch/packed.py). The packed regime is planned greedily: starting from k = 0 everywhere,
 add the draft with the most expected tokens per extra second while it raises the step's goodput (its cost is
-not separable: a row's price depends on the pass's total rows; for a target whose calls are padded to `min_rows`
-rows, the drafts that fill the padding cost only their drafting).
+not separable: a row's price depends on the pass's total rows).
 Within a regime goodput G = tokens / seconds is a separable fractional programme: Dinkelbach's iteration (pick each
 k maximising tokens_i - G * seconds_i, update G) reaches its optimum in a few rounds. The regime with the larger
 optimum wins; ties go to the batched one, whose all-zero choice is plain batched decoding, so the choice is never
@@ -95,28 +94,26 @@ def _dinkelbach(options: list[list[tuple[int, float, float]]], fixed_tokens: flo
     return [p[0] for p in pick], g
 
 
-def plan_packed(acceptance: list[float], max_ks: list[int], draft_costs: list[float], table: CostTable,
-                min_rows: int = 1) -> StepPlan:
+def plan_packed(acceptance: list[float], max_ks: list[int], draft_costs: list[float], table: CostTable) -> StepPlan:
     """The packed regime's plan: greedy over one more draft at a time (module docstring)."""
     b = len(acceptance)
     ks = [0] * b
-    rows = b * max(1, min_rows)
+    rows = b
     tokens, secs = float(b), table.t_packed(b, rows)
     while True:
         best = None
         for i, (a, kmax, cd) in enumerate(zip(acceptance, max_ks, draft_costs)):
             if ks[i] >= kmax or a <= 0.0:
                 continue
-            add_rows = max(ks[i] + 2, min_rows) - max(ks[i] + 1, min_rows)
             dt = a ** (ks[i] + 1)
-            ds = (table.t_packed(b, rows + add_rows) - secs + cd) * SPEC_MARGIN if add_rows or cd else 0.0
+            ds = max(table.t_packed(b, rows + 1) - secs + cd, 1e-9) * SPEC_MARGIN
             if (tokens + dt) / (secs + ds) > tokens / secs and (best is None or dt * best[2] > best[1] * ds):
-                best = (i, dt, ds, add_rows)
+                best = (i, dt, ds)
         if best is None:
             break
-        i, dt, ds, add_rows = best
+        i, dt, ds = best
         ks[i] += 1
-        rows += add_rows
+        rows += 1
         tokens += dt
         secs = table.t_packed(b, rows) + sum(k * cd for k, cd in zip(ks, draft_costs))
     return StepPlan(ks, False, tokens / secs, packed=True)

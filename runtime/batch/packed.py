@@ -60,18 +60,24 @@ class PackedPass:
                 b.bind_input(slot_name(name_in, s), "cpu", 0, np.float32, list(buf.shape), buf.ctypes.data)
                 b.bind_output(slot_name(name_out, s), "cpu", 0, np.float32, list(buf.shape), buf.ctypes.data)
 
-    def run(self, calls: list[tuple[int, np.ndarray, int, tuple[int, int]]]) -> list[np.ndarray]:
-        """calls: (region, token ids [S], past length, (first, count) logit rows) with distinct regions -> per
-        call the logits of its rows [first, first + count) ([count, V] views, valid until the next run). Writes
-        each call's S key/value rows at [past, past + S) of its region."""
-        by_slot: dict[int, tuple[np.ndarray, int, int]] = {}
-        for region, ids, past, want in calls:
+    def run(self, calls: list[tuple]) -> list[np.ndarray]:
+        """calls: (region, token ids [S], past length, (first, count) logit rows[, attn_rows]) with distinct regions
+        -> per call the logits of its rows [first, first + count) ([count, V] views, valid until the next run).
+        Writes each call's S key/value rows at [past, past + S) of its region.
+
+        `attn_rows` (default 1): a call of fewer rows runs its attention over that many rows, the extra ones zero rows that
+        skip every other op (a target whose calls alone are padded to `min_rows` rows, the last token repeated:
+        a row's attention output does not depend on the rows after it, so the real rows equal those of the padded
+        call alone, and only the real rows pay for the MatMuls). The extra key/value rows land past the call's
+        rows, where the next call writes; no padding where it would pass the cache capacity (as alone)."""
+        by_slot: dict[int, tuple] = {}
+        for region, ids, past, want, *pad in calls:
             if not 0 <= region < self.n or region in by_slot:
                 raise InvalidArgument(f"packed pass: region {region} is out of range or given twice")
             if past + ids.size > self.pool.capacity:
                 raise InvalidArgument(f"packed pass: {past} + {ids.size} positions exceed the cache capacity "
                                       f"{self.pool.capacity}")
-            by_slot[region] = (ids, past, want)
+            by_slot[region] = (ids, past, want, pad[0] if pad else 1)
         for s in range(self.n):
             live = s in by_slot
             if live != self._live[s]:
@@ -85,14 +91,17 @@ class PackedPass:
         row = pos = 0  # row: packed input row; pos: row in the slot-ordered attention output
         for s in range(self.n):
             if s in by_slot:
-                ids_s, past, (first, count) = by_slot[s]
+                ids_s, past, (first, count), attn_rows = by_slot[s]
                 k = ids_s.size
+                m = attn_rows if k < attn_rows and past + attn_rows <= self.pool.capacity else k
                 in_rows.append(np.arange(row, row + k))
+                if m > k:
+                    in_rows.append(np.full(m - k, n_rows))  # zero rows (appended after the real ones)
                 out_rows.append(np.arange(pos, pos + k))
                 spans.append((len(logit_pos), count))
                 logit_pos.extend(range(row + first, row + first + count))
-                self._take[s], self._seqlens[s], self._total[s] = k, past + k - 1, past + k
-                row, pos = row + k, pos + k
+                self._take[s], self._seqlens[s], self._total[s] = m, past + m - 1, past + m
+                row, pos = row + k, pos + m
             else:
                 in_rows.append(np.array([n_rows]))  # the zero row appended after the real ones
                 self._take[s], self._seqlens[s], self._total[s] = 1, 0, 1
@@ -117,7 +126,7 @@ class PackedPass:
             raise BackendError(f"ONNX Runtime packed pass failed ({len(calls)} sequences, {n_rows} rows): "
                                f"{one_line(exc)}") from None
         out, by_region = [], {s: spans[i] for i, s in enumerate(order)}
-        for region, _, _, _ in calls:
+        for region, *_ in calls:
             start, want = by_region[region]
             out.append(self._logits[start:start + want])
         return out

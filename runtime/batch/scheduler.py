@@ -34,7 +34,6 @@ import time
 
 import numpy as np
 
-from specrt.bundle.graph_io import pad_rows
 from specrt.core.errors import BackendUnavailable, InvalidArgument
 from specrt.runtime.acceptance import greedy_accept, rejection_sample
 from specrt.runtime.backends.ort.fused_runner import OrtFusedRunner
@@ -176,7 +175,7 @@ class Scheduler:
         if self.batched_decode:
             max_ks, _, dcost = prepared
             acceptance = [s.acceptance for s in self.running]
-            g_packed = plan_packed(acceptance, max_ks, dcost, self.costs, self.min_rows).goodput
+            g_packed = plan_packed(acceptance, max_ks, dcost, self.costs).goodput
             g_fused = plan_step(acceptance, max_ks, dcost, self.costs, True).goodput
             if self.family == "packed":
                 use = g_packed * SWITCH_MARGIN >= g_fused
@@ -228,7 +227,7 @@ class Scheduler:
         max_ks, free, dcost = prepared
         acceptance = [s.acceptance for s in seqs]
         if packed:
-            plan = plan_packed(acceptance, max_ks, dcost, self.costs, self.min_rows)
+            plan = plan_packed(acceptance, max_ks, dcost, self.costs)
             emitted = self._packed_step(seqs, plan.ks, free)
         else:
             plan = plan_step(acceptance, max_ks, dcost, self.costs, self.batched_decode)
@@ -262,8 +261,9 @@ class Scheduler:
         return self._accept(s, k, prop, logits, free)
 
     def _packed_step(self, seqs: list[Sequence], ks: list[int], free: list) -> int:
-        """ONE packed pass: every request's pending token and drafts in its own region (its call alone, padded to
-        min_rows as `Runner.forward` pads it), then each request's acceptance rule."""
+        """ONE packed pass: every request's pending token and drafts in its own region (its call alone; a target
+        that pads calls to min_rows gets the padding in attention only), and the prompt chunks of the requests in
+        prefill, then each request's acceptance rule."""
         calls, metas = [], []
         for s, k, f in zip(seqs, ks, free):
             prop = None
@@ -274,10 +274,8 @@ class Scheduler:
             ids = np.concatenate([s.tokens[s.n - 1:s.n], drafts])
             runner, real = s.target, ids.size
             past = runner.length
-            if real < runner.min_rows and past + runner.min_rows <= runner.capacity:
-                ids = pad_rows(ids, runner.min_rows)
-            runner.cache.reserve(ids.size)
-            calls.append((self.targets.region_of(runner), ids, past, (0, real)))
+            runner.cache.reserve(max(real, min(runner.min_rows, runner.capacity - past)))
+            calls.append((self.targets.region_of(runner), ids, past, (0, real), runner.min_rows))
             metas.append((s, k, prop, f, past, real))
         prefills, budget = [], self.prefill_chunk  # the step's prompt-token budget, oldest first (as `_prefill`)
         for seq in list(self.prefilling):
@@ -290,7 +288,7 @@ class Scheduler:
             calls.append((self.targets.region_of(seq.target), ids, past, (ids.size - 1, 1)))
             prefills.append((seq, past, ids.size))
         t0 = time.perf_counter()
-        outs = self.targets.packed().run(calls)
+        outs = self.targets.packed().run(calls)  # min_rows padding in attention only (`PackedPass.run`)
         seconds = time.perf_counter() - t0
         emitted = 0
         for (s, k, prop, f, past, real), logits in zip(metas, outs):
