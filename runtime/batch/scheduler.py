@@ -46,7 +46,8 @@ from specrt.runtime.proposers.ngram import NgramProposer
 from specrt.runtime.sampling import warp
 
 DEFAULT_PREFILL_CHUNK = 256  # prompt tokens prefilled per step (all requests in prefill together)
-SWITCH_MARGIN = 1.15  # predicted goodput the other family of passes must offer before the scheduler switches
+SWITCH_MARGIN = 1.15  # predicted goodput the packed family must offer before the scheduler moves to it
+LEAVE_MARGIN = 1.05  # ... and the fused family, to move back
 BATCH_METHODS = ("draft", "hybrid", "ngram", "none")
 
 
@@ -167,8 +168,10 @@ class Scheduler:
         """Whether the packed pass runs this step (two requests or more decoding). A target without the one-token
         batched pass (min_rows > 1) always takes it. Otherwise the two families of passes, packed and fused
         (batched / separate, on the target's own session), are compared by predicted goodput, and the family in
-        use changes only when the other predicts SWITCH_MARGIN more: each switch between the two ONNX Runtime
-        sessions costs a pass's worth of contention (the idle session's pool threads still spin)."""
+        use changes to packed only when it predicts SWITCH_MARGIN more: each switch between the two ONNX Runtime
+        sessions costs a pass's worth of contention (the idle session's pool threads still spin). The way back to
+        the fused family asks a smaller margin (LEAVE_MARGIN): the packed pass's predictions carry the drafts'
+        acceptance estimates, which are the less certain."""
         if not (self.packed and self.costs.packed and len(self.running) >= 2):
             self.family = "fused"
             return False
@@ -177,8 +180,8 @@ class Scheduler:
             acceptance = [s.acceptance for s in self.running]
             g_packed = plan_packed(acceptance, max_ks, dcost, self.costs).goodput
             g_fused = plan_step(acceptance, max_ks, dcost, self.costs, True).goodput
-            if self.family == "packed":
-                use = g_packed * SWITCH_MARGIN >= g_fused
+            if self.family == "packed":  # leave for a smaller margin: staying in the worse family costs every step
+                use = g_packed * LEAVE_MARGIN >= g_fused
             else:
                 use = g_packed >= g_fused * SWITCH_MARGIN
             self.family = "packed" if use else "fused"

@@ -56,11 +56,12 @@ class Sequence:
         """A step that offered `drafted` drafts (of this step's kind) and kept `accepted`: a rejection ends the run,
         so the drafts judged are accepted + (1 if one was rejected)."""
         judged = accepted + (1 if accepted < drafted else 0)
+        if self.kind is not None:  # a kind not judged yet starts from the request's overall estimate
+            overall = self.accepted / self.offered if self.offered > 0 else PRIOR_ACCEPTANCE
+            acc, off = self.by_kind.get(self.kind, (overall * PRIOR_WEIGHT, PRIOR_WEIGHT))
+            self.by_kind[self.kind] = (DECAY * acc + accepted, DECAY * off + judged)
         self.accepted = DECAY * self.accepted + accepted
         self.offered = DECAY * self.offered + judged
-        if self.kind is not None:
-            acc, off = self.by_kind.get(self.kind, (PRIOR_ACCEPTANCE * PRIOR_WEIGHT, PRIOR_WEIGHT))
-            self.by_kind[self.kind] = (DECAY * acc + accepted, DECAY * off + judged)
 
     @property
     def remaining(self) -> int:
