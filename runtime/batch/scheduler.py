@@ -165,14 +165,16 @@ class Scheduler:
         return max_ks, free, dcost
 
     def _packed_step_due(self, prepared) -> bool:
-        """Whether the packed pass runs this step (two requests or more decoding). A target without the one-token
+        """Whether the packed pass runs this step (two requests or more decoding, or one with prompts to prefill:
+        their chunks ride in the pass, and a closed-loop client's next request does not switch sessions twice).
+        A target without the one-token
         batched pass (min_rows > 1) always takes it. Otherwise the two families of passes, packed and fused
         (batched / separate, on the target's own session), are compared by predicted goodput, and the family in
         use changes to packed only when it predicts SWITCH_MARGIN more: each switch between the two ONNX Runtime
         sessions costs a pass's worth of contention (the idle session's pool threads still spin). The way back to
         the fused family asks a smaller margin (LEAVE_MARGIN): the packed pass's predictions carry the drafts'
         acceptance estimates, which are the less certain."""
-        if not (self.packed and self.costs.packed and len(self.running) >= 2):
+        if not (self.packed and self.costs.packed and self.running and len(self.running) + bool(self.prefilling) >= 2):
             self.family = "fused"
             return False
         if self.batched_decode:

@@ -374,8 +374,8 @@ def test_the_family_of_passes_switches_only_for_a_clear_gain():
         table = CostTable(batch=[1.0] * 4, rows=[1.0] * 4, packed=[[packed_cost] * 2] * 2, packed_b=[1, 4],
                           packed_r=[1, 2])
         running = [SimpleNamespace(acceptance=0.0) for _ in range(4)]
-        sched = SimpleNamespace(packed=True, costs=table, running=running, batched_decode=True, min_rows=1,
-                                family=family)
+        sched = SimpleNamespace(packed=True, costs=table, running=running, prefilling=[], batched_decode=True,
+                                min_rows=1, family=family)
         Scheduler._packed_step_due(sched, ([0] * 4, [None] * 4, [0.0] * 4))
         return sched.family
 
@@ -384,9 +384,13 @@ def test_the_family_of_passes_switches_only_for_a_clear_gain():
     assert due(0.5, "fused") == "packed" and due(2.0, "packed") == "fused"
     sched = SimpleNamespace(packed=True, costs=CostTable(batch=[1.0], rows=[1.0], packed=[[9.0]], packed_b=[1],
                                                          packed_r=[2]),
-                            running=[SimpleNamespace(acceptance=0.0)] * 2, batched_decode=False, min_rows=2,
-                            family="fused")
+                            running=[SimpleNamespace(acceptance=0.0)] * 2, prefilling=[], batched_decode=False,
+                            min_rows=2, family="fused")
     assert Scheduler._packed_step_due(sched, ([0, 0], [None, None], [0.0, 0.0]))  # no one-token batched pass
+    sched.running = sched.running[:1]
+    assert not Scheduler._packed_step_due(sched, ([0], [None], [0.0]))  # one request alone: its own session
+    sched.prefilling = [SimpleNamespace()]
+    assert Scheduler._packed_step_due(sched, ([0], [None], [0.0]))  # ... unless a prompt rides along
 
 
 def test_packed_plan_never_speculates_at_a_loss():
