@@ -12,8 +12,9 @@ Requests join and leave at step boundaries. A step (`step()`):
    (`RegionPool.decode_batch`) then gives each request one more token (plan not batched: requests without
    drafts run a one-token pass of their own, so one request alone is the single-sequence loop); when the plan
    is packed, ONE pass of the packed graph (runtime/batch/packed.py) runs every request's pending token and
-   drafts, each request's rows exactly its own call alone (padded to `min_rows` as alone), then each request's
-   acceptance rule;
+   drafts and the prompt chunks of the requests in prefill, each request's rows exactly its own call alone (a
+   target that pads calls to `min_rows` gets the padding in attention only), then each request's acceptance
+   rule; which family of passes runs (packed, or fused: batched / separate) is `_packed_step_due`'s choice;
 4. emits each request's new tokens and retires finished or cancelled requests (their slots are free at once).
 A request whose prefill token already ends it (EOS, max_new_tokens=1) leaves at once, before any decode.
 For n-gram requests the proposal is free: it is made before planning (k is capped by what matched), and when the
@@ -165,15 +166,14 @@ class Scheduler:
         return max_ks, free, dcost
 
     def _packed_step_due(self, prepared) -> bool:
-        """Whether the packed pass runs this step (two requests or more decoding, or one with prompts to prefill:
-        their chunks ride in the pass, and a closed-loop client's next request does not switch sessions twice).
-        A target without the one-token
-        batched pass (min_rows > 1) always takes it. Otherwise the two families of passes, packed and fused
-        (batched / separate, on the target's own session), are compared by predicted goodput, and the family in
-        use changes to packed only when it predicts SWITCH_MARGIN more: each switch between the two ONNX Runtime
-        sessions costs a pass's worth of contention (the idle session's pool threads still spin). The way back to
-        the fused family asks a smaller margin (LEAVE_MARGIN): the packed pass's predictions carry the drafts'
-        acceptance estimates, which are the less certain."""
+        """Whether the packed pass runs this step: possible with two requests or more decoding, or one with prompts
+        to prefill (their chunks ride in the pass, and a closed-loop client's next request does not switch sessions
+        twice). A target without the one-token batched pass (min_rows > 1) then always takes it. Otherwise the two
+        families of passes, packed and fused (batched / separate, on the target's own session), are compared by
+        predicted goodput, and the family in use changes to packed only when it predicts SWITCH_MARGIN more: each
+        switch between the two ONNX Runtime sessions costs a pass's worth of contention (the idle session's pool
+        threads still spin). The way back to the fused family asks a smaller margin (LEAVE_MARGIN): the packed
+        pass's predictions carry the drafts' acceptance estimates, which are the less certain."""
         if not (self.packed and self.costs.packed and self.running and len(self.running) + bool(self.prefilling) >= 2):
             self.family = "fused"
             return False
@@ -279,7 +279,7 @@ class Scheduler:
             ids = np.concatenate([s.tokens[s.n - 1:s.n], drafts])
             runner, real = s.target, ids.size
             past = runner.length
-            runner.cache.reserve(max(real, min(runner.min_rows, runner.capacity - past)))
+            runner.cache.reserve(real)  # the attention padding stays within the capacity (`PackedPass.run`)
             calls.append((self.targets.region_of(runner), ids, past, (0, real), runner.min_rows))
             metas.append((s, k, prop, f, past, real))
         prefills, budget = [], self.prefill_chunk  # the step's prompt-token budget, oldest first (as `_prefill`)
