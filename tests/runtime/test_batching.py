@@ -327,8 +327,15 @@ def test_packed_pass_rows_equal_each_sequence_alone_bit_for_bit(engines, precisi
             pool.release(r)
 
 
-def _force_packed(sched, draft_cost: float = 0.0) -> CostTable:
-    """A cost table where the packed pass is nearly free and every other pass dear: the packed regime every step."""
+def _force_packed(sched, monkeypatch, draft_cost: float = 0.0) -> CostTable:
+    """A cost table where the packed pass is nearly free and every other pass dear, and no calibration of the
+    predictions against realized steps (which would undo the table): the packed regime every step."""
+    from specrt.runtime.batch import scheduler
+
+    monkeypatch.setattr(scheduler, "CALIBRATION_DECAY", 1.0)
+    monkeypatch.setattr(scheduler, "MIN_FAMILY_STEPS", 0)
+    monkeypatch.setattr(sched, "calibration", {"fused": 1.0, "packed": 1.0})
+    monkeypatch.setattr(sched, "packed_ratio", 1.0)
     saved = sched.costs
     sched.costs = CostTable(batch=[10.0] * 8, rows=[10.0] * 9, draft_token=draft_cost,
                             packed=[[0.01 + 0.0001 * r for r in (1, 2, 4, 9)]] * 4, packed_b=[1, 2, 4, 8],
@@ -348,7 +355,7 @@ def test_greedy_output_equals_alone_in_the_packed_regime(engines, precision, met
     real = sched.targets.packed().run
     monkeypatch.setattr(sched.targets.packed(), "run", lambda calls: packed_steps.append(len(calls)) or real(calls))
     alone = [gen.generate(p, n, method=method).token_ids for p, n in zip(PROMPTS, LENGTHS)]
-    saved = _force_packed(sched)
+    saved = _force_packed(sched, monkeypatch)
     monkeypatch.setattr(sched, "prefill_chunk", 3)
     try:
         for b in (2, 4, 8):
@@ -364,28 +371,32 @@ def test_greedy_output_equals_alone_in_the_packed_regime(engines, precision, met
 
 
 def test_the_family_of_passes_switches_only_for_a_clear_gain():
-    # packed vs fused (batched / separate) by predicted goodput, with SWITCH_MARGIN of hysteresis: a switch between
-    # the two sessions costs a pass's worth of contention
+    # packed vs fused (batched / separate) by predicted goodput scaled by each family's realized / predicted
+    # goodput, smoothed over steps, with hysteresis and a minimum stay: a switch between the two sessions costs a
+    # pass's worth of contention
     from types import SimpleNamespace
 
-    from specrt.runtime.batch.scheduler import SWITCH_MARGIN, Scheduler
+    from specrt.runtime.batch.scheduler import MIN_FAMILY_STEPS, SWITCH_MARGIN, Scheduler
 
-    def due(packed_cost: float, family: str) -> str:
+    def due(packed_cost: float, family: str, stayed: int = MIN_FAMILY_STEPS, calibration=None) -> str:
         table = CostTable(batch=[1.0] * 4, rows=[1.0] * 4, packed=[[packed_cost] * 2] * 2, packed_b=[1, 4],
                           packed_r=[1, 2])
         running = [SimpleNamespace(acceptance=0.0) for _ in range(4)]
         sched = SimpleNamespace(packed=True, costs=table, running=running, prefilling=[], batched_decode=True,
-                                min_rows=1, family=family)
+                                min_rows=1, family=family, family_steps=stayed, packed_ratio=1.0,
+                                calibration=calibration or {"fused": 1.0, "packed": 1.0})
         Scheduler._packed_step_due(sched, ([0] * 4, [None] * 4, [0.0] * 4))
         return sched.family
 
     slightly = 1.0 / (1.0 + (SWITCH_MARGIN - 1) / 2)  # the packed pass a little cheaper: within the margin
     assert due(slightly, "fused") == "fused" and due(slightly, "packed") == "packed"
-    assert due(0.5, "fused") == "packed" and due(2.0, "packed") == "fused"
+    assert due(0.2, "fused") == "packed" and due(5.0, "packed") == "fused"
+    assert due(0.2, "fused", stayed=0) == "fused"  # too soon after the last switch
+    assert due(0.2, "fused", calibration={"fused": 1.0, "packed": 0.1}) == "fused"  # packed steps disappointed
     sched = SimpleNamespace(packed=True, costs=CostTable(batch=[1.0], rows=[1.0], packed=[[9.0]], packed_b=[1],
                                                          packed_r=[2]),
                             running=[SimpleNamespace(acceptance=0.0)] * 2, prefilling=[], batched_decode=False,
-                            min_rows=2, family="fused")
+                            min_rows=2, family="fused", family_steps=0)
     assert Scheduler._packed_step_due(sched, ([0, 0], [None, None], [0.0, 0.0]))  # no one-token batched pass
     sched.running = sched.running[:1]
     assert not Scheduler._packed_step_due(sched, ([0], [None], [0.0]))  # one request alone: its own session
