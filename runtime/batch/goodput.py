@@ -102,11 +102,12 @@ def plan_packed(acceptance: list[float], max_ks: list[int], draft_costs: list[fl
     tokens, secs = float(b), table.t_packed(b, rows)
     while True:
         best = None
+        with_row = table.t_packed(b, rows + 1)  # the pass with one row more: the same for every candidate
         for i, (a, kmax, cd) in enumerate(zip(acceptance, max_ks, draft_costs)):
             if ks[i] >= kmax or a <= 0.0:
                 continue
             dt = a ** (ks[i] + 1)
-            ds = max(table.t_packed(b, rows + 1) - secs + cd, 1e-9) * SPEC_MARGIN
+            ds = max(with_row - secs + cd, 1e-9) * SPEC_MARGIN
             if (tokens + dt) / (secs + ds) > tokens / secs and (best is None or dt * best[2] > best[1] * ds):
                 best = (i, dt, ds)
         if best is None:

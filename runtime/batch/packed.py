@@ -3,7 +3,7 @@
 The session runs the packed graph (runtime/backends/ort/packed_graph.py) derived from the pool's fused graph: slot s
 of the graph is region s of the `RegionPool`, so a call is a list of (region, token ids, logit rows wanted) and each
 region's rows are exactly the call the sequence would make alone (a prefill chunk, a verify pass over its drafts,
-a one-token decode padded to `min_rows`). The caller keeps the cache lengths (reserve before, commit after), as
+a one-token decode; `min_rows` padding in attention only, see `run`). The caller keeps the cache lengths (reserve before, commit after), as
 `Runner.forward` does.
 
 A slot without rows in a call runs its attention node on a zero row against a scratch buffer (its region is never
@@ -31,7 +31,7 @@ class PackedPass:
         self.pool, self.config, self.n = pool, c, pool.max_batch
         ort = import_ort()
         try:
-            self.session, _ = packed_session(ort, pool.onnx_path, self.n, threads, alternating)
+            self.session = packed_session(ort, pool.onnx_path, self.n, threads, alternating)
         except Exception as exc:
             raise BackendError(f"ONNX Runtime could not build the packed graph of {pool.onnx_path}: "
                                f"{one_line(exc)}") from None
@@ -84,10 +84,9 @@ class PackedPass:
                 self._bind_slot(s, live)
                 self._live[s] = live
         order = sorted(by_slot)
-        sizes = [by_slot[s][0].size for s in order]
-        n_rows = int(sum(sizes))
         ids = np.concatenate([by_slot[s][0] for s in order]).astype(np.int64, copy=False)[None, :]
-        in_rows, out_rows, logit_pos, spans = [], [], [], []
+        n_rows = ids.shape[1]
+        in_rows, out_rows, logit_pos, spans = [], [], [], {}  # spans: region -> (first logits row, rows)
         row = pos = 0  # row: packed input row; pos: row in the slot-ordered attention output
         for s in range(self.n):
             if s in by_slot:
@@ -98,7 +97,7 @@ class PackedPass:
                 if m > k:
                     in_rows.append(np.full(m - k, n_rows))  # zero rows (appended after the real ones)
                 out_rows.append(np.arange(pos, pos + k))
-                spans.append((len(logit_pos), count))
+                spans[s] = (len(logit_pos), count)
                 logit_pos.extend(range(row + first, row + first + count))
                 self._take[s], self._seqlens[s], self._total[s] = m, past + m - 1, past + m
                 row, pos = row + k, pos + m
@@ -125,8 +124,4 @@ class PackedPass:
         except Exception as exc:
             raise BackendError(f"ONNX Runtime packed pass failed ({len(calls)} sequences, {n_rows} rows): "
                                f"{one_line(exc)}") from None
-        out, by_region = [], {s: spans[i] for i, s in enumerate(order)}
-        for region, *_ in calls:
-            start, want = by_region[region]
-            out.append(self._logits[start:start + want])
-        return out
+        return [self._logits[start:start + count] for start, count in (spans[call[0]] for call in calls)]

@@ -83,6 +83,7 @@ class Scheduler:
         self.packed_ratio = 1.0  # smoothed predicted goodput of the packed family over the fused one
         self.calibration = {"fused": 1.0, "packed": 1.0}  # per family: realized / predicted goodput (smoothed)
         self._planned = 0.0  # predicted goodput of the current step's plan
+        self._plans = None  # (prepared, packed plan, fused plan) when `_packed_step_due` planned both this step
         if self.packed:  # built here, on the caller's thread (not lazily on the engine's: imports are not thread-safe)
             self.targets.packed()
         self.costs = self._measure_costs()
@@ -150,7 +151,7 @@ class Scheduler:
         t0, tokens0 = time.perf_counter(), self.step_tokens
         self._admit()
         prepared = self._prepare() if self.running else None
-        self._planned = 0.0
+        self._planned, self._plans = 0.0, None
         if prepared is not None and self._packed_step_due(prepared):
             self._decode_step(prepared, packed=True)  # the prompt chunks of the requests in prefill ride along
         else:
@@ -197,8 +198,10 @@ class Scheduler:
         if self.batched_decode:
             max_ks, _, dcost = prepared
             acceptance = [s.acceptance for s in self.running]
-            g_packed = plan_packed(acceptance, max_ks, dcost, self.costs).goodput
-            g_fused = plan_step(acceptance, max_ks, dcost, self.costs, True).goodput
+            packed_plan = plan_packed(acceptance, max_ks, dcost, self.costs)
+            fused_plan = plan_step(acceptance, max_ks, dcost, self.costs, True)
+            self._plans = (prepared, packed_plan, fused_plan)  # `_decode_step` uses the one chosen
+            g_packed, g_fused = packed_plan.goodput, fused_plan.goodput
             # the ratio smoothed over steps (one step's n-gram matches say little) and a minimum stay per family
             ratio = g_packed * self.calibration["packed"] / max(g_fused * self.calibration["fused"], 1e-9)
             self.packed_ratio = RATIO_DECAY * self.packed_ratio + (1 - RATIO_DECAY) * ratio
@@ -214,19 +217,23 @@ class Scheduler:
             self.family = "packed"
         return self.family == "packed"
 
-    def _prefill(self) -> None:
-        """Spend the step's prompt-token budget on the requests in prefill, oldest first."""
-        budget = self.prefill_chunk
-        for seq in list(self.prefilling):
+    def _prefill_chunks(self) -> list[tuple[Sequence, np.ndarray]]:
+        """This step's prompt chunks: the prompt-token budget spent on the requests in prefill, oldest first."""
+        chunks, budget = [], self.prefill_chunk
+        for seq in self.prefilling:
             if budget <= 0:
                 break
-            take = min(budget, seq.prompt_ids.size - seq.prefilled)
-            budget -= take
-            self._prefill_chunk(seq, take)
+            ids = seq.prompt_ids[seq.prefilled:seq.prefilled + budget]
+            budget -= ids.size
+            chunks.append((seq, ids))
+        return chunks
 
-    def _prefill_chunk(self, seq: Sequence, take: int) -> None:
+    def _prefill(self) -> None:
+        for seq, ids in self._prefill_chunks():
+            self._prefill_chunk(seq, ids)
+
+    def _prefill_chunk(self, seq: Sequence, ids: np.ndarray) -> None:
         t0 = time.perf_counter()
-        ids = seq.prompt_ids[seq.prefilled:seq.prefilled + take]
         last = seq.target.forward_last(ids)
         seq.prefilled += ids.size
         seq.stats.target_calls += 1
@@ -254,11 +261,12 @@ class Scheduler:
         seqs = self.running
         max_ks, free, dcost = prepared
         acceptance = [s.acceptance for s in seqs]
+        planned = self._plans if self._plans is not None and self._plans[0] is prepared else None
         if packed:
-            plan = plan_packed(acceptance, max_ks, dcost, self.costs)
+            plan = planned[1] if planned else plan_packed(acceptance, max_ks, dcost, self.costs)
             emitted = self._packed_step(seqs, plan.ks, free)
         else:
-            plan = plan_step(acceptance, max_ks, dcost, self.costs, self.batched_decode)
+            plan = planned[2] if planned else plan_step(acceptance, max_ks, dcost, self.costs, self.batched_decode)
             emitted = self._passes(seqs, plan, free)
         self._planned = plan.goodput
         self.steps += 1
@@ -306,12 +314,8 @@ class Scheduler:
             runner.cache.reserve(real)  # the attention padding stays within the capacity (`PackedPass.run`)
             calls.append((self.targets.region_of(runner), ids, past, (0, real), runner.min_rows))
             metas.append((s, k, prop, f, past, real))
-        prefills, budget = [], self.prefill_chunk  # the step's prompt-token budget, oldest first (as `_prefill`)
-        for seq in list(self.prefilling):
-            if budget <= 0:
-                break
-            ids = seq.prompt_ids[seq.prefilled:seq.prefilled + budget]
-            budget -= ids.size
+        prefills = []
+        for seq, ids in self._prefill_chunks():
             past = seq.target.length
             seq.target.cache.reserve(ids.size)
             calls.append((self.targets.region_of(seq.target), ids, past, (ids.size - 1, 1)))

@@ -327,7 +327,7 @@ def test_packed_pass_rows_equal_each_sequence_alone_bit_for_bit(engines, precisi
             pool.release(r)
 
 
-def _force_packed(sched, monkeypatch, draft_cost: float = 0.0) -> CostTable:
+def _force_packed(sched, monkeypatch) -> CostTable:
     """A cost table where the packed pass is nearly free and every other pass dear, and no calibration of the
     predictions against realized steps (which would undo the table): the packed regime every step."""
     from specrt.runtime.batch import scheduler
@@ -337,7 +337,7 @@ def _force_packed(sched, monkeypatch, draft_cost: float = 0.0) -> CostTable:
     monkeypatch.setattr(sched, "calibration", {"fused": 1.0, "packed": 1.0})
     monkeypatch.setattr(sched, "packed_ratio", 1.0)
     saved = sched.costs
-    sched.costs = CostTable(batch=[10.0] * 8, rows=[10.0] * 9, draft_token=draft_cost,
+    sched.costs = CostTable(batch=[10.0] * 8, rows=[10.0] * 9,
                             packed=[[0.01 + 0.0001 * r for r in (1, 2, 4, 9)]] * 4, packed_b=[1, 2, 4, 8],
                             packed_r=[1, 2, 4, 9])
     return saved

@@ -134,10 +134,10 @@ def _input_widths(model, node) -> list[int]:
 
 
 def packed_session(ort, fused_path: Path, n_slots: int, threads: int | None, alternating: bool = False):
-    """(InferenceSession of the packed graph, its SessionOptions), the weights read from the fused graph's data."""
+    """InferenceSession of the packed graph, the weights read from the fused graph's external data."""
     from specrt.runtime.backends.ort.runner import session_options
 
     opts = session_options(ort, threads, alternating)
     opts.add_session_config_entry("session.model_external_initializers_file_folder_path", str(fused_path.parent))
     proto = packed_model(fused_path, n_slots)
-    return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"]), opts
+    return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
