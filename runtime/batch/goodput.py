@@ -100,14 +100,16 @@ def plan_packed(acceptance: list[float], max_ks: list[int], draft_costs: list[fl
     ks = [0] * b
     rows = b
     tokens, secs = float(b), table.t_packed(b, rows)
+    drafting = 0.0  # seconds of the drafts planned so far (in secs, not in the pass)
     while True:
         best = None
-        with_row = table.t_packed(b, rows + 1)  # the pass with one row more: the same for every candidate
+        # the pass with one row more, the same for every candidate: its extra seconds plus the draft's own
+        extra_row = table.t_packed(b, rows + 1) - (secs - drafting)
         for i, (a, kmax, cd) in enumerate(zip(acceptance, max_ks, draft_costs)):
             if ks[i] >= kmax or a <= 0.0:
                 continue
             dt = a ** (ks[i] + 1)
-            ds = max(with_row - secs + cd, 1e-9) * SPEC_MARGIN
+            ds = max(extra_row + cd, 1e-9) * SPEC_MARGIN
             if (tokens + dt) / (secs + ds) > tokens / secs and (best is None or dt * best[2] > best[1] * ds):
                 best = (i, dt, ds)
         if best is None:
@@ -116,7 +118,8 @@ def plan_packed(acceptance: list[float], max_ks: list[int], draft_costs: list[fl
         ks[i] += 1
         rows += 1
         tokens += dt
-        secs = table.t_packed(b, rows) + sum(k * cd for k, cd in zip(ks, draft_costs))
+        drafting += draft_costs[i]
+        secs = table.t_packed(b, rows) + drafting
     return StepPlan(ks, False, tokens / secs, packed=True)
 
 

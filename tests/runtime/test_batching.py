@@ -405,7 +405,7 @@ def test_the_family_of_passes_switches_only_for_a_clear_gain():
 
 
 def test_packed_plan_never_speculates_at_a_loss():
-    from specrt.runtime.batch.goodput import plan_packed
+    from specrt.runtime.batch.goodput import SPEC_MARGIN, plan_packed
 
     # rows cost in proportion: a draft accepted 10% of the time does not pay for its row
     linear = CostTable(batch=[1.0], rows=[1.0], packed=[[1.0 * r for r in (1, 2, 4)]] * 2, packed_b=[1, 4],
@@ -413,6 +413,17 @@ def test_packed_plan_never_speculates_at_a_loss():
     assert plan_packed([0.1] * 4, [4] * 4, [0.0] * 4, linear).ks == [0] * 4
     # drafting that costs more than it saves stays off; well-accepted drafts on cheap rows are taken
     assert plan_packed([0.9] * 4, [4] * 4, [5.0] * 4, linear).ks == [0] * 4
+    # a draft's price is the pass's extra row plus its own drafting, whatever was drafted before it: with rows
+    # free and drafting at 0.5 s a token, each next draft of a request accepted 95% gains less than it costs
+    # once its chance falls below a pass's worth (1 s step for 1 token: G ~ 1 token/s)
+    free_rows = CostTable(batch=[1.0], rows=[1.0], packed=[[1.0, 1.0, 1.0]] * 2, packed_b=[1, 4], packed_r=[1, 2, 4])
+    plan = plan_packed([0.95], [8], [0.5], free_rows)
+    expected_tokens = 1 + sum(0.95 ** j for j in range(1, plan.ks[0] + 1))
+    assert plan.goodput == pytest.approx(expected_tokens / (1.0 + 0.5 * plan.ks[0]))
+    assert 0 < plan.ks[0] < 8
+    for k in range(plan.ks[0] + 1, 9):  # no longer plan would have had more tokens per second
+        longer = (1 + sum(0.95 ** j for j in range(1, k + 1))) / (1.0 + 0.5 * k)
+        assert longer <= plan.goodput * SPEC_MARGIN
     flat = CostTable(batch=[1.0], rows=[1.0], packed=[[1.0, 1.01, 1.03]] * 2, packed_b=[1, 4], packed_r=[1, 2, 4])
     plan = plan_packed([0.9, 0.9, 0.0, 0.9], [3, 3, 3, 0], [0.0] * 4, flat)
     assert plan.ks == [3, 3, 0, 0] and plan.packed
