@@ -94,7 +94,6 @@ class Generator:
         self.max_seq_len = manifest.max_seq_len
         self.max_draft_tokens = manifest.max_draft_tokens
         tok = manifest.tokenizer
-        self.tokenizer = Tokenizer(manifest.path(tok.path))
         self.eos_ids = frozenset(int(t) for t in tok.eos_token_ids)
         self.bos_id = tok.bos_token_id
         short = self.max_draft_tokens + 2
@@ -104,11 +103,23 @@ class Generator:
         small = draft_entry is not None and (draft_entry.num_parameters or 0) < SMALL_DRAFT_PARAMETERS
         draft_threads = 1 if small else threads
         alternating = draft_entry is not None and (draft_threads or backends.default_threads()) > 1
-        self.target = backends.create_runner(manifest, "target", self.backend, capacity=self.max_seq_len,
-                                             max_short_tokens=short, threads=threads,
-                                             want_hidden=manifest.medusa is not None or manifest.draft_head is not None,
-                                             device=target_device,
-                                             alternating=alternating)
+
+        def target_runner():
+            return backends.create_runner(manifest, "target", self.backend, capacity=self.max_seq_len,
+                                          max_short_tokens=short, threads=threads,
+                                          want_hidden=manifest.medusa is not None or manifest.draft_head is not None,
+                                          device=target_device, alternating=alternating)
+
+        def tokenizer():
+            return Tokenizer(manifest.path(tok.path))
+
+        if self.backend == "ort":  # the tokenizer loads while ONNX Runtime initializes the target's session
+            from specrt.runtime.backends.ort.overlap import alongside
+
+            self.target, self.tokenizer = alongside(target_runner, tokenizer)
+        else:
+            self.tokenizer = tokenizer()
+            self.target = target_runner()
         self.vocab_size = self.target.vocab_size
         self.draft = None
         if draft_entry is not None:
