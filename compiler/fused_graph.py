@@ -32,7 +32,8 @@ from specrt.models import Decoder
 from specrt.models.config import DecoderConfig
 from specrt.models.layers import rope_inv_freq
 from specrt.bundle import graph_io
-from specrt.bundle.graph_io import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
+from specrt.bundle.graph_io import (LM_HEAD_FULL, LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key,
+                                    present_value)
 from specrt.compiler.export import ONNX_IR_VERSION, ONNX_OPSET
 from specrt.compiler.onnx_io import save_onnx
 
@@ -54,8 +55,9 @@ def fused_unsupported_reason(c: DecoderConfig) -> str | None:
     return None
 
 
-def fused_io(c: DecoderConfig) -> tuple[list[dict], list[dict]]:
-    """(inputs, outputs) of the fused graph for the manifest: name, dtype, shape (C = cache capacity)."""
+def fused_io(c: DecoderConfig, screen: bool = False) -> tuple[list[dict], list[dict]]:
+    """(inputs, outputs) of the fused graph for the manifest: name, dtype, shape (C = cache capacity);
+    `screen`: the optional `lm_head_full` input of a screened head (compiler/lm_head_screen.py)."""
     kv = ["B", c.num_kv_heads, "C", c.head_dim]
     inputs = [{"name": graph_io.INPUT_IDS, "dtype": "int64", "shape": ["B", "S"]},
               {"name": LOGIT_POSITIONS, "dtype": "int64", "shape": ["R"]},
@@ -63,6 +65,8 @@ def fused_io(c: DecoderConfig) -> tuple[list[dict], list[dict]]:
               {"name": TOTAL_SEQUENCE_LENGTH, "dtype": "int32", "shape": []}]
     outputs = [{"name": graph_io.LOGITS, "dtype": "float32", "shape": ["B", "R", c.vocab_size]},
                {"name": graph_io.HIDDEN_STATES, "dtype": "float32", "shape": ["B", "S", c.hidden_size]}]
+    if screen:
+        inputs.append({"name": LM_HEAD_FULL, "dtype": "bool", "shape": []})
     for i in range(c.num_layers):
         inputs += [{"name": n, "dtype": "float32", "shape": kv} for n in (graph_io.past_key(i), graph_io.past_value(i))]
         outputs += [{"name": n, "dtype": "float32", "shape": kv} for n in (present_key(i), present_value(i))]
@@ -210,8 +214,9 @@ def rope_caches(c: DecoderConfig, max_seq_len: int, rope=None) -> tuple[np.ndarr
     return _t(freqs.cos()), _t(freqs.sin())
 
 
-def build_fused_model(decoder: Decoder, max_seq_len: int):
-    """The fused graph as an in-memory onnx.ModelProto (weights as initializers)."""
+def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False):
+    """The fused graph as an in-memory onnx.ModelProto (weights as initializers); `screen`: with the screened
+    greedy LM head (compiler/lm_head_screen.py) and its `lm_head_full` input."""
     from onnx import TensorProto, helper
 
     c = decoder.config
@@ -239,11 +244,16 @@ def build_fused_model(decoder: Decoder, max_seq_len: int):
     g.nodes.append(helper.make_node("Identity", [hidden], [graph_io.HIDDEN_STATES], name="hidden_states"))
     rows = g.op("Gather", [hidden, LOGIT_POSITIONS], axis=1, name="logit_rows")  # [B, R, hidden]
     rows2d = g.op("Reshape", [rows, g.const_i64("rows_2d_shape", [-1, c.hidden_size])], name="logit_rows_2d")  # [B*R, hidden]
-    if c.tie_word_embeddings:
+    if screen:  # greedy calls may take the exact int8-screened head (compiler/lm_head_screen.py)
+        from specrt.compiler.lm_head_screen import screened_head
+
+        head = embed if c.tie_word_embeddings else g.weight("lm_head.weight", _t(decoder.lm_head_weight()))
+        logits2d = screened_head(g, rows2d, head, _t(decoder.lm_head_weight()), c.final_logit_softcapping)
+    elif c.tie_word_embeddings:
         logits2d = g.op("Gemm", [rows2d, embed], transB=1, name="lm_head")
     else:
         logits2d = g.op("MatMul", [rows2d, g.weight("lm_head.weight", _t(decoder.lm_head_weight()).T)], name="lm_head")
-    if c.final_logit_softcapping:  # cap * tanh(logits / cap), on the R rows only
+    if c.final_logit_softcapping and not screen:  # cap * tanh(logits / cap), on the R rows only
         cap = g.weight("final_logit_softcap", np.array(c.final_logit_softcapping, np.float32))
         tanh = g.op("Tanh", [g.op("Div", [logits2d, cap], name="softcap/div")], name="softcap/tanh")
         logits2d = g.op("Mul", [tanh, cap], name="softcap/mul")
@@ -251,8 +261,9 @@ def build_fused_model(decoder: Decoder, max_seq_len: int):
     shape3 = g.op("Concat", [batch, g.const_i64("rows_vocab", [-1, c.vocab_size])], axis=0, name="logits_shape")
     g.nodes.append(helper.make_node("Reshape", [logits2d, shape3], [graph_io.LOGITS], name="logits"))  # [B, R, V]
 
-    dtypes = {"int64": TensorProto.INT64, "int32": TensorProto.INT32, "float32": TensorProto.FLOAT}
-    inputs, outputs = fused_io(c)
+    dtypes = {"int64": TensorProto.INT64, "int32": TensorProto.INT32, "float32": TensorProto.FLOAT,
+              "bool": TensorProto.BOOL}
+    inputs, outputs = fused_io(c, screen)
     graph = helper.make_graph(
         g.nodes, f"{c.architecture}-fused",
         [helper.make_tensor_value_info(d["name"], dtypes[d["dtype"]], d["shape"]) for d in inputs],
@@ -281,6 +292,6 @@ def _layers(g: _GraphBuilder, x: str, body, c: DecoderConfig) -> tuple[str, str]
     return x, residual
 
 
-def fused_onnx_from_decoder(decoder: Decoder, path: Path, max_seq_len: int) -> Path:
+def fused_onnx_from_decoder(decoder: Decoder, path: Path, max_seq_len: int, screen: bool = False) -> Path:
     """Write the fused graph to `path` (+ `path.data`, external weights). Returns `path`."""
-    return save_onnx(build_fused_model(decoder, max_seq_len), path)
+    return save_onnx(build_fused_model(decoder, max_seq_len, screen), path)

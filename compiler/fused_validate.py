@@ -17,17 +17,23 @@ import torch
 from specrt.models import Decoder
 from specrt.bundle import graph_io
 from specrt.compiler.export import sample_inputs
-from specrt.bundle.graph_io import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
-from specrt.compiler.validate import Tolerance, _check_tensor, _Worst, check_logits, validation_session
+from specrt.bundle.graph_io import (LM_HEAD_FULL, LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key,
+                                    present_value)
+from specrt.compiler.validate import Tolerance, ValidationError, _check_tensor, _Worst, check_logits, validation_session
 
 
 def run_fused(session, ids: np.ndarray, positions: np.ndarray, keys: list[np.ndarray], values: list[np.ndarray],
-              past_len: int) -> tuple[np.ndarray, np.ndarray]:
+              past_len: int, full_rows: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
     """One call with the KV buffers (L x [1, Hkv, C, D], updated in place) bound as past and present.
 
-    ids: [1, S] int64; positions: [R] int64 (logit rows). Returns (logits [1, R, V], hidden [1, S, H]).
+    ids: [1, S] int64; positions: [R] int64 (logit rows); `full_rows` (a graph with a screened LM head): the
+    `lm_head_full` input. Returns (logits [1, R, V], hidden [1, S, H]).
     """
     binding = session.io_binding()
+    if full_rows is not None:
+        import onnxruntime as ort
+
+        binding.bind_ortvalue_input(LM_HEAD_FULL, ort.OrtValue.ortvalue_from_numpy(np.array(full_rows)))
     total = past_len + ids.shape[1]
     binding.bind_cpu_input(graph_io.INPUT_IDS, ids)
     binding.bind_cpu_input(LOGIT_POSITIONS, positions)
@@ -45,14 +51,36 @@ def run_fused(session, ids: np.ndarray, positions: np.ndarray, keys: list[np.nda
     return outs[-2], outs[-1]
 
 
+def check_screened(where: str, screened: np.ndarray, full: np.ndarray, tol: Tolerance) -> bool:
+    """A screened head's rows (compiler/lm_head_screen.py) against the same graph's full rows: every finite value
+    within the tolerance of the full one, and the argmax the full row's (up to a tie within rounding). True when
+    the rows took the screen (some -inf), False when the graph fell back to the full head."""
+    s, f = screened.reshape(-1, screened.shape[-1]), full.reshape(-1, full.shape[-1])
+    finite = np.isfinite(s)
+    if not finite.any(axis=1).all() or np.isnan(s).any():
+        raise ValidationError(f"{where}: the screened LM head returned a row without a finite logit")
+    bound = tol.atol + tol.rtol * float(np.abs(f).max())
+    diff = float(np.abs(np.where(finite, s - f, 0.0)).max())
+    if diff > bound:
+        raise ValidationError(f"{where}: the screened LM head's logits differ from the full head's by {diff:.3g} "
+                              f"(bound {bound:.3g})")
+    picked = f[np.arange(len(f)), s.argmax(axis=1)]
+    if (picked < f.max(axis=1) - bound).any():
+        raise ValidationError(f"{where}: the screened LM head chose another argmax than the full head")
+    return not finite.all()
+
+
 def validate_fused_onnx(decoder: Decoder, onnx_path: Path, shapes: list[tuple[int, int]], capacity: int,
-                        tolerance: Tolerance | None = None) -> dict:
+                        tolerance: Tolerance | None = None, screen: bool = False) -> dict:
     """Compare the fused graph with PyTorch on `shapes` with the same rule as the portable graph (validate.py:
-    per-tensor scale-aware bound, greedy agreement except near-ties, no NaN/inf); raise ValidationError."""
+    per-tensor scale-aware bound, greedy agreement except near-ties, no NaN/inf); raise ValidationError.
+    `screen`: the graph has a screened LM head, whose rows are checked against its full rows at every shape
+    (`check_screened`)."""
     tol = tolerance or Tolerance()
     session = validation_session(onnx_path)
     c = decoder.config
     worst = _Worst()
+    screened_calls = 0
     for seed, (s, p) in enumerate(shapes):
         ids, pos, past = sample_inputs(decoder, s, p, seed=seed)
         shape = (1, c.num_kv_heads, capacity, c.head_dim)
@@ -75,4 +103,12 @@ def validate_fused_onnx(decoder: Decoder, onnx_path: Path, shapes: list[tuple[in
             keys[i][:, :, p:], values[i][:, :, p:] = 0.0, 0.0
         last, _ = run_fused(session, ids.numpy(), np.array([s - 1], dtype=np.int64), keys, values, p)
         check_logits(f"{where} (last row)", last, ref.logits[:, -1:].float().numpy(), tol, worst)
-    return worst.record(tol, shapes)
+        if screen:  # the same call with the screened head: rows [P, P + S) of the cache are written again alike
+            for i in range(c.num_layers):
+                keys[i][:, :, p:], values[i][:, :, p:] = 0.0, 0.0
+            rows, _ = run_fused(session, ids.numpy(), np.arange(s, dtype=np.int64), keys, values, p, full_rows=False)
+            screened_calls += check_screened(f"{where} (screened head)", rows, logits, tol)
+    record = worst.record(tol, shapes)
+    if screen:
+        record["lm_head_screen"] = f"screen taken in {screened_calls} of {len(shapes)} calls"
+    return record

@@ -151,7 +151,7 @@ def compile_bundle(spec: CompileSpec, *, progress: Callable[[str], Callable[[], 
             for role, ck in roles.items():
                 check_context(ck, max_seq_len, role)
             _compile_into(tmp, roles, sources, vocab_size, max_seq_len, spec.max_draft_tokens, spec.tolerance,
-                          spec.ort_graph, quantization, progress, steps, spec.keep_fp32)
+                          spec.ort_graph, quantization, progress, steps, spec.keep_fp32, spec.lm_head_screen)
             with sigterm_deferred():  # never stop between moving the old bundle aside and the new one in
                 commit(tmp, out, spec.force, started_as)
         except OSError as exc:
@@ -166,8 +166,12 @@ def compile_bundle(spec: CompileSpec, *, progress: Callable[[str], Callable[[], 
 
 def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, dict], vocab_size: int,
                   max_seq_len: int, max_draft_tokens: int, tolerance: Tolerance, ort_graph: str,
-                  quantization: QuantizePlan | None, progress, extra_steps, keep_fp32: bool = False) -> None:
+                  quantization: QuantizePlan | None, progress, extra_steps, keep_fp32: bool = False,
+                  lm_head_screen: str = "auto") -> None:
     """Every compile step, writing into the temporary directory `tmp` (manifest last)."""
+    # the screened head goes only into an fp32 fused target that stays fp32 (quantizing reads that graph)
+    screen_mode = lm_head_screen if quantization is None or (
+        quantization.target is None and quantization.self_draft is None) else "off"
     manifest = ManifestDraft(max_seq_len, max_draft_tokens, torch_version=torch.__version__,
                              onnx={"opset": ONNX_OPSET, "ir_version": ONNX_IR_VERSION})
     shapes = validation_shapes(max_seq_len, max_draft_tokens)
@@ -199,7 +203,8 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
         skipped = None
         if ort_graph in ("fused", "both"):
             done = progress(f"build and validate {role}'s fused ONNX Runtime graph")
-            fused, skipped = fused_variant(decoder, tmp / role, role, max_seq_len, role_shapes, tolerance)
+            fused, skipped = fused_variant(decoder, tmp / role, role, max_seq_len, role_shapes, tolerance,
+                                           screen_mode if role == "target" else "off")
             done()
             if fused:
                 graphs["fused"] = fused

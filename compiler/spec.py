@@ -136,6 +136,7 @@ class CompileSpec:
     force: bool = False  # replace an existing bundle (output_dir.py says what may be replaced)
     ort_graph: str = "fused"  # fused | portable | both (compiler/variants.py)
     keep_fp32: bool = False  # a quantized bundle keeps its fp32 graphs too (compiler/lean.py)
+    lm_head_screen: str = "auto"  # auto | on | off: the fp32 fused target's screened greedy head (lm_head_screen.py)
     tolerance: Tolerance = Tolerance()  # ONNX-vs-PyTorch bound (validate.py); "ATOL,RTOL" accepted
     quantize: QuantizeSpec = QuantizeSpec()
     engines: EngineSpec = EngineSpec()
@@ -162,6 +163,7 @@ class CompileSpec:
         if k + 2 > seq:
             raise InvalidArgument(f"--max-draft-tokens {k} leaves no room in --max-seq-len {seq}")
         _choice(self.ort_graph, "--ort-graph", ORT_GRAPHS)
+        _choice(self.lm_head_screen, "--lm-head-screen", ("auto", "on", "off"))
         if isinstance(self.tolerance, str):
             set_("tolerance", Tolerance.parse(self.tolerance))
         elif isinstance(self.tolerance, tuple) and len(self.tolerance) == 2:

@@ -46,6 +46,21 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
     the proposal, and with `forced_tokens` (and a proposer) the tokens it forces are verified in the same
     pass; masks are computed by `mask_worker` while the target runs (runtime/constrained.py).
     """
+    # greedy without a constraint reads only each row's argmax: a screened LM head may skip the full rows
+    target.set_argmax_only(params.greedy and constraint is None)
+    try:
+        yield from _decode(target, proposer, policy, prompt_ids, max_new_tokens=max_new_tokens,
+                           max_draft_tokens=max_draft_tokens, params=params, rng=rng, eos_ids=eos_ids, stats=stats,
+                           on_step=on_step, constraint=constraint, mask_worker=mask_worker,
+                           forced_tokens=forced_tokens)
+    finally:
+        target.set_argmax_only(False)
+
+
+def _decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, prompt_ids: np.ndarray, *,
+            max_new_tokens: int, max_draft_tokens: int, params: SamplingParams, rng: np.random.Generator,
+            eos_ids: frozenset[int], stats: GenerationStats, on_step: Callable[[int, int, int], None] | None,
+            constraint: Constraint | None, mask_worker: MaskWorker | None, forced_tokens: bool) -> Iterator[list[int]]:
     capacity = target.capacity
     tokens = np.empty(capacity, dtype=np.int64)  # committed sequence, preallocated
     n = prompt_ids.size

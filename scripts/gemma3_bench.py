@@ -49,18 +49,26 @@ def _hf(checkpoint: Path, threads: int, tokens: int):
     return run, f"transformers {tf.__version__}, torch {torch.__version__}, fp32, {torch.get_num_threads()} threads"
 
 
-def _ours(bundle: Path, backend: str, threads: int, tokens: int):
+def _ours(bundle: Path, backend: str, threads: int, tokens: int, screen: bool = True):
     from specrt.runtime import load
 
-    gen = load(bundle, backend=backend, threads=threads)
+    os.environ["SPECRT_LM_HEAD_SCREEN"] = "1" if screen else "0"  # read when the runner is created
+    try:
+        gen = load(bundle, backend=backend, threads=threads)
+    finally:
+        os.environ.pop("SPECRT_LM_HEAD_SCREEN")
 
     def run(ids: list[int]) -> tuple[list[int], float]:
         t0 = time.perf_counter()
-        res = gen.generate(ids, tokens, method="none")
+        res = gen.generate(ids, tokens, method="none", temperature=0)
         return res.token_ids, time.perf_counter() - t0
 
     d = gen.target.describe()
-    return run, gen, f"specrt {backend} ({d.get('graph') or 'portable'} graph, {d.get('threads')} threads)"
+    head = {"lm_head": ", screened greedy LM head"} if "lm_head" in d else {}
+    if not screen:
+        head = {"lm_head": ", full LM head (SPECRT_LM_HEAD_SCREEN=0)"}
+    return run, gen, (f"specrt {backend} ({d.get('graph') or 'portable'} graph{head.get('lm_head', '')}, "
+                      f"{d.get('threads')} threads)")
 
 
 def _ortgenai(bundle_gen, checkpoint: Path, tokens: int):
@@ -85,10 +93,16 @@ def _ortgenai(bundle_gen, checkpoint: Path, tokens: int):
 def measure(bundle: Path, checkpoint: Path, rounds: int, tokens: int, threads: int) -> dict:
     load_start = os.getloadavg()[0]
     fused, gen, fused_desc = _ours(bundle, "ort", threads, tokens)
+    full_head = None
+    if gen.target.describe().get("lm_head"):  # the same fused graph with its full head, for comparison
+        full_head, _, full_desc = _ours(bundle, "ort", threads, tokens, screen=False)
     portable, _, portable_desc = _ours(bundle, "ort-portable", threads, tokens)
     hf, hf_desc = _hf(checkpoint, threads, tokens)
     og, og_desc = _ortgenai(gen, checkpoint, tokens)
     runs = {"transformers": hf, "specrt fused": fused, "specrt portable": portable}
+    if full_head is not None:
+        runs = {"transformers": hf, "specrt fused": fused, "specrt fused, full head": full_head,
+                "specrt portable": portable}
     if og is not None:
         runs["onnxruntime-genai"] = og
     prompt_ids = [gen.tokenizer.encode(p) for p in PROMPTS]
@@ -130,7 +144,7 @@ def measure(bundle: Path, checkpoint: Path, rounds: int, tokens: int, threads: i
             "bundle": str(bundle), "checkpoint": str(checkpoint), "rounds": rounds, "new_tokens": tokens,
             "threads": threads, "prompts": PROMPTS, "onnxruntime": metadata.version("onnxruntime"),
             "engines": {"transformers": hf_desc, "specrt fused": fused_desc, "specrt portable": portable_desc,
-                        "onnxruntime-genai": og_desc},
+                        "onnxruntime-genai": og_desc} | ({"specrt fused, full head": full_desc} if full_head else {}),
             "model": {"architecture": c.architecture, "hidden": c.hidden_size, "layers": c.num_layers,
                       "heads": c.num_heads, "kv_heads": c.num_kv_heads, "head_dim": c.head_dim,
                       "vocab": c.vocab_size, "sliding_window": c.sliding_window,
@@ -149,7 +163,10 @@ def markdown(r: dict, command: str) -> str:
         "`scripts/gemma3_shape.py` and saved by transformers: **not the real checkpoint** (none is reachable offline "
         "here); speed depends on shapes, not on weight values. The LM head is "
         f"{m['lm_head']['head_weights'] / 1e6:.1f}M of the {(m['lm_head']['head_weights'] + m['lm_head']['layer_weights']) / 1e6:.1f}M "
-        f"weights a decode step reads ({100 * m['lm_head']['share']:.1f}%), identical work in every engine.",
+        f"weights a decode step reads ({100 * m['lm_head']['share']:.1f}%). The fused graph's screened head "
+        "(compiler/lm_head_screen.py: int8 screen with an error bound, fp32 logits for 1,024 candidates, the full head "
+        "when the bound cannot decide) gives the full head's greedy argmax; the row \"full head\" is the same graph "
+        "with it switched off.",
         f"- **Machine**: {r['machine']}; load average (1 min) at start {r['load_average'][0]}, at end "
         f"{r['load_average'][1]} (shared with other work: ratios, taken per round and prompt, are the figures to "
         "read; absolute tok/s are not final)",

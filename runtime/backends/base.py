@@ -11,6 +11,9 @@ A runner is one compiled model plus its KV cache, for batch size 1:
     runner.truncate(n)          # keep only the first n positions (O(1) rollback of rejected drafts)
     runner.reset()              # empty cache for a new request
     runner.length               # positions currently cached
+    runner.set_argmax_only(on)  # the caller reads only each logits row's argmax (greedy, unconstrained): a runner
+                                # may then return rows that are exact at the argmax candidates and -inf elsewhere
+                                # (the screened LM head, compiler/lm_head_screen.py); others ignore it
 
 Inputs are checked in Python (token range, context capacity) before any native code runs.
 """
@@ -51,6 +54,9 @@ class Runner(abc.ABC):
     @property
     def vocab_size(self) -> int:
         return self.config.vocab_size
+
+    def set_argmax_only(self, on: bool) -> None:
+        """See the module docstring; a runner without a screened head returns full rows either way."""
 
     def reset(self) -> None:
         self.cache.truncate(0)

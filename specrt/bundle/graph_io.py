@@ -51,6 +51,7 @@ LOGIT_START = "logit_start"  # [1] int64, default 0: logits for rows [logit_star
 SEQLENS_K = "seqlens_k"  # [1] int32: total length after this call - 1
 TOTAL_SEQUENCE_LENGTH = "total_sequence_length"  # [] int32: total length after this call
 LOGIT_POSITIONS = "logit_positions"  # [R] int64: rows of the S new tokens whose logits are computed
+LM_HEAD_FULL = "lm_head_full"  # [] bool, fused graphs with a screened LM head: false = rows exact at the argmax only
 
 
 def pad_rows(token_ids, rows: int):

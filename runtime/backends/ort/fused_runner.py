@@ -12,13 +12,15 @@ last row for prefill.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from specrt.bundle import graph_io
-from specrt.bundle.graph_io import LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key, present_value
+from specrt.bundle.graph_io import (LM_HEAD_FULL, LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key,
+                                    present_value)
 from specrt.core.errors import BackendError, BackendUnavailable
 from specrt.models.config import DecoderConfig
 from specrt.runtime.kv_cache import KVCache
@@ -73,8 +75,20 @@ class OrtFusedRunner(Runner):
         self._bind_cache()
         self._binding.bind_cpu_input(SEQLENS_K, self._seqlens_k)  # bound once, updated in place
         self._binding.bind_cpu_input(TOTAL_SEQUENCE_LENGTH, self._total)
+        # a screened LM head (compiler/lm_head_screen.py): its input, an overridable initializer (default true:
+        # full rows), bound once as an OrtValue over this array and switched in place by set_argmax_only;
+        # SPECRT_LM_HEAD_SCREEN=0 keeps the full head for every call
+        self._full_rows = np.ones((), dtype=np.bool_)
+        has_screen = LM_HEAD_FULL in {i.name for i in self.session.get_overridable_initializers()}
+        self.screened = has_screen and os.environ.get("SPECRT_LM_HEAD_SCREEN", "1") != "0"
+        if has_screen:
+            self._full_value = ort.OrtValue.ortvalue_from_numpy(self._full_rows)
+            self._binding.bind_ortvalue_input(LM_HEAD_FULL, self._full_value)
         self._bound: tuple | None = None  # the call shape the token / row / output bindings are set for
         self._run_bound = binding_runner(self.session, self._binding)
+
+    def set_argmax_only(self, on: bool) -> None:
+        self._full_rows[()] = not (on and self.screened)
 
     def _bind_cache(self) -> None:
         """Bind every layer's buffers as past and present once: they never move and never change shape (a
@@ -131,4 +145,5 @@ class OrtFusedRunner(Runner):
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "graph": "fused", "provider": self.session.get_providers()[0],
                 "onnxruntime": self._ort.__version__, "threads": self.threads} | (
-                    {"min_rows": self.min_rows} if self.min_rows > 1 else {})
+                    {"min_rows": self.min_rows} if self.min_rows > 1 else {}) | (
+                    {"lm_head": "screened (greedy)"} if self.screened else {})

@@ -45,20 +45,25 @@ def compile_spec(*, tolerance: str | None, trt_options: dict, quant_options: dic
 @click.option("--keep-fp32", is_flag=True,
               help="A quantized bundle keeps its fp32 graphs too (the torch backend); by default it keeps only the "
                    "graphs ONNX Runtime runs.")
+@click.option("--lm-head-screen", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+              help="An fp32 target's fused graph gets an exact greedy LM head: an int8 screen, then fp32 logits for "
+                   "64 candidates (docs/bundle.md). auto: when the vocabulary has >= 32k tokens and the head is >= 40% "
+                   "of a step's weights (Gemma 3); sampling and constrained calls use the full head.")
 @click.option("--tolerance", default=None, metavar="ATOL,RTOL",
               help="ONNX-vs-PyTorch check per tensor: max|diff| <= ATOL + RTOL * max|ref|  [default: 1e-4,1e-3]")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 @trt_compile_options
 @quantize_compile_options
 @handle_errors
-def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, ort_graph, keep_fp32, tolerance,
-                as_json, trt_options, quant_options):
+def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, ort_graph, keep_fp32,
+                lm_head_screen, tolerance, as_json, trt_options, quant_options):
     """Export target (and draft) to ONNX, validate, and write a bundle (with --engines trt: plus engines)."""
     from specrt.compiler import compile_bundle
 
     spec = compile_spec(target=target, draft=draft, medusa=medusa, output=output, max_seq_len=max_seq_len,
                         max_draft_tokens=max_draft_tokens, force=force, ort_graph=ort_graph, keep_fp32=keep_fp32,
-                        tolerance=tolerance, trt_options=trt_options, quant_options=quant_options)
+                        lm_head_screen=lm_head_screen, tolerance=tolerance, trt_options=trt_options,
+                        quant_options=quant_options)
     with step_progress(enabled=not as_json) as progress:
         out = compile_bundle(spec, progress=progress)
     from specrt.cli.describe import bundle_summary

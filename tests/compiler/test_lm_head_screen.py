@@ -1,0 +1,185 @@
+"""The screened greedy LM head (compiler/lm_head_screen.py): the error bound holds for ONNX Runtime's int8 kernel,
+the head alone picks the exact argmax (and falls back to the full head on a flat row), and in compiled bundles
+greedy decoding through it equals the full head's, while sampling, constrained calls and batches get full rows."""
+
+import json
+
+import numpy as np
+import pytest
+
+from helpers import make_checkpoint
+
+from specrt.bundle.graph_io import LM_HEAD_FULL
+from specrt.compiler.lm_head_screen import (block_size, bound_terms, candidates, quantize_head, screen_supported,
+                                           screen_wanted, screened_head)
+
+V, K = 8192, 96
+
+
+def _weights(kind: str, seed: int = 0, k: int = K) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((V, k)).astype(np.float32) * 0.05
+    if kind == "outliers":  # a few large weights per row, as trained embeddings have
+        w[rng.integers(0, V, 300), rng.integers(0, k, 300)] *= 40
+    return w
+
+
+def _head_session(w: np.ndarray, softcap=None):
+    """The screened head alone: input rows [M, K] -> logits [M, V], with the `lm_head_full` switch."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from specrt.compiler.export import ONNX_IR_VERSION, ONNX_OPSET
+    from specrt.compiler.fused_graph import MS, _GraphBuilder
+
+    g = _GraphBuilder()
+    head = g.weight("head", w)
+    out = screened_head(g, "rows", head, w, softcap)
+    g.nodes.append(helper.make_node("Identity", [out], ["logits"]))
+    graph = helper.make_graph(g.nodes, "head", [helper.make_tensor_value_info("rows", TensorProto.FLOAT, ["M", K]),
+                                                helper.make_tensor_value_info(LM_HEAD_FULL, TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["M", V])], g.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET), helper.make_opsetid(MS, 1)],
+                              ir_version=ONNX_IR_VERSION)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return lambda x, full: session.run(None, {"rows": x, LM_HEAD_FULL: np.array(full)})[0]
+
+
+@pytest.mark.parametrize("kind, k", [("gaussian", 96), ("outliers", 96), ("gaussian", 256), ("outliers", 640)])
+def test_the_bound_holds_for_onnx_runtimes_int8_kernel(kind, k):
+    """|x w_r - a_r| <= eps_r for the kernel's own a (MatMulNBits, 8 bits, accuracy level 4) on rows of every
+    scale, with outliers in x and in w, for each block size (96: 32, 256 and 640: 128): the screen's exactness
+    rests on this."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from specrt.compiler.fused_graph import MS
+
+    w = _weights(kind, k=k)
+    K = k
+    packed, scales, err = quantize_head(w)
+    node = helper.make_node("MatMulNBits", ["x", "q", "s"], ["y"], domain=MS, K=K, N=V, bits=8,
+                            block_size=block_size(K), accuracy_level=4)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["M", K])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", V])],
+                              [numpy_helper.from_array(packed, "q"), numpy_helper.from_array(scales, "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(MS, 1)],
+                              ir_version=10)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, K)).astype(np.float32) * np.logspace(-3, 2, 64, dtype=np.float32)[:, None]
+    x[::7, rng.integers(0, K)] *= 30  # activation outliers
+    approx = session.run(None, {"x": x})[0]
+    exact = x.astype(np.float64) @ w.T.astype(np.float64)
+    terms = bound_terms(w, err).astype(np.float64)
+    feats = np.stack([np.abs(x).max(axis=1) / 127.0, np.abs(x).sum(axis=1)], axis=1).astype(np.float64)
+    eps = feats @ terms
+    assert (np.abs(exact - approx) <= eps).all()
+    assert (np.abs(exact - approx) > 0).any()  # the kernel is approximate: the bound is doing work
+
+
+@pytest.mark.parametrize("softcap", [None, 5.0])
+def test_the_screened_head_picks_the_exact_argmax(softcap):
+    w = _weights("outliers")
+    run = _head_session(w, softcap)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((16, K)).astype(np.float32)
+    full, screened = run(x, True), run(x, False)
+    ref = x.astype(np.float64) @ w.T.astype(np.float64)
+    if softcap:
+        ref = softcap * np.tanh(ref / softcap)
+    np.testing.assert_allclose(full, ref, rtol=1e-4, atol=1e-4)
+    assert (np.isfinite(screened).sum(axis=1) == candidates(V)).all()  # the screen was taken on every row
+    assert (screened.argmax(axis=1) == ref.argmax(axis=1)).all()
+    finite = np.isfinite(screened)
+    np.testing.assert_allclose(screened[finite], full[finite], rtol=1e-5, atol=1e-5)
+
+
+def test_a_flat_row_falls_back_to_the_full_head():
+    """x = 0: every logit is 0, no candidate set can prove its maximum: the full row comes back. A row whose best
+    tokens tie exactly keeps the full head's first index."""
+    w = _weights("gaussian")
+    w[1500] = w[900]  # an exact tie between two rows
+    run = _head_session(w)
+    flat = run(np.zeros((1, K), np.float32), False)
+    assert np.isfinite(flat).all() and (flat == 0).all()
+    x = (w[900] * 50).astype(np.float32)[None, :]  # 900 and 1500 are the best, tied
+    full, screened = run(x, True), run(x, False)
+    assert full.argmax() == screened.argmax() == 900
+
+
+def test_when_the_screen_is_built():
+    assert screen_wanted("auto", 262_144, 640, 100_000_000)  # Gemma 3 270M: the head is 63% of a step
+    assert not screen_wanted("auto", 49_152, 576, 106_000_000)  # SmolLM2-135M: 21%
+    assert not screen_wanted("auto", 320, 64, 10_000)  # a tiny vocabulary: never worth it
+    assert screen_wanted("on", 320, 64, 10_000) and not screen_wanted("off", 262_144, 640, 1)
+    assert screen_supported(640) is None and "multiple of 32" in screen_supported(100)
+    assert (block_size(640), block_size(576), block_size(96)) == (128, 64, 32)
+
+
+@pytest.fixture(scope="module")
+def screened_bundles(workdir, tokenizer_path):
+    from specrt.compiler import CompileSpec, compile_bundle
+
+    base = workdir / "lm_head_screen"
+    target = make_checkpoint(base / "gemma3", "gemma3", tokenizer_path, layers=2, seed=3)
+    on = compile_bundle(CompileSpec(target, base / "on", max_seq_len=96, max_draft_tokens=4, lm_head_screen="on"))
+    off = compile_bundle(CompileSpec(target, base / "off", max_seq_len=96, max_draft_tokens=4, lm_head_screen="off"))
+    return on, off
+
+
+def test_a_compiled_bundle_decodes_greedy_through_the_screen_exactly(screened_bundles):
+    from specrt.runtime import load
+
+    on, off = screened_bundles
+    entry = json.loads((on / "manifest.json").read_text())["models"]["target"]["graphs"]["fused"]
+    assert entry["optional_inputs"] == [LM_HEAD_FULL]
+    assert "screen taken in" in entry["validation"]["lm_head_screen"]
+    assert "lm_head_screen" not in json.loads((off / "manifest.json").read_text())["models"]["target"]["graphs"][
+        "fused"]["validation"]
+    screened, plain = load(on), load(off)
+    assert screened.target.describe()["lm_head"] == "screened (greedy)" and "lm_head" not in plain.target.describe()
+    seen = []
+    screened.target.forward = _spy(screened.target.forward, seen)
+    for prompt in ("def main(argv):\n    ", "import json\nimport json\nimport"):
+        for method, k in (("none", 0), ("ngram", 3)):
+            a = screened.generate(prompt, 24, method=method, num_speculative_tokens=k, temperature=0)
+            b = plain.generate(prompt, 24, method=method, num_speculative_tokens=k, temperature=0)
+            assert a.token_ids == b.token_ids
+    assert any(not np.isfinite(rows).all() for rows in seen)  # rows came back screened (some -inf)
+    assert screened.target._full_rows[()]  # full rows again after the call
+
+
+def _spy(forward, seen):
+    def call(ids):
+        out = forward(ids)
+        seen.append(out.copy())
+        return out
+    return call
+
+
+def test_sampling_constraints_and_batches_read_full_rows(screened_bundles):
+    from specrt.runtime import load
+
+    on, off = screened_bundles
+    screened, plain = load(on), load(off)
+    seen = []
+    screened.target.forward = _spy(screened.target.forward, seen)
+    a = screened.generate("def main(argv):\n    ", 16, method="none", temperature=0.8, seed=7)
+    b = plain.generate("def main(argv):\n    ", 16, method="none", temperature=0.8, seed=7)
+    assert a.token_ids == b.token_ids
+    from specrt.runtime import ConstraintSpec
+
+    a = screened.generate("x = ", 8, method="none", temperature=0, constraint=ConstraintSpec("regex", "[0-9]+"))
+    assert a.text.isdigit()
+    assert seen and all(np.isfinite(rows).all() for rows in seen)
+    prompts = ["def main(argv):\n    ", "import os\n", "class A:\n    def"]
+    engine = screened.engine(max_batch=3)
+    try:
+        batched = engine.generate_batch(prompts, max_new_tokens=12, temperature=0)
+    finally:
+        engine.close()
+    assert [r.token_ids for r in batched] == [plain.generate(p, 12, method="none", temperature=0).token_ids
+                                               for p in prompts]
