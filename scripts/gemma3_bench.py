@@ -24,6 +24,8 @@ import time
 import types
 from pathlib import Path
 
+import numpy as np
+
 PROMPTS = ["def parse_args(argv):\n    parser = argparse.ArgumentParser(", "import os\nimport sys\n\n\ndef main(",
            "The history of the city begins"]
 ENGINES = ("transformers", "specrt fused", "specrt portable", "onnxruntime-genai")
@@ -63,12 +65,26 @@ def _ours(bundle: Path, backend: str, threads: int, tokens: int, screen: bool = 
         res = gen.generate(ids, tokens, method="none", temperature=0)
         return res.token_ids, time.perf_counter() - t0
 
+    if "lm_head" in gen.target.describe() and screen:  # count the calls the screen decided (rows with -inf)
+        gen.screen_calls = [0, 0]
+        for name in ("_forward", "_forward_last"):
+            setattr(gen.target, name, _counting(getattr(gen.target, name), gen.screen_calls))
+
     d = gen.target.describe()
     head = {"lm_head": ", screened greedy LM head"} if "lm_head" in d else {}
     if not screen:
         head = {"lm_head": ", full LM head (SPECRT_LM_HEAD_SCREEN=0)"}
     return run, gen, (f"specrt {backend} ({d.get('graph') or 'portable'} graph{head.get('lm_head', '')}, "
                       f"{d.get('threads')} threads)")
+
+
+def _counting(call, counts: list[int]):
+    def counted(*args):
+        out = call(*args)
+        counts[0] += 1
+        counts[1] += not np.isfinite(out).all()
+        return out
+    return counted
 
 
 def _ortgenai(bundle_gen, checkpoint: Path, tokens: int):
@@ -108,6 +124,8 @@ def measure(bundle: Path, checkpoint: Path, rounds: int, tokens: int, threads: i
     prompt_ids = [gen.tokenizer.encode(p) for p in PROMPTS]
     for run in runs.values():  # warm-up, untimed
         run(prompt_ids[0][:4])
+    if getattr(gen, "screen_calls", None):
+        gen.screen_calls[:] = [0, 0]
     rates: dict[str, list[list[float]]] = {name: [] for name in runs}  # [round][prompt] tok/s
     outputs: dict[str, list[list[int]]] = {name: [] for name in runs}
     for r in range(rounds):
@@ -149,7 +167,8 @@ def measure(bundle: Path, checkpoint: Path, rounds: int, tokens: int, threads: i
                       "heads": c.num_heads, "kv_heads": c.num_kv_heads, "head_dim": c.head_dim,
                       "vocab": c.vocab_size, "sliding_window": c.sliding_window,
                       "lm_head": lm_head_share(c)},
-            "results": table}
+            "results": table,
+            "screen_calls": getattr(gen, "screen_calls", None)}  # [calls, calls the screen decided] (timed runs)
 
 
 def markdown(r: dict, command: str) -> str:
@@ -161,10 +180,11 @@ def markdown(r: dict, command: str) -> str:
         f"(hidden {m['hidden']}, {m['layers']} layers, {m['heads']} heads / {m['kv_heads']} KV head, head_dim "
         f"{m['head_dim']}, vocab {m['vocab']:,}, sliding window {m['sliding_window']}, 5 local : 1 global), made by "
         "`scripts/gemma3_shape.py` and saved by transformers: **not the real checkpoint** (none is reachable offline "
-        "here); speed depends on shapes, not on weight values. The LM head is "
+        "here); speed depends on shapes, not on weight values (except how often the screened head below decides, "
+        "which depends on how peaked the logits are: random weights give flat ones). The LM head is "
         f"{m['lm_head']['head_weights'] / 1e6:.1f}M of the {(m['lm_head']['head_weights'] + m['lm_head']['layer_weights']) / 1e6:.1f}M "
         f"weights a decode step reads ({100 * m['lm_head']['share']:.1f}%). The fused graph's screened head "
-        "(compiler/lm_head_screen.py: int8 screen with an error bound, fp32 logits for 1,024 candidates, the full head "
+        "(compiler/lm_head_screen.py: int8 screen with an error bound, fp32 logits for 256 candidates, the full head "
         "when the bound cannot decide) gives the full head's greedy argmax; the row \"full head\" is the same graph "
         "with it switched off.",
         f"- **Machine**: {r['machine']}; load average (1 min) at start {r['load_average'][0]}, at end "
@@ -184,6 +204,10 @@ def markdown(r: dict, command: str) -> str:
         lines.append(f"| {r['engines'][name]} | {t['median']:.1f} [{t['min']:.1f}-{t['max']:.1f}] | "
                      f"{row['ratio_over_transformers']:.2f}x | {row['ratio_over_portable']:.2f}x | "
                      f"{row['identical_to_transformers']}/{row['prompts']} |")
+    if r.get("screen_calls"):
+        calls, decided = r["screen_calls"]
+        lines += ["", f"Screened head: the screen decided {decided} of the {calls} target calls of the timed runs "
+                      "(the others computed the full head after it)."]
     if "onnxruntime-genai" not in r["results"]:
         lines += ["", f"onnxruntime-genai: {r['engines']['onnxruntime-genai']}"]
     return "\n".join(lines) + "\n"

@@ -10,7 +10,8 @@ import pytest
 from helpers import make_checkpoint
 
 from specrt.bundle.graph_io import LM_HEAD_FULL
-from specrt.compiler.lm_head_screen import (block_size, bound_terms, candidates, quantize_head, screen_supported,
+from specrt.compiler.lm_head_screen import (block_size, bound_features, bound_terms, candidates, quantize_head,
+                                           screen_supported,
                                            screen_wanted, screened_head)
 
 V, K = 8192, 96
@@ -59,7 +60,7 @@ def test_the_bound_holds_for_onnx_runtimes_int8_kernel(kind, k):
 
     w = _weights(kind, k=k)
     K = k
-    packed, scales, err = quantize_head(w)
+    packed, scales = quantize_head(w)
     node = helper.make_node("MatMulNBits", ["x", "q", "s"], ["y"], domain=MS, K=K, N=V, bits=8,
                             block_size=block_size(K), accuracy_level=4)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["M", K])],
@@ -73,11 +74,39 @@ def test_the_bound_holds_for_onnx_runtimes_int8_kernel(kind, k):
     x[::7, rng.integers(0, K)] *= 30  # activation outliers
     approx = session.run(None, {"x": x})[0]
     exact = x.astype(np.float64) @ w.T.astype(np.float64)
-    terms = bound_terms(w, err).astype(np.float64)
-    feats = np.stack([np.abs(x).max(axis=1) / 127.0, np.abs(x).sum(axis=1)], axis=1).astype(np.float64)
-    eps = feats @ terms
+    eps = bound_features(x).astype(np.float64) @ bound_terms(w, packed, scales).astype(np.float64)
     assert (np.abs(exact - approx) <= eps).all()
     assert (np.abs(exact - approx) > 0).any()  # the kernel is approximate: the bound is doing work
+
+
+def test_the_kernel_quantizes_activations_per_block():
+    """The bound takes each block's own activation step. Were the kernel's steps per row, the small activations
+    of a block beside one huge activation would round to 0 and row 0 (zero weights under the huge activation,
+    0.05 under the small ones) would be off by 0.05 x 128 = 6.4, far above its bound (~0.05)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from specrt.compiler.fused_graph import MS
+
+    k = 256  # two blocks of 128
+    w = _weights("gaussian", k=k)
+    w[0, :128], w[0, 128:] = 0.0, 0.05
+    packed, scales = quantize_head(w)
+    node = helper.make_node("MatMulNBits", ["x", "q", "s"], ["y"], domain=MS, K=k, N=V, bits=8,
+                            block_size=block_size(k), accuracy_level=4)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["M", k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", V])],
+                              [numpy_helper.from_array(packed, "q"), numpy_helper.from_array(scales, "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(MS, 1)],
+                              ir_version=10)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.zeros((1, k), np.float32)
+    x[0, 0], x[0, 128:] = 1000.0, 1.0
+    approx = session.run(None, {"x": x})[0]
+    exact = x.astype(np.float64) @ w.T.astype(np.float64)
+    eps = bound_features(x).astype(np.float64) @ bound_terms(w, packed, scales).astype(np.float64)
+    assert (np.abs(exact - approx) <= eps).all()
+    assert eps[0, 0] < 0.1
 
 
 @pytest.mark.parametrize("softcap", [None, 5.0])
@@ -113,6 +142,7 @@ def test_a_flat_row_falls_back_to_the_full_head():
 def test_when_the_screen_is_built():
     assert screen_wanted("auto", 262_144, 640, 100_000_000)  # Gemma 3 270M: the head is 63% of a step
     assert not screen_wanted("auto", 49_152, 576, 106_000_000)  # SmolLM2-135M: 21%
+    assert screen_wanted("auto", 262_144, 1152, 700_000_000)  # Gemma 3 1B: 30%
     assert not screen_wanted("auto", 320, 64, 10_000)  # a tiny vocabulary: never worth it
     assert screen_wanted("on", 320, 64, 10_000) and not screen_wanted("off", 262_144, 640, 1)
     assert screen_supported(640) is None and "multiple of 32" in screen_supported(100)

@@ -47,7 +47,7 @@ def compile_spec(*, tolerance: str | None, trt_options: dict, quant_options: dic
                    "graphs ONNX Runtime runs.")
 @click.option("--lm-head-screen", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="An fp32 target's fused graph gets an exact greedy LM head: an int8 screen, then fp32 logits for "
-                   "64 candidates (docs/bundle.md). auto: when the vocabulary has >= 32k tokens and the head is >= 40% "
+                   "256 candidates (docs/gemma3.md). auto: when the vocabulary has >= 32k tokens and the head is >= 25% "
                    "of a step's weights (Gemma 3); sampling and constrained calls use the full head.")
 @click.option("--tolerance", default=None, metavar="ATOL,RTOL",
               help="ONNX-vs-PyTorch check per tensor: max|diff| <= ATOL + RTOL * max|ref|  [default: 1e-4,1e-3]")
