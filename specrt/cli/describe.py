@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from specrt.bundle.entries import ModelEntry, QuantizationEntry
+from specrt.bundle.graph_io import LM_HEAD_FULL
 from specrt.cli.inspect_checks import memory_notes, read_for_inspect
 
 
@@ -94,6 +95,10 @@ def model_summary(e: ModelEntry) -> dict[str, Any]:
                    for name, g in (e.graphs or {"portable": e.graph("portable")}).items()},
     }
     out["lm_head"] = lm_head_share(c)
+    fused = (e.graphs or {}).get("fused")
+    if fused is not None and LM_HEAD_FULL in (fused.optional_inputs or ()):
+        screen = (fused.validation or {}).get("lm_head_screen", "")
+        out["lm_head"]["screened"] = f"greedy calls: int8 screen + exact fp32 candidates ({screen} at compile)"
     if e.fused_skipped:
         out["fused_skipped"] = e.fused_skipped
     if e.omitted:
@@ -120,7 +125,8 @@ def lm_head_share(c) -> dict[str, Any]:
 
 def lm_head_line(role: str, h: dict[str, Any]) -> str:
     return (f"{role} LM head: {h['head_weights'] / 1e6:.1f}M weights against {h['layer_weights'] / 1e6:.1f}M in the "
-            f"layers, {100 * h['share']:.1f}% of the weights a decode step reads")
+            f"layers, {100 * h['share']:.1f}% of the weights a decode step reads" + (
+                f"; screened head for {h['screened']}" if h.get("screened") else ""))
 
 
 def print_summary(summary: dict[str, Any]) -> None:

@@ -182,6 +182,17 @@ def test_a_compiled_bundle_decodes_greedy_through_the_screen_exactly(screened_bu
     assert screened.target._full_rows[()]  # full rows again after the call
 
 
+def test_inspect_says_the_head_is_screened(screened_bundles):
+    from helpers import run_cli
+
+    on, off = screened_bundles
+    out = run_cli("inspect", str(on))
+    assert out.returncode == 0
+    text = " ".join(out.stdout.split())  # rich wraps long lines
+    assert "screened head for greedy calls: int8 screen + exact fp32 candidates (screen taken in" in text
+    assert "screened head" not in " ".join(run_cli("inspect", str(off)).stdout.split())
+
+
 def _spy(forward, seen):
     def call(ids):
         out = forward(ids)
