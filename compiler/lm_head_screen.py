@@ -24,9 +24,9 @@ argmax of each logits row, and that can be found exactly from much less:
 
 The screened head is an `If` on the graph input `lm_head_full` (a bool, default true: every row's full
 logits, as before). A runner sets it false for calls whose rows only feed an argmax (greedy decoding without a
-constraint: `Runner.set_argmax_only`); sampling, constrained decoding, scoring and batching read full rows.
-Only an fp32 fused graph gets it (a quantized head is already cheap), when the head is large
-(`screen_wanted`).
+constraint: `Runner.set_argmax_only`; a greedy draft model's drafting too); sampling, constrained decoding,
+scoring and batching read full rows. Only an fp32 fused graph gets it (a quantized head is already cheap), target
+or draft, when the head is large (`screen_wanted`).
 """
 
 from __future__ import annotations

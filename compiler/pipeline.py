@@ -169,9 +169,10 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
                   quantization: QuantizePlan | None, progress, extra_steps, keep_fp32: bool = False,
                   lm_head_screen: str = "auto") -> None:
     """Every compile step, writing into the temporary directory `tmp` (manifest last)."""
-    # the screened head goes only into an fp32 fused target that stays fp32 (quantizing reads that graph)
-    screen_mode = lm_head_screen if quantization is None or (
-        quantization.target is None and quantization.self_draft is None) else "off"
+    # the screened head goes only into an fp32 fused graph that stays fp32 (quantizing reads that graph)
+    q = quantization
+    screen_modes = {"target": lm_head_screen if q is None or (q.target is None and q.self_draft is None) else "off",
+                    "draft": lm_head_screen if q is None or q.draft is None else "off"}
     manifest = ManifestDraft(max_seq_len, max_draft_tokens, torch_version=torch.__version__,
                              onnx={"opset": ONNX_OPSET, "ir_version": ONNX_IR_VERSION})
     shapes = validation_shapes(max_seq_len, max_draft_tokens)
@@ -204,7 +205,7 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
         if ort_graph in ("fused", "both"):
             done = progress(f"build and validate {role}'s fused ONNX Runtime graph")
             fused, skipped = fused_variant(decoder, tmp / role, role, max_seq_len, role_shapes, tolerance,
-                                           screen_mode if role == "target" else "off")
+                                           screen_modes[role])
             done()
             if fused:
                 graphs["fused"] = fused

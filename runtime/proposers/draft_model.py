@@ -32,6 +32,7 @@ class DraftModelProposer:
 
     def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None:
         """Prefill the draft with the committed tokens except the pending last one (timed as prefill)."""
+        self.runner.set_argmax_only(self.params.greedy)  # greedy drafts are argmaxes (a screened head may skip rows)
         self.runner.reset()
         self.runner.prefill(tokens[:n - 1], self.prefill_chunk)
 

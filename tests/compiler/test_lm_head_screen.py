@@ -224,3 +224,32 @@ def test_sampling_constraints_and_batches_read_full_rows(screened_bundles):
         engine.close()
     assert [r.token_ids for r in batched] == [plain.generate(p, 12, method="none", temperature=0).token_ids
                                                for p in prompts]
+
+
+def test_a_screened_draft_model_drafts_greedy_on_its_screen(workdir, tokenizer_path):
+    """A draft compiled with the screen drafts greedy argmaxes from screened rows, and sampled drafts from full
+    rows (its probabilities are part of the acceptance rule): both outputs equal the unscreened pair's."""
+    from specrt.compiler import CompileSpec, compile_bundle
+    from specrt.runtime import load
+
+    base = workdir / "lm_head_screen_pair"
+    target = make_checkpoint(base / "target", "gemma3", tokenizer_path, layers=2, seed=3)
+    draft = make_checkpoint(base / "draft", "gemma3", tokenizer_path, layers=1, seed=4)
+    on = load(compile_bundle(CompileSpec(target, base / "on", draft, max_seq_len=96, max_draft_tokens=4,
+                                         lm_head_screen="on")))
+    off = load(compile_bundle(CompileSpec(target, base / "off", draft, max_seq_len=96, max_draft_tokens=4,
+                                          lm_head_screen="off")))
+    assert on.draft.describe()["lm_head"] == "screened (greedy)"
+    seen = []
+    on.draft.forward = _spy(on.draft.forward, seen)
+    for prompt in ("def main(argv):\n    ", "class A:\n    def"):
+        a = on.generate(prompt, 20, method="draft", num_speculative_tokens=3, temperature=0)
+        assert a.token_ids == off.generate(prompt, 20, method="draft", num_speculative_tokens=3,
+                                           temperature=0).token_ids
+        assert a.token_ids == off.generate(prompt, 20, method="none", temperature=0).token_ids
+    assert seen and all(not np.isfinite(rows).all() for rows in seen)
+    seen.clear()
+    a = on.generate("def main(argv):\n    ", 16, method="draft", num_speculative_tokens=3, temperature=0.9, seed=5)
+    b = off.generate("def main(argv):\n    ", 16, method="draft", num_speculative_tokens=3, temperature=0.9, seed=5)
+    assert a.token_ids == b.token_ids
+    assert seen and all(np.isfinite(rows).all() for rows in seen)
