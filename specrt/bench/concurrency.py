@@ -2,7 +2,8 @@
 
 The same P prompts (P = the largest N; the prompt list cycled), greedy, `max_new_tokens` each, are answered for
 each concurrency N
-* one at a time by the Generator (what a one-slot server does: the baseline "sequential"),
+* one at a time by the Generator with the method given (what a one-slot server does, speculation included: the
+  baseline "sequential"; so at N = 1 "plain batched" is plain decoding against speculative decoding),
 * by N closed-loop clients on one `BatchEngine` (each sends its next prompt when its answer is complete, so at most
   N requests run at once) without speculation ("plain batched", method none),
 * the same with speculation chosen per request and step ("speculative batched", the method given),
@@ -219,7 +220,7 @@ def concurrency_markdown(result: dict[str, Any], title: str) -> str:
              "configurations interleaved; each row is its median round. `identical`: every request's tokens equal "
              "its one-at-a-time output (onnxruntime-genai: its own batched decoding compared with ours alone; "
              "its tokens after a row's EOS are not counted). `vs sequential`: against the same prompts answered one "
-             "at a time.", "",
+             f"at a time by the Generator with `{result['method']}` (speculating, as a one-slot server does).", "",
              "| concurrency | configuration | tok/s (all) | vs sequential | vs plain batched | p50 latency s | "
              "p95 latency s | TTFT p50 s | ITL p50 ms | identical |", "|---|---|---|---|---|---|---|---|---|---|"]
     base, plain = {}, {}
