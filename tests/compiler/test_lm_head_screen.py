@@ -243,3 +243,25 @@ def test_a_screened_draft_model_drafts_greedy_on_its_screen(workdir, tokenizer_p
     b = off.generate("def main(argv):\n    ", 16, method="draft", num_speculative_tokens=3, temperature=0.9, seed=5)
     assert a.token_ids == b.token_ids
     assert seen and all(np.isfinite(rows).all() for rows in seen)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "gemma3_untied"])
+def test_other_architectures_decode_greedy_through_the_screen_exactly(arch, workdir, tokenizer_path):
+    """Untied heads (their own [V, K] weight) and the Llama / Qwen fused graphs: greedy through the screen equals
+    the portable graph's greedy output, and the screen decided calls."""
+    from specrt.compiler import CompileSpec, compile_bundle
+    from specrt.runtime import load
+
+    base = workdir / "lm_head_screen_arch" / arch
+    target = make_checkpoint(base / "ckpt", arch, tokenizer_path, layers=2, seed=5)
+    bundle = compile_bundle(CompileSpec(target, base / "bundle", max_seq_len=64, max_draft_tokens=4,
+                                        lm_head_screen="on", ort_graph="both"))
+    screened, portable = load(bundle), load(bundle, backend="ort-portable")
+    seen = []
+    screened.target.forward = _spy(screened.target.forward, seen)
+    for method, k in (("none", 0), ("ngram", 3)):
+        a = screened.generate("import json\nimport json\nimport", 20, method=method, num_speculative_tokens=k,
+                              temperature=0)
+        assert a.token_ids == portable.generate("import json\nimport json\nimport", 20, method="none",
+                                                temperature=0).token_ids
+    assert any(not np.isfinite(rows).all() for rows in seen)
