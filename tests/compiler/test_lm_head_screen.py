@@ -216,6 +216,7 @@ def test_sampling_constraints_and_batches_read_full_rows(screened_bundles):
                                                for p in prompts]
 
 
+@pytest.mark.slow
 def test_a_screened_draft_model_drafts_greedy_on_its_screen(workdir, tokenizer_path):
     """A draft compiled with the screen drafts greedy argmaxes from screened rows, and sampled drafts from full
     rows (its probabilities are part of the acceptance rule): both outputs equal the unscreened pair's."""
@@ -245,6 +246,7 @@ def test_a_screened_draft_model_drafts_greedy_on_its_screen(workdir, tokenizer_p
     assert seen and all(np.isfinite(rows).all() for rows in seen)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["llama", "qwen3", "gemma3_untied"])
 def test_other_architectures_decode_greedy_through_the_screen_exactly(arch, workdir, tokenizer_path):
     """Untied heads (their own [V, K] weight) and the Llama / Qwen fused graphs: greedy through the screen equals

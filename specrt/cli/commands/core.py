@@ -46,9 +46,9 @@ def compile_spec(*, tolerance: str | None, trt_options: dict, quant_options: dic
               help="A quantized bundle keeps its fp32 graphs too (the torch backend); by default it keeps only the "
                    "graphs ONNX Runtime runs.")
 @click.option("--lm-head-screen", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
-              help="An fp32 target's fused graph gets an exact greedy LM head: an int8 screen, then fp32 logits for "
-                   "256 candidates (docs/gemma3.md). auto: when the vocabulary has >= 32k tokens and the head is >= 25% "
-                   "of a step's weights (Gemma 3); sampling and constrained calls use the full head.")
+              help="An fp32 model's fused graph (target or draft) gets an exact greedy LM head: an int8 screen, then "
+                   "fp32 logits for 256 candidates (docs/gemma3.md). auto: when the vocabulary has >= 32k tokens and "
+                   "the head is >= 25% of a step's weights (Gemma 3); sampling and constrained calls use the full head.")
 @click.option("--tolerance", default=None, metavar="ATOL,RTOL",
               help="ONNX-vs-PyTorch check per tensor: max|diff| <= ATOL + RTOL * max|ref|  [default: 1e-4,1e-3]")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
