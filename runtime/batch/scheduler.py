@@ -328,11 +328,12 @@ class Scheduler:
             s.target.cache.length = past + real
             s.stats.target_calls += 1
             emitted += self._accept(s, k, prop, logits, f)
-        for (seq, past, n), logits in zip(prefills, outs[len(metas):]):
-            seq.target.cache.length = past + n
-            seq.prefilled += n
+        for seq, past, n in prefills:  # every chunk's rows committed before any request may leave: a request that
+            seq.target.cache.length = past + n  # ends at its first token frees its region at once, and the regions
+            seq.prefilled += n  # above move down with their committed rows only (`RegionPool.release`)
             seq.stats.target_calls += 1
             seq.stats.prefill_seconds += seconds
+        for (seq, _, _), logits in zip(prefills, outs[len(metas):]):
             if seq.prefilled == seq.prompt_ids.size:
                 self._prefill_done(seq, logits[0])
         return emitted

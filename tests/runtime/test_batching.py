@@ -370,6 +370,37 @@ def test_greedy_output_equals_alone_in_the_packed_regime(engines, precision, met
     assert sched.targets.used == 0
 
 
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+def test_a_request_ending_at_its_first_token_in_a_packed_pass_leaves_the_others_intact(engines, precision,
+                                                                                      monkeypatch):
+    # three prompts prefilled in one packed pass beside a decoding request; the first ends at its first token
+    # (max_new_tokens=1) and frees its region at once, so the two above it move down: their prompt rows must be
+    # committed before that move (they were not: only one row each was copied, and their second token was wrong;
+    # seen on SmolLM2 fp32 at 8 clients)
+    gen, eng = engines[precision]
+    sched = eng.scheduler
+    saved = _force_packed(sched, monkeypatch)
+    lengths = [80, 1, 12, 12]
+    alone = [gen.generate(p, n, method="none").token_ids for p, n in zip(PROMPTS[:4], lengths)]
+    passes = []
+    real = sched.targets.packed().run
+    monkeypatch.setattr(sched.targets.packed(), "run", lambda calls: passes.append([c[1].size for c in calls])
+                        or real(calls))
+    try:
+        subs = [eng._sequence(p, max_new_tokens=n, method="none") for p, n in zip(PROMPTS[1:4], lengths[1:])]
+        first, events0 = eng.submit(PROMPTS[0], max_new_tokens=lengths[0], method="none")
+        head = events0.get(timeout=120)  # the first request decodes before the others arrive
+        eng._inbox.put([seq for seq, _ in subs])  # admitted together: prefilled in one packed pass
+        eng._wake.set()
+        got = [_tokens(events) for _, events in subs]
+        rest = _tokens(events0)
+    finally:
+        sched.costs = saved
+    assert any(len(sizes) == 4 and sum(sizes) > 8 for sizes in passes)  # the three prompts rode one packed pass
+    assert [list(head[1]) + rest] + got == alone
+    assert sched.targets.used == 0
+
+
 def test_the_family_of_passes_switches_only_for_a_clear_gain():
     # packed vs fused (batched / separate) by predicted goodput scaled by each family's realized / predicted
     # goodput, smoothed over steps, with hysteresis and a minimum stay: a switch between the two sessions costs a
