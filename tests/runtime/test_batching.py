@@ -380,23 +380,34 @@ def test_a_request_ending_at_its_first_token_in_a_packed_pass_leaves_the_others_
     gen, eng = engines[precision]
     sched = eng.scheduler
     saved = _force_packed(sched, monkeypatch)
-    lengths = [80, 1, 12, 12]
+    lengths = [20, 1, 12, 12]
     alone = [gen.generate(p, n, method="none").token_ids for p, n in zip(PROMPTS[:4], lengths)]
     passes = []
     real = sched.targets.packed().run
     monkeypatch.setattr(sched.targets.packed(), "run", lambda calls: passes.append([c[1].size for c in calls])
                         or real(calls))
+    # the step after the first request's first token waits until the three are queued, then admits them with it
+    arrived, admit = threading.Event(), sched._admit
+
+    def admit_when_all_are_in():
+        if sched.running and not arrived.is_set():
+            assert arrived.wait(timeout=120)
+            for seq in eng._inbox.get_nowait():
+                sched.add(seq)
+        admit()
+
+    monkeypatch.setattr(sched, "_admit", admit_when_all_are_in)
     try:
         subs = [eng._sequence(p, max_new_tokens=n, method="none") for p, n in zip(PROMPTS[1:4], lengths[1:])]
         first, events0 = eng.submit(PROMPTS[0], max_new_tokens=lengths[0], method="none")
         head = events0.get(timeout=120)  # the first request decodes before the others arrive
-        eng._inbox.put([seq for seq, _ in subs])  # admitted together: prefilled in one packed pass
-        eng._wake.set()
+        eng._inbox.put([seq for seq, _ in subs])
+        arrived.set()
         got = [_tokens(events) for _, events in subs]
         rest = _tokens(events0)
     finally:
         sched.costs = saved
-    assert any(len(sizes) == 4 and sum(sizes) > 8 for sizes in passes)  # the three prompts rode one packed pass
+    assert any(len(sizes) == 4 and sum(sizes) > 8 for sizes in passes), passes[:6]  # the prompts rode one packed pass
     assert [list(head[1]) + rest] + got == alone
     assert sched.targets.used == 0
 
