@@ -301,7 +301,7 @@ class Scheduler:
         """ONE packed pass: every request's pending token and drafts in its own region (its call alone; a target
         that pads calls to min_rows gets the padding in attention only), and the prompt chunks of the requests in
         prefill, then each request's acceptance rule."""
-        calls, metas = [], []
+        calls, metas, written = [], [], []  # written: (sequence, its cache length once the pass has run)
         for s, k, f in zip(seqs, ks, free):
             prop = None
             if k > 0:
@@ -313,27 +313,29 @@ class Scheduler:
             past = runner.length
             runner.cache.reserve(real)  # the attention padding stays within the capacity (`PackedPass.run`)
             calls.append((self.targets.region_of(runner), ids, past, (0, real), runner.min_rows))
-            metas.append((s, k, prop, f, past, real))
+            metas.append((s, k, prop, f))
+            written.append((s, past + real))
         prefills = []
         for seq, ids in self._prefill_chunks():
             past = seq.target.length
             seq.target.cache.reserve(ids.size)
             calls.append((self.targets.region_of(seq.target), ids, past, (ids.size - 1, 1)))
-            prefills.append((seq, past, ids.size))
+            prefills.append((seq, ids.size))
+            written.append((seq, past + ids.size))
         t0 = time.perf_counter()
         outs = self.targets.packed().run(calls)  # min_rows padding in attention only (`PackedPass.run`)
         seconds = time.perf_counter() - t0
-        emitted = 0
-        for (s, k, prop, f, past, real), logits in zip(metas, outs):
-            s.target.cache.length = past + real
-            s.stats.target_calls += 1
-            emitted += self._accept(s, k, prop, logits, f)
-        for seq, past, n in prefills:  # every chunk's rows committed before any request may leave: a request that
-            seq.target.cache.length = past + n  # ends at its first token frees its region at once, and the regions
-            seq.prefilled += n  # above move down with their committed rows only (`RegionPool.release`)
+        # Every call's rows are committed before any request may leave: one that ends at its first token frees
+        # its region at once, and the regions above move down with their committed rows only (`RegionPool.release`).
+        for seq, length in written:
+            seq.target.cache.length = length
             seq.stats.target_calls += 1
+        emitted = 0
+        for (s, k, prop, f), logits in zip(metas, outs):
+            emitted += self._accept(s, k, prop, logits, f)
+        for (seq, n), logits in zip(prefills, outs[len(metas):]):
+            seq.prefilled += n
             seq.stats.prefill_seconds += seconds
-        for (seq, _, _), logits in zip(prefills, outs[len(metas):]):
             if seq.prefilled == seq.prompt_ids.size:
                 self._prefill_done(seq, logits[0])
         return emitted
