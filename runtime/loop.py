@@ -49,111 +49,101 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
     # greedy without a constraint reads only each row's argmax: a screened LM head may skip the full rows
     target.set_argmax_only(params.greedy and constraint is None)
     try:
-        yield from _decode(target, proposer, policy, prompt_ids, max_new_tokens=max_new_tokens,
-                           max_draft_tokens=max_draft_tokens, params=params, rng=rng, eos_ids=eos_ids, stats=stats,
-                           on_step=on_step, constraint=constraint, mask_worker=mask_worker,
-                           forced_tokens=forced_tokens)
-    finally:
-        target.set_argmax_only(False)
-
-
-def _decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, prompt_ids: np.ndarray, *,
-            max_new_tokens: int, max_draft_tokens: int, params: SamplingParams, rng: np.random.Generator,
-            eos_ids: frozenset[int], stats: GenerationStats, on_step: Callable[[int, int, int], None] | None,
-            constraint: Constraint | None, mask_worker: MaskWorker | None, forced_tokens: bool) -> Iterator[list[int]]:
-    capacity = target.capacity
-    tokens = np.empty(capacity, dtype=np.int64)  # committed sequence, preallocated
-    n = prompt_ids.size
-    tokens[:n] = prompt_ids
-    started = time.perf_counter()
-    target.reset()
-    if constraint is not None:
-        pending = mask_worker.submit(constraint.masks, [])
-        last_logits = masked_logits(target.prefill(tokens[:n], PREFILL_CHUNK)[None, :], pending.result())[0]
-        first = pick_token(last_logits, params, rng)
-        constraint.consume([first])
-    else:
-        first = pick_token(target.prefill(tokens[:n], PREFILL_CHUNK), params, rng)
-    stats.target_calls += (n + PREFILL_CHUNK - 1) // PREFILL_CHUNK
-    tokens[n] = first
-    n += 1
-    if proposer is not None and first not in eos_ids:
-        proposer.start(tokens, n, target.hidden_states)
-    stats.prefill_seconds = time.perf_counter() - started
-    stats.new_tokens = 1
-    yield [first]
-    if first in eos_ids:
-        stats.finish_reason = "stop"
-        return
-    while True:
-        remaining = max_new_tokens - stats.new_tokens
-        room = capacity - n
-        if remaining <= 0 or room <= 0:
-            stats.finish_reason = "length"
-            return
-        k = policy.next_k() if proposer is not None else 0
-        k = max(0, min(k, max_draft_tokens, remaining - 1, room - 1))
-        t0 = time.perf_counter()
-        source, catch_up_s = "", 0.0
-        if k > 0:
-            proposal = proposer.propose(tokens, n, k)
-            drafts, draft_probs = proposal.token_ids, proposal.probs  # probs: None for a point mass
-            stats.draft_calls += proposal.calls
-            source, catch_up_s = proposal.source, proposal.catch_up_s
-        else:
-            drafts, draft_probs = tokens[:0], None
-        own = drafts.size  # the proposer's tokens (for the policy and the proposer's observe)
+        capacity = target.capacity
+        tokens = np.empty(capacity, dtype=np.int64)  # committed sequence, preallocated
+        n = prompt_ids.size
+        tokens[:n] = prompt_ids
+        started = time.perf_counter()
+        target.reset()
         if constraint is not None:
-            limit = min(max_draft_tokens, remaining - 1, room - 1) if forced_tokens and proposer is not None else 0
-            shaped = shape_proposal(constraint, drafts, draft_probs, limit)
-            drafts, draft_probs, verify_ids, own = shaped.drafts, shaped.probs, shaped.verify_ids, shaped.kept
-            pending = mask_worker.submit(constraint.masks, verify_ids.tolist())
+            pending = mask_worker.submit(constraint.masks, [])
+            last_logits = masked_logits(target.prefill(tokens[:n], PREFILL_CHUNK)[None, :], pending.result())[0]
+            first = pick_token(last_logits, params, rng)
+            constraint.consume([first])
         else:
-            verify_ids = drafts
-        t1 = time.perf_counter()
-        kk = verify_ids.size
-        tokens[n:n + kk] = verify_ids  # scratch: overwritten by what is actually emitted below
-        logits = target.forward(tokens[n - 1:n + kk])  # [kk + 1, V]
-        stats.target_calls += 1
-        if constraint is not None:
-            logits = masked_logits(logits, pending.result())
-            if drafts.size > kk:  # a refused sampled draft, rejected for sure: a row the rule never reads
-                logits = np.concatenate([logits, logits[-1:]])
-        if params.greedy:
-            j, nxt = greedy_accept(drafts, logits)
-        else:
-            q = warp(logits, params)
-            if draft_probs is not None and draft_probs.shape[1] > q.shape[1]:
-                q = np.pad(q, ((0, 0), (0, draft_probs.shape[1] - q.shape[1])))
-            j, nxt = rejection_sample(drafts, draft_probs, q, rng)
-        t2 = time.perf_counter()
-        emitted = drafts[:j].tolist() + [nxt]
-        if constraint is not None:
-            constraint.rollback(kk - j)
-            stats.forced_tokens += shaped.forced
-            stats.forced_accepted += min(max(j - own, 0), shaped.forced)
-            if nxt not in eos_ids or constraint.valid_prefix([nxt]):
-                constraint.consume([nxt])
-        for i, t in enumerate(emitted):
-            if t in eos_ids:
-                emitted = emitted[: i + 1]
-                break
-        tokens[n:n + len(emitted)] = emitted
-        n += len(emitted)
-        target.truncate(n - 1)
-        stats.record_step(k, drafts.size, j, source)
-        stats.draft_seconds += t1 - t0
-        stats.verify_seconds += t2 - t1
-        if proposer is not None:
-            # the proposer's own tokens were cut or followed by forced ones: it saw no further than its own
-            proposer.observe(n if own == drafts.size else min(n, n - len(emitted) + own + 1), j,
-                             target.hidden_states)
-            policy.update(k, own, min(j, own), t1 - t0 - catch_up_s, t2 - t1)
-            if on_step is not None:
-                on_step(k, kk, j)
-            stats.num_speculative_tokens = policy.current_k
-        stats.new_tokens += len(emitted)
-        yield emitted
-        if emitted[-1] in eos_ids:
+            first = pick_token(target.prefill(tokens[:n], PREFILL_CHUNK), params, rng)
+        stats.target_calls += (n + PREFILL_CHUNK - 1) // PREFILL_CHUNK
+        tokens[n] = first
+        n += 1
+        if proposer is not None and first not in eos_ids:
+            proposer.start(tokens, n, target.hidden_states)
+        stats.prefill_seconds = time.perf_counter() - started
+        stats.new_tokens = 1
+        yield [first]
+        if first in eos_ids:
             stats.finish_reason = "stop"
             return
+        while True:
+            remaining = max_new_tokens - stats.new_tokens
+            room = capacity - n
+            if remaining <= 0 or room <= 0:
+                stats.finish_reason = "length"
+                return
+            k = policy.next_k() if proposer is not None else 0
+            k = max(0, min(k, max_draft_tokens, remaining - 1, room - 1))
+            t0 = time.perf_counter()
+            source, catch_up_s = "", 0.0
+            if k > 0:
+                proposal = proposer.propose(tokens, n, k)
+                drafts, draft_probs = proposal.token_ids, proposal.probs  # probs: None for a point mass
+                stats.draft_calls += proposal.calls
+                source, catch_up_s = proposal.source, proposal.catch_up_s
+            else:
+                drafts, draft_probs = tokens[:0], None
+            own = drafts.size  # the proposer's tokens (for the policy and the proposer's observe)
+            if constraint is not None:
+                limit = min(max_draft_tokens, remaining - 1, room - 1) if forced_tokens and proposer is not None else 0
+                shaped = shape_proposal(constraint, drafts, draft_probs, limit)
+                drafts, draft_probs, verify_ids, own = shaped.drafts, shaped.probs, shaped.verify_ids, shaped.kept
+                pending = mask_worker.submit(constraint.masks, verify_ids.tolist())
+            else:
+                verify_ids = drafts
+            t1 = time.perf_counter()
+            kk = verify_ids.size
+            tokens[n:n + kk] = verify_ids  # scratch: overwritten by what is actually emitted below
+            logits = target.forward(tokens[n - 1:n + kk])  # [kk + 1, V]
+            stats.target_calls += 1
+            if constraint is not None:
+                logits = masked_logits(logits, pending.result())
+                if drafts.size > kk:  # a refused sampled draft, rejected for sure: a row the rule never reads
+                    logits = np.concatenate([logits, logits[-1:]])
+            if params.greedy:
+                j, nxt = greedy_accept(drafts, logits)
+            else:
+                q = warp(logits, params)
+                if draft_probs is not None and draft_probs.shape[1] > q.shape[1]:
+                    q = np.pad(q, ((0, 0), (0, draft_probs.shape[1] - q.shape[1])))
+                j, nxt = rejection_sample(drafts, draft_probs, q, rng)
+            t2 = time.perf_counter()
+            emitted = drafts[:j].tolist() + [nxt]
+            if constraint is not None:
+                constraint.rollback(kk - j)
+                stats.forced_tokens += shaped.forced
+                stats.forced_accepted += min(max(j - own, 0), shaped.forced)
+                if nxt not in eos_ids or constraint.valid_prefix([nxt]):
+                    constraint.consume([nxt])
+            for i, t in enumerate(emitted):
+                if t in eos_ids:
+                    emitted = emitted[: i + 1]
+                    break
+            tokens[n:n + len(emitted)] = emitted
+            n += len(emitted)
+            target.truncate(n - 1)
+            stats.record_step(k, drafts.size, j, source)
+            stats.draft_seconds += t1 - t0
+            stats.verify_seconds += t2 - t1
+            if proposer is not None:
+                # the proposer's own tokens were cut or followed by forced ones: it saw no further than its own
+                proposer.observe(n if own == drafts.size else min(n, n - len(emitted) + own + 1), j,
+                                 target.hidden_states)
+                policy.update(k, own, min(j, own), t1 - t0 - catch_up_s, t2 - t1)
+                if on_step is not None:
+                    on_step(k, kk, j)
+                stats.num_speculative_tokens = policy.current_k
+            stats.new_tokens += len(emitted)
+            yield emitted
+            if emitted[-1] in eos_ids:
+                stats.finish_reason = "stop"
+                return
+    finally:
+        target.set_argmax_only(False)
