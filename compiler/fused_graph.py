@@ -206,6 +206,15 @@ def _skip_norm(g: _GraphBuilder, x: str, residual: str, norm, p: str, c: Decoder
     return normed, total
 
 
+def softcap(g: _GraphBuilder, logits: str, cap: float | None, p: str) -> str:
+    """cap * tanh(logits / cap) (Gemma's final logit soft-capping), or `logits` when there is no cap."""
+    if not cap:
+        return logits
+    c = g.weight(f"{p}/cap", np.array(cap, np.float32))
+    tanh = g.op("Tanh", [g.op("Div", [logits, c], name=f"{p}/div")], name=f"{p}/tanh")
+    return g.op("Mul", [tanh, c], name=f"{p}/mul")
+
+
 def rope_caches(c: DecoderConfig, max_seq_len: int, rope=None) -> tuple[np.ndarray, np.ndarray]:
     """cos, sin [max_seq_len, D/2] of `rope` (default c.rope), computed exactly as the PyTorch reference does
     (float32)."""
@@ -247,16 +256,16 @@ def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False):
     if screen:  # greedy calls may take the exact int8-screened head (compiler/lm_head_screen.py)
         from specrt.compiler.lm_head_screen import screened_head
 
-        head = embed if c.tie_word_embeddings else g.weight("lm_head.weight", _t(decoder.lm_head_weight()))
-        logits2d = screened_head(g, rows2d, head, _t(decoder.lm_head_weight()), c.final_logit_softcapping)
-    elif c.tie_word_embeddings:
-        logits2d = g.op("Gemm", [rows2d, embed], transB=1, name="lm_head")
+        w = _t(decoder.lm_head_weight())  # [V, hidden]
+        head = embed if c.tie_word_embeddings else g.weight("lm_head.weight", w)
+        logits2d = screened_head(g, rows2d, head, w, c.final_logit_softcapping)  # soft-capped inside
     else:
-        logits2d = g.op("MatMul", [rows2d, g.weight("lm_head.weight", _t(decoder.lm_head_weight()).T)], name="lm_head")
-    if c.final_logit_softcapping and not screen:  # cap * tanh(logits / cap), on the R rows only
-        cap = g.weight("final_logit_softcap", np.array(c.final_logit_softcapping, np.float32))
-        tanh = g.op("Tanh", [g.op("Div", [logits2d, cap], name="softcap/div")], name="softcap/tanh")
-        logits2d = g.op("Mul", [tanh, cap], name="softcap/mul")
+        if c.tie_word_embeddings:
+            logits2d = g.op("Gemm", [rows2d, embed], transB=1, name="lm_head")
+        else:
+            logits2d = g.op("MatMul", [rows2d, g.weight("lm_head.weight", _t(decoder.lm_head_weight()).T)],
+                            name="lm_head")
+        logits2d = softcap(g, logits2d, c.final_logit_softcapping, "softcap")  # on the R rows only
     batch = g.op("Shape", [graph_io.INPUT_IDS], start=0, end=1, name="batch_size")  # [1] = B
     shape3 = g.op("Concat", [batch, g.const_i64("rows_vocab", [-1, c.vocab_size])], axis=0, name="logits_shape")
     g.nodes.append(helper.make_node("Reshape", [logits2d, shape3], [graph_io.LOGITS], name="logits"))  # [B, R, V]

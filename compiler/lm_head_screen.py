@@ -113,7 +113,7 @@ def screened_head(g, rows2d: str, head: str, w: np.ndarray, softcap: float | Non
     logits [M, V] name."""
     from onnx import TensorProto, helper
 
-    from specrt.compiler.fused_graph import MS, _GraphBuilder
+    from specrt.compiler.fused_graph import MS, _GraphBuilder, softcap as capped
 
     v, k = w.shape
     m = candidates(v)
@@ -134,12 +134,12 @@ def screened_head(g, rows2d: str, head: str, w: np.ndarray, softcap: float | Non
 
     def full(name: str) -> "helper.GraphProto":
         b = _GraphBuilder()
-        out = _softcap(b, b.op("Gemm", [rows2d, head], transB=1, name=f"{name}/gemm"), softcap, name)
+        out = capped(b, b.op("Gemm", [rows2d, head], transB=1, name=f"{name}/gemm"), softcap, f"{name}/softcap")
         return _branch(b, name, out)
 
     s = _GraphBuilder()
     approx = s.op("MatMulNBits", [rows2d, "lm_head.int8.weight", "lm_head.int8.scales"], domain=MS, K=k, N=v,
-                  bits=8, block_size=block_size(k), accuracy_level=4, name="lm_head/screen/int8")
+                  bits=8, block_size=block, accuracy_level=4, name="lm_head/screen/int8")
     absx = s.op("Reshape", [s.op("Abs", [rows2d], name="lm_head/screen/abs"), "lm_head.blocks_shape"],
                 name="lm_head/screen/abs_blocks")  # [M, nb, B]
     sa = s.op("Mul", [s.op("ReduceMax", [absx, "lm_head.axis2"], keepdims=0, name="lm_head/screen/amax"),
@@ -170,24 +170,13 @@ def screened_head(g, rows2d: str, head: str, w: np.ndarray, softcap: float | Non
     sparse = _GraphBuilder()
     ninf = sparse.op("ConstantOfShape", [sparse.op("Shape", [approx], name="lm_head/sparse/shape")],
                      value=helper.make_tensor("ninf", TensorProto.FLOAT, [1], [-np.inf]), name="lm_head/sparse/ninf")
-    values = _softcap(sparse, exact, softcap, "lm_head/sparse")
+    values = capped(sparse, exact, softcap, "lm_head/sparse/softcap")
     out = sparse.op("ScatterElements", [ninf, idx, values], axis=1, name="lm_head/sparse/scatter")
     s.op("If", [ok], outputs=["lm_head/screen/logits"], name="lm_head/screen/if",
          then_branch=_branch(sparse, "lm_head/sparse", out), else_branch=full("lm_head/fallback"))
     screen = _branch(s, "lm_head/screen", "lm_head/screen/logits")
     return g.op("If", [LM_HEAD_FULL], outputs=["lm_head/logits"], name="lm_head/if",
                 then_branch=full("lm_head/full"), else_branch=screen)
-
-
-def _softcap(b, x: str, softcap: float | None, p: str) -> str:
-    if not softcap:
-        return x
-    cap = np.array(softcap, np.float32)
-    from onnx import numpy_helper
-
-    b.inits.append(numpy_helper.from_array(cap, f"{p}/cap"))
-    tanh = b.op("Tanh", [b.op("Div", [x, f"{p}/cap"], name=f"{p}/softcap_div")], name=f"{p}/softcap_tanh")
-    return b.op("Mul", [tanh, f"{p}/cap"], name=f"{p}/softcap_mul")
 
 
 def _branch(b, name: str, out: str):
