@@ -71,11 +71,10 @@ def _ours(bundle: Path, backend: str, threads: int, tokens: int, screen: bool = 
             setattr(gen.target, name, _counting(getattr(gen.target, name), gen.screen_calls))
 
     d = gen.target.describe()
-    head = {"lm_head": ", screened greedy LM head"} if "lm_head" in d else {}
+    head = ", screened greedy LM head" if "lm_head" in d else ""
     if not screen:
-        head = {"lm_head": ", full LM head (SPECRT_LM_HEAD_SCREEN=0)"}
-    return run, gen, (f"specrt {backend} ({d.get('graph') or 'portable'} graph{head.get('lm_head', '')}, "
-                      f"{d.get('threads')} threads)")
+        head = ", full LM head (SPECRT_LM_HEAD_SCREEN=0)"
+    return run, gen, f"specrt {backend} ({d.get('graph') or 'portable'} graph{head}, {d.get('threads')} threads)"
 
 
 def _counting(call, counts: list[int]):
@@ -115,10 +114,9 @@ def measure(bundle: Path, checkpoint: Path, rounds: int, tokens: int, threads: i
     portable, _, portable_desc = _ours(bundle, "ort-portable", threads, tokens)
     hf, hf_desc = _hf(checkpoint, threads, tokens)
     og, og_desc = _ortgenai(gen, checkpoint, tokens)
-    runs = {"transformers": hf, "specrt fused": fused, "specrt portable": portable}
-    if full_head is not None:
-        runs = {"transformers": hf, "specrt fused": fused, "specrt fused, full head": full_head,
-                "specrt portable": portable}
+    runs = {"transformers": hf, "specrt fused": fused, "specrt fused, full head": full_head,
+            "specrt portable": portable}
+    runs = {name: run for name, run in runs.items() if run is not None}
     if og is not None:
         runs["onnxruntime-genai"] = og
     prompt_ids = [gen.tokenizer.encode(p) for p in PROMPTS]
