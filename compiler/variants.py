@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from specrt.bundle.entries import GraphVariant, TensorSpec
 from specrt.models import Decoder
+from specrt.models.config import lm_head_share
 from specrt.compiler.fused_graph import fused_io, fused_onnx_from_decoder, fused_unsupported_reason
 from specrt.compiler.fused_validate import validate_fused_onnx
 from specrt.compiler.lm_head_screen import screen_supported, screen_wanted
@@ -33,8 +34,7 @@ def fused_variant(decoder: Decoder, role_dir: Path, role: str, max_seq_len: int,
     reason = fused_unsupported_reason(c)
     if reason:
         return None, reason
-    layer_weights = sum(p.numel() for p in decoder.model.layers.parameters())
-    screen = screen_wanted(lm_head_screen, c.vocab_size, c.hidden_size, layer_weights)
+    screen = screen_wanted(lm_head_screen, c.vocab_size, c.hidden_size, lm_head_share(c)["layer_weights"])
     if screen and screen_supported(c.hidden_size) is not None:
         if lm_head_screen == "on":
             raise InvalidArgument(f"--lm-head-screen on: {screen_supported(c.hidden_size)}")

@@ -7,6 +7,7 @@ from typing import Any
 
 from specrt.bundle.entries import ModelEntry, QuantizationEntry
 from specrt.bundle.graph_io import LM_HEAD_FULL
+from specrt.models.config import lm_head_share
 from specrt.cli.inspect_checks import memory_notes, read_for_inspect
 
 
@@ -108,19 +109,6 @@ def model_summary(e: ModelEntry) -> dict[str, Any]:
     if e.self_draft:
         out["self_draft"] = True
     return out
-
-
-def lm_head_share(c) -> dict[str, Any]:
-    """What the LM head weighs in one decode step: its weights (vocab x hidden, tied or not: the step reads the
-    whole matrix) against every layer's projection weights (the embedding Gather reads one row, left out).
-    Weights read per step is what a one-token step costs on a CPU; the head's share is what logits computed
-    for fewer rows save in prefill, and what a large vocabulary (Gemma 3: 262,144) costs in every step."""
-    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-    mlp_mats = 2 if c.family == "gpt2" else 3  # fc + proj, else gate + up + down
-    per_layer = c.hidden_size * (q + 2 * kv) + q * c.hidden_size + mlp_mats * c.hidden_size * c.intermediate_size
-    layers = c.num_layers * per_layer
-    head = c.vocab_size * c.hidden_size
-    return {"head_weights": head, "layer_weights": layers, "share": round(head / (head + layers), 4)}
 
 
 def lm_head_line(role: str, h: dict[str, Any]) -> str:

@@ -161,3 +161,16 @@ def decoder_config(entry: dict[str, Any]) -> DecoderConfig:
     raw["rope"] = RopeConfig(**raw["rope"])
     raw["eos_token_ids"] = tuple(raw.get("eos_token_ids") or ())
     return DecoderConfig(**raw)
+
+
+def lm_head_share(c) -> dict[str, Any]:
+    """What the LM head weighs in one decode step: its weights (vocab x hidden, tied or not: the step reads the
+    whole matrix) against every layer's projection weights (the embedding Gather reads one row, left out).
+    Weights read per step is what a one-token step costs on a CPU; the head's share is what logits computed
+    for fewer rows save in prefill, and what a large vocabulary (Gemma 3: 262,144) costs in every step."""
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    mlp_mats = 2 if c.family == "gpt2" else 3  # fc + proj, else gate + up + down
+    per_layer = c.hidden_size * (q + 2 * kv) + q * c.hidden_size + mlp_mats * c.hidden_size * c.intermediate_size
+    layers = c.num_layers * per_layer
+    head = c.vocab_size * c.hidden_size
+    return {"head_weights": head, "layer_weights": layers, "share": round(head / (head + layers), 4)}
