@@ -267,3 +267,13 @@ def test_other_architectures_decode_greedy_through_the_screen_exactly(arch, work
         assert a.token_ids == portable.generate("import json\nimport json\nimport", 20, method="none",
                                                 temperature=0).token_ids
     assert any(not np.isfinite(rows).all() for rows in seen)
+
+
+def test_forcing_the_screen_where_it_cannot_be_built_is_one_line_and_exit_2(workdir, tokenizer_path, tmp_path):
+    from helpers import run_cli
+
+    target = make_checkpoint(workdir / "lm_head_screen_h48", "qwen3", tokenizer_path, layers=1, hidden=48, seed=2)
+    out = run_cli("compile", "--target", target, "-o", tmp_path / "b", "--max-seq-len", "32", "--lm-head-screen", "on")
+    assert out.returncode == 2
+    assert "--lm-head-screen on: hidden size 48 is not a multiple of 32" in out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "b").exists()
