@@ -7,6 +7,7 @@ constrained.py (structured output: JSON schema / regex / grammar masks, forced t
 Layer: above specrt.bundle and specrt.core; never imports specrt.compiler or specrt.recipes.
 """
 
+from specrt.runtime.backends.ort.threads import share_thread_pool
 from specrt.runtime.constraint import ConstraintError, ConstraintSpec
 from specrt.runtime.generator import GenerationResult, Generator, load
 from specrt.runtime.request import GenerationRequest
@@ -14,4 +15,4 @@ from specrt.runtime.sampling import SamplingParams
 from specrt.runtime.stats import GenerationStats
 
 __all__ = ["ConstraintError", "ConstraintSpec", "GenerationRequest", "GenerationResult", "GenerationStats", "Generator",
-           "SamplingParams", "load"]
+           "SamplingParams", "load", "share_thread_pool"]

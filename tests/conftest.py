@@ -10,6 +10,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# ONNX Runtime's process-wide thread pool (runtime/backends/ort/threads.py) refuses every later session with a pool of
+# its own, and a test worker runs many files: the in-process servers and benches keep per-session pools here, and
+# tests/runtime/test_shared_pool.py turns the shared pool on in processes of its own.
+os.environ["SPECRT_SHARED_POOL"] = "0"
 
 from helpers import make_checkpoint, train_tokenizer  # noqa: E402
 import export_cache  # noqa: E402

@@ -38,6 +38,7 @@ import numpy as np
 from specrt.core.errors import BackendUnavailable, InvalidArgument
 from specrt.runtime.acceptance import greedy_accept, rejection_sample
 from specrt.runtime.backends.ort.fused_runner import OrtFusedRunner
+from specrt.runtime.backends.ort.threads import shared_pool
 from specrt.runtime.batch.goodput import CostTable, StepPlan, plan_packed, plan_step
 from specrt.runtime.batch.pool import RegionPool
 from specrt.runtime.batch.sequence import Sequence
@@ -78,6 +79,9 @@ class Scheduler:
         if packed is None:
             packed = os.environ.get("SPECRT_PACKED", "1") != "0"
         self.packed = packed and max_batch > 1
+        # Both sessions on the process's one thread pool (backends/ort/threads.py): switching between them costs
+        # nothing, so the family is chosen step by step; else the switches are rationed (`_packed_step_due`).
+        self.switch_free = shared_pool() is not None
         self.family = "fused"  # the family of passes of the last step: "fused" (batched / separate) or "packed"
         self.family_steps = 0  # steps since the family last changed
         self.packed_ratio = 1.0  # smoothed predicted goodput of the packed family over the fused one
@@ -206,7 +210,11 @@ class Scheduler:
             ratio = g_packed * self.calibration["packed"] / max(g_fused * self.calibration["fused"], 1e-9)
             self.packed_ratio = RATIO_DECAY * self.packed_ratio + (1 - RATIO_DECAY) * ratio
             self.family_steps += 1
-            if self.family_steps >= MIN_FAMILY_STEPS:
+            if self.switch_free:  # both sessions on one thread pool: a switch costs nothing, each step its best
+                use = ratio > 1.0
+                if use != (self.family == "packed"):
+                    self.family, self.family_steps = ("packed" if use else "fused"), 0
+            elif self.family_steps >= MIN_FAMILY_STEPS:
                 if self.family == "packed":  # leave for a smaller margin: staying in the worse family costs every step
                     use = self.packed_ratio * LEAVE_MARGIN >= 1.0
                 else:

@@ -33,16 +33,14 @@ class HeadRunner:
     """ONNX Runtime session for `draft_head/head.onnx` with its own KV cache [1, capacity, Hkv, D]."""
 
     def __init__(self, manifest, capacity: int, threads: int = 1) -> None:
-        from specrt.runtime.backends.ort.runner import import_ort
+        from specrt.runtime.backends.ort.runner import import_ort, small_session_options
 
         try:
             ort = import_ort()
         except BackendUnavailable as exc:
             raise BackendUnavailable(f"the draft head runs on ONNX Runtime: {exc}") from None
         entry = manifest.draft_head
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads  # a few rows per call: one thread, no pool to wake
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts = small_session_options(ort, threads)  # a few rows per call: one thread, no pool to wake
         self.session = ort.InferenceSession(str(manifest.path(entry.onnx)), opts, providers=["CPUExecutionProvider"])
         cfg = json.loads(manifest.path(entry.config).read_text())
         self.vocab_ids = np.asarray(cfg["vocab_ids"], dtype=np.int64)  # [V'] logit index -> token id

@@ -18,15 +18,13 @@ class MedusaHeadsRunner:
     """ONNX Runtime session for `medusa/heads.onnx`: hidden [N, D] -> logits [N, H, V]."""
 
     def __init__(self, onnx_path, threads: int | None = None) -> None:
-        from specrt.runtime.backends.ort.runner import import_ort
+        from specrt.runtime.backends.ort.runner import import_ort, small_session_options
 
         try:
             ort = import_ort()
         except BackendUnavailable as exc:
             raise BackendUnavailable(f"Medusa heads run on ONNX Runtime: {exc}") from None
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or 1  # one position per step: tiny matmuls
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts = small_session_options(ort, threads or 1)  # one position per step: tiny matmuls
         self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
 
     def __call__(self, hidden: np.ndarray) -> np.ndarray:

@@ -1,6 +1,6 @@
 """`specrt bench BUNDLE --concurrency 1,2,4,8`: many clients at once on the batching scheduler.
 
-The same P prompts (P = the largest N; the prompt list cycled), greedy, `max_new_tokens` each, are answered for
+The same P prompts (every prompt given, cycled to at least the largest N), greedy, `max_new_tokens` each, are answered for
 each concurrency N
 * one at a time by the Generator with the method given (what a one-slot server does, speculation included: the
   baseline "sequential"; so at N = 1 "plain batched" is plain decoding against speculative decoding),
@@ -166,7 +166,7 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def run_concurrency(gen, levels: list[int], max_new_tokens: int, method: str, peer=None,
                     prompts: list[str] | None = None, progress=None, repeats: int = 1) -> dict[str, Any]:
     """Every row of the table (see the module docstring); `peer`: (og module, og.Model, pad id) or None.
-    `prompts`: texts (default CHAT_PROMPTS), cycled to N clients. `repeats` rounds per level, the configurations
+    `prompts`: texts (default CHAT_PROMPTS), all of them answered at every level (cycled to the largest N). `repeats` rounds per level, the configurations
     interleaved within each round (A B C D A B C D ...); each row is the round with the median wall time."""
     from specrt.runtime.batch.engine import BatchEngine
 
@@ -179,7 +179,7 @@ def run_concurrency(gen, levels: list[int], max_new_tokens: int, method: str, pe
     rows = []
     try:
         for n in levels:
-            ps = [fitted[i % len(fitted)] for i in range(max(levels))]
+            ps = [fitted[i % len(fitted)] for i in range(max(len(fitted), max(levels)))]
             if progress:
                 progress(f"concurrency {n}", len(levels))
             runs: dict[str, list[dict[str, Any]]] = {"seq": [], "plain": [], "spec": [], "peer": []}
@@ -216,7 +216,7 @@ def concurrency_markdown(result: dict[str, Any], title: str) -> str:
     lines = [f"## {title}", "",
              f"Greedy, {result['max_new_tokens']} new tokens per request, speculation method "
              f"`{result['method']}` with k chosen per request and step (goodput), {result.get('prompts', len(CHAT_PROMPTS))} "
-             f"prompts cycled to the largest N, answered by N closed-loop clients (each sends its next prompt when its answer is complete; onnxruntime-genai: batches of N). Per concurrency, {result.get('repeats', 1)} round(s) with the "
+             f"prompts (cycled to the largest N when fewer), answered by N closed-loop clients (each sends its next prompt when its answer is complete; onnxruntime-genai: batches of N). Per concurrency, {result.get('repeats', 1)} round(s) with the "
              "configurations interleaved; each row is its median round. `identical`: every request's tokens equal "
              "its one-at-a-time output (onnxruntime-genai: its own batched decoding compared with ours alone; "
              "its tokens after a row's EOS are not counted). `vs sequential`: against the same prompts answered one "

@@ -67,7 +67,14 @@ def batched_generators(bundle: Union[str, Path, Any], max_batch: Union[int, str]
 
     if max_batch != "auto" and (not isinstance(max_batch, int) or max_batch < 1):
         raise InvalidArgument(f"max_batch must be >= 1 or 'auto', got {max_batch!r}")
-    gen = load(bundle, backend=backend, threads=threads) if isinstance(bundle, (str, Path)) else bundle
+    if isinstance(bundle, (str, Path)):
+        if backend in ("auto", "ort") and max_batch != 1:
+            from specrt.runtime.backends.ort.threads import share_thread_pool
+
+            share_thread_pool(threads)  # the engine's fused and packed sessions on one pool (threads.py)
+        gen = load(bundle, backend=backend, threads=threads)
+    else:
+        gen = bundle
     if max_batch == "auto":
         max_batch = auto_max_batch(gen)
         if max_batch == 0:

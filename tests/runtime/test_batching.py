@@ -420,13 +420,14 @@ def test_the_family_of_passes_switches_only_for_a_clear_gain():
 
     from specrt.runtime.batch.scheduler import MIN_FAMILY_STEPS, SWITCH_MARGIN, Scheduler
 
-    def due(packed_cost: float, family: str, stayed: int = MIN_FAMILY_STEPS, calibration=None) -> str:
+    def due(packed_cost: float, family: str, stayed: int = MIN_FAMILY_STEPS, calibration=None,
+            switch_free: bool = False) -> str:
         table = CostTable(batch=[1.0] * 4, rows=[1.0] * 4, packed=[[packed_cost] * 2] * 2, packed_b=[1, 4],
                           packed_r=[1, 2])
         running = [SimpleNamespace(acceptance=0.0) for _ in range(4)]
         sched = SimpleNamespace(packed=True, costs=table, running=running, prefilling=[], batched_decode=True,
                                 min_rows=1, family=family, family_steps=stayed, packed_ratio=1.0,
-                                calibration=calibration or {"fused": 1.0, "packed": 1.0})
+                                calibration=calibration or {"fused": 1.0, "packed": 1.0}, switch_free=switch_free)
         Scheduler._packed_step_due(sched, ([0] * 4, [None] * 4, [0.0] * 4))
         return sched.family
 
@@ -435,10 +436,15 @@ def test_the_family_of_passes_switches_only_for_a_clear_gain():
     assert due(0.2, "fused") == "packed" and due(5.0, "packed") == "fused"
     assert due(0.2, "fused", stayed=0) == "fused"  # too soon after the last switch
     assert due(0.2, "fused", calibration={"fused": 1.0, "packed": 0.1}) == "fused"  # packed steps disappointed
+    # on one shared thread pool (backends/ort/threads.py) a switch is free: each step takes the better family,
+    # at once and for any gain, and still by the calibrated prediction
+    assert due(slightly, "fused", stayed=0, switch_free=True) == "packed"
+    assert due(1.0 / slightly, "packed", stayed=0, switch_free=True) == "fused"
+    assert due(0.2, "fused", calibration={"fused": 1.0, "packed": 0.1}, switch_free=True) == "fused"
     sched = SimpleNamespace(packed=True, costs=CostTable(batch=[1.0], rows=[1.0], packed=[[9.0]], packed_b=[1],
                                                          packed_r=[2]),
                             running=[SimpleNamespace(acceptance=0.0)] * 2, prefilling=[], batched_decode=False,
-                            min_rows=2, family="fused", family_steps=0)
+                            min_rows=2, family="fused", family_steps=0, switch_free=False)
     assert Scheduler._packed_step_due(sched, ([0, 0], [None, None], [0.0, 0.0]))  # no one-token batched pass
     sched.running = sched.running[:1]
     assert not Scheduler._packed_step_due(sched, ([0], [None], [0.0]))  # one request alone: its own session

@@ -22,6 +22,7 @@ from specrt.core.errors import BackendError, BackendUnavailable
 from specrt.models.config import DecoderConfig
 from specrt.runtime.kv_cache import KVCache
 from specrt.runtime.backends.base import Runner
+from specrt.runtime.backends.ort.threads import shared_pool
 from specrt.runtime.backends.ort.runner import import_ort
 
 PROVIDER_NAMES = {"cuda": "CUDAExecutionProvider", "trt": "TensorrtExecutionProvider"}
@@ -81,7 +82,10 @@ class OrtGpuRunner(Runner):
         if provider == "trt":
             providers.insert(1, ("CUDAExecutionProvider", {"device_id": index}))
         try:
-            self.session = ort.InferenceSession(str(onnx_path), ort.SessionOptions(), providers=providers)
+            opts = ort.SessionOptions()
+            if shared_pool() is not None:  # the process's one CPU pool (threads.py): no session may have its own
+                opts.use_per_session_threads = False
+            self.session = ort.InferenceSession(str(onnx_path), opts, providers=providers)
         except Exception as exc:
             raise BackendError(f"ONNX Runtime ({provider_name}) could not load {onnx_path}: {exc}") from None
         c = config

@@ -187,6 +187,9 @@ def _concurrency(settings, levels, md_path, json_path, title, quiet, plot_path=N
     if set(settings.peer) - {"ort-genai"}:
         raise InvalidArgument("--concurrency compares with --peer ort-genai only")
     _check_before_measuring(settings, plot_path)
+    from specrt.runtime.backends.ort.threads import share_thread_pool
+
+    share_thread_pool(settings.threads)  # as `specrt serve` with batching: the engine's sessions share one pool
     gen = load(settings.bundle, backend=settings.backend if settings.backend != "auto" else "ort",
                threads=settings.threads)
     method = (settings.methods or ("ngram",))[0]

@@ -1,0 +1,44 @@
+"""One ONNX Runtime thread pool for every CPU session of the process (opt-in: the batch engine's processes).
+
+Each ONNX Runtime session has its own intra-op pool by default, and a pool's threads spin-wait for work a while
+after a run. Two multi-threaded sessions that take turns on the same cores (the batch engine's fused and packed
+sessions, a target and a multi-threaded draft) then fight: measured on SmolLM2 fp32, 2 cores, a batched decode
+pass 20 ms and a packed pass 25 ms each alone, 41 and 50 ms when they alternate. On ONE pool shared by both
+(ONNX Runtime's global thread pools) they alternate at 21 and 25 ms: switching sessions costs nothing.
+
+The global pools are a property of ONNX Runtime's process-wide environment: once they exist, ONNX Runtime refuses
+any session of that process that asks for a pool of its own ("use_per_session_threads must be false when using a
+global thread pool"), whoever creates it. So specrt never turns them on by itself in a library call: the processes
+that own all their sessions do (`specrt serve` with batching, `specrt bench --concurrency`), and a Python caller
+may (`share_thread_pool()` before `load`). Once on, every session specrt creates (`session_options`) uses it;
+its size is fixed for the process. SPECRT_SHARED_POOL=0 keeps per-session pools.
+"""
+
+from __future__ import annotations
+
+import os
+
+_POOL: int | None = None  # threads of the process's shared pool, once turned on
+
+
+def share_thread_pool(threads: int | None = None) -> bool:
+    """Run every ONNX Runtime CPU session specrt creates from now on, in this process, on one intra-op pool of
+    `threads` threads (default: all cores). Call it before `load`. Returns whether the pool is shared (False when
+    SPECRT_SHARED_POOL=0). A second call keeps the first size."""
+    global _POOL
+    if _POOL is not None:
+        return True
+    if os.environ.get("SPECRT_SHARED_POOL", "1") == "0":
+        return False
+    from specrt.runtime.backends.ort.runner import default_threads, import_ort
+
+    ort = import_ort()
+    n = threads or default_threads()
+    ort.set_global_thread_pool_sizes(n, 1)
+    _POOL = n
+    return True
+
+
+def shared_pool() -> int | None:
+    """The shared pool's size, or None while every session has a pool of its own."""
+    return _POOL
