@@ -201,7 +201,7 @@ done
 {
   echo "## Many clients at once (continuous batching)"
   echo
-  echo "Command: \`SECTIONS=batching scripts/make_benchmarks.sh\` ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load average at the end $(cut -d' ' -f1 /proc/loadavg)). Greedy, 64 new tokens per request; bundles compiled from the SmolLM2 GGUF; onnxruntime-genai's batch built from the same checkpoint at the same precision."
+  echo "Command: \`SECTIONS=batching scripts/make_benchmarks.sh\` ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores of $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), load average at the end $(cut -d' ' -f1 /proc/loadavg)). Greedy, 64 new tokens per request; bundles compiled from the SmolLM2 GGUF; onnxruntime-genai's batch built from the same checkpoint at the same precision."
   for part in "${parts[@]}"; do echo; sed 's/^## /### /' "$part"; rm -f "$part"; done
 } > "$OUT/sections/batching.md"
 fi

@@ -52,3 +52,17 @@ def test_shared_pool_runs_every_session_and_keeps_outputs(pair_bundle):
 def test_disabled_by_environment_in_a_fresh_process(pair_bundle):
     proc = _child(pair_bundle, "0")
     assert proc.returncode != 0 and "AssertionError" in proc.stderr  # share_thread_pool() said no
+
+
+def test_a_batching_server_turns_it_on(pair_bundle):
+    # what `specrt serve --max-batch N` runs: the engine's sessions on the process's one pool
+    code = ("import sys; from specrt.serve.batching import batched_generators; "
+            "from specrt.runtime.backends.ort.threads import shared_pool; "
+            "clients, engine = batched_generators(sys.argv[1], 2, 'ort'); "
+            "print(shared_pool(), engine.scheduler.switch_free); engine.close()")
+    env = {**os.environ, "SPECRT_SHARED_POOL": "1"}
+    proc = subprocess.run([sys.executable, "-c", code, str(pair_bundle)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    size, switch_free = proc.stdout.split()[-2:]
+    assert int(size) >= 1 and switch_free == "True"
