@@ -40,6 +40,7 @@ class Sequence:
     # far more often than a 1-token one, and the plan drafts more where it pays. `kind`: this step's proposal
     by_kind: dict = dataclasses.field(default_factory=dict)
     kind: Any = None
+    idle: int = 0  # decode steps since it last drafted (draft-model requests: `Scheduler._probe`)
     finished: str = ""  # finish reason once done
     started: float = 0.0  # time.perf_counter() at submission
 

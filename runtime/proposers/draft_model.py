@@ -21,8 +21,11 @@ class DraftModelProposer:
     name = "draft"
 
     def __init__(self, runner: Runner, params: SamplingParams, rng: np.random.Generator,
-                 target_vocab: int, prefill_chunk: int = 256) -> None:
+                 target_vocab: int, prefill_chunk: int = 256, lazy: bool = False) -> None:
+        """`lazy`: `start` does not prefill; the first `propose` feeds the prompt (a request that never drafts,
+        e.g. in a batch where drafting does not pay, never pays for the draft's prefill)."""
         self.runner = runner
+        self.lazy = lazy
         self.params = params
         self.rng = rng
         self.vocab = max(target_vocab, runner.vocab_size)  # draft probs padded to the larger vocabulary
@@ -34,7 +37,8 @@ class DraftModelProposer:
         """Prefill the draft with the committed tokens except the pending last one (timed as prefill)."""
         self.runner.set_argmax_only(self.params.greedy)  # greedy drafts are argmaxes (a screened head may skip rows)
         self.runner.reset()
-        self.runner.prefill(tokens[:n - 1], self.prefill_chunk)
+        if not self.lazy:
+            self.runner.prefill(tokens[:n - 1], self.prefill_chunk)
 
     def _pick(self, logits_row: np.ndarray, probs_out: np.ndarray | None, i: int) -> int:
         if self.params.greedy:

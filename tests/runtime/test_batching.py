@@ -503,3 +503,44 @@ def test_acceptance_is_estimated_per_kind_of_proposal():
     assert prop.propose(toks, 7, 2).token_ids.tolist() == [8, 5] and prop.matched == 3
     prop.propose(np.array([9, 9, 9, 9, 9, 9, 4], np.int64), 7, 2)
     assert prop.matched == 0
+
+
+def test_a_draft_model_request_planned_at_k0_alone_still_probes():
+    # A draft-model request is judged only when it drafts: planned at k = 0 from a low estimate it must still
+    # draft one token every PROBE_AFTER steps when it decodes alone, or its estimate would never move again.
+    from types import SimpleNamespace
+
+    from specrt.runtime.batch.goodput import StepPlan
+    from specrt.runtime.batch.scheduler import PROBE_AFTER, Scheduler
+
+    sched = SimpleNamespace()
+    draft_req = SimpleNamespace(draft=object(), idle=0)
+    ngram_req = SimpleNamespace(draft=None, idle=0)
+    drafted = []
+    for _ in range(3 * PROBE_AFTER):  # decoding alone (probes run there only)
+        plan = Scheduler._probe(sched, [draft_req], StepPlan([0], True, 1.0), [4], [None])
+        drafted.append(plan.ks[0])
+    assert drafted.count(1) == 3 and drafted[PROBE_AFTER - 1] == 1 
+    for _ in range(2 * PROBE_AFTER):  # with another request in the batch: no probes
+        plan = Scheduler._probe(sched, [draft_req, ngram_req], StepPlan([0, 0], True, 1.0), [4, 4], [None, None])
+        assert plan.ks == [0, 0]  # and n-gram drafts, judged for free every step, are never forced
+
+
+def test_a_lazy_draft_prefills_on_its_first_draft_and_drafts_the_same(pair_generator):
+    # the scheduler's draft proposers start lazily: a request whose plans never draft never pays the draft's
+    # prefill, and one that drafts gets the same drafts as an eagerly started draft (real ONNX Runtime draft)
+    from specrt.runtime.proposers.draft_model import DraftModelProposer
+    from specrt.runtime.sampling import SamplingParams
+
+    gen = pair_generator
+    tokens = np.array(gen.encode_prompt("def f(x): return x + 1\ndef g(x): return"), np.int64)
+    n = tokens.size
+    drafts = []
+    for lazy in (False, True):
+        p = DraftModelProposer(gen.draft, SamplingParams(temperature=0.0), np.random.default_rng(0), gen.vocab_size,
+                               lazy=lazy)
+        p.start(tokens, n)
+        assert gen.draft.length == (0 if lazy else n - 1)
+        drafts.append(p.propose(tokens, n, 4).token_ids.tolist())
+        assert gen.draft.length == n + 3
+    assert drafts[0] == drafts[1]
