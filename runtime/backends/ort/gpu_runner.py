@@ -22,7 +22,7 @@ from specrt.core.errors import BackendError, BackendUnavailable
 from specrt.models.config import DecoderConfig
 from specrt.runtime.kv_cache import KVCache
 from specrt.runtime.backends.base import Runner
-from specrt.runtime.backends.ort.threads import shared_pool
+from specrt.runtime.backends.ort.threads import on_shared_pool
 from specrt.runtime.backends.ort.runner import import_ort
 
 PROVIDER_NAMES = {"cuda": "CUDAExecutionProvider", "trt": "TensorrtExecutionProvider"}
@@ -83,8 +83,7 @@ class OrtGpuRunner(Runner):
             providers.insert(1, ("CUDAExecutionProvider", {"device_id": index}))
         try:
             opts = ort.SessionOptions()
-            if shared_pool() is not None:  # the process's one CPU pool (threads.py): no session may have its own
-                opts.use_per_session_threads = False
+            on_shared_pool(opts)  # the process's one CPU pool, if any (threads.py): then no session may have its own
             self.session = ort.InferenceSession(str(onnx_path), opts, providers=providers)
         except Exception as exc:
             raise BackendError(f"ONNX Runtime ({provider_name}) could not load {onnx_path}: {exc}") from None

@@ -90,13 +90,11 @@ def cpu_session(ort, onnx_path: Path, threads: int | None, alternating: bool = F
 
 def session_options(ort, threads: int | None, alternating: bool = False):
     """specrt's SessionOptions for the CPU provider (see `cpu_session`)."""
-    from specrt.runtime.backends.ort.threads import shared_pool
+    from specrt.runtime.backends.ort.threads import on_shared_pool, shared_pool
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3  # errors only: the portable graph's defaulted logit_start input would warn on every load
-    if shared_pool() is not None:  # the process's one pool (threads.py): no pool of its own, nothing spins against it
-        opts.use_per_session_threads = False
-    else:
+    if not on_shared_pool(opts):  # else the process's one pool (threads.py): nothing spins against it
         opts.intra_op_num_threads = threads or default_threads()
         opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -114,12 +112,10 @@ def session_options(ort, threads: int | None, alternating: bool = False):
 def small_session_options(ort, threads: int):
     """SessionOptions for a tiny model run a few rows at a time (Medusa heads, a draft head): `threads` threads, no
     spinning; on the process's shared pool when there is one (`threads.py`: then no session may have its own)."""
-    from specrt.runtime.backends.ort.threads import shared_pool
+    from specrt.runtime.backends.ort.threads import on_shared_pool
 
     opts = ort.SessionOptions()
-    if shared_pool() is not None:
-        opts.use_per_session_threads = False
-    else:
+    if not on_shared_pool(opts):
         opts.intra_op_num_threads = threads
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return opts

@@ -42,3 +42,12 @@ def share_thread_pool(threads: int | None = None) -> bool:
 def shared_pool() -> int | None:
     """The shared pool's size, or None while every session has a pool of its own."""
     return _POOL
+
+
+def on_shared_pool(opts) -> bool:
+    """Put a session (its SessionOptions) on the process's shared pool when there is one; returns whether it did
+    (then the session must not be given threads or spinning settings of its own)."""
+    if _POOL is None:
+        return False
+    opts.use_per_session_threads = False
+    return True
