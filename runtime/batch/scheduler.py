@@ -177,12 +177,19 @@ class Scheduler:
         seqs, cap = self.running, self.gen.max_seq_len
         max_ks = [0 if s.proposer is None else max(0, min(s.max_k, s.remaining - 1, cap - s.n - 1)) for s in seqs]
         # n-gram proposals cost nothing: make them first, so that k is capped by what matched
-        free = [s.proposer.propose(s.tokens, s.n, mk) if mk > 0 and s.draft is None else None
-                for s, mk in zip(seqs, max_ks)]
+        free = [_free_proposal(s, mk) for s, mk in zip(seqs, max_ks)]
         for s, f in zip(seqs, free):  # the acceptance estimate of the kind of proposal (n-gram: its match size)
-            s.kind = getattr(s.proposer, "matched", None) if f is not None else None
-        max_ks = [mk if f is None else f.token_ids.size for mk, f in zip(max_ks, free)]
-        dcost = [self.costs.draft_token if s.draft is not None else 0.0 for s in seqs]
+            s.kind = f.matched if f is not None else None
+        max_ks = [mk if f is None else f.proposal.token_ids.size for mk, f in zip(max_ks, free)]
+        free = [None if f is None else f.proposal for f in free]
+        if len(seqs) > 1:  # with others in the batch, a draft model that sat out many tokens is not restarted when
+            # its catch-up (a prefill of those tokens, the whole prompt on its first draft) would cost more than a
+            # batched pass (priced at the one-token draft cost: an upper bound), since it holds every request
+            limit = self.costs.t_batch(len(seqs))
+            max_ks = [0 if f is None and s.draft is not None
+                      and (s.n - 1 - s.draft.length) * self.costs.draft_token > limit else mk
+                      for s, mk, f in zip(seqs, max_ks, free)]
+        dcost = [self.costs.draft_token if s.draft is not None and f is None else 0.0 for s, f in zip(seqs, free)]
         return max_ks, free, dcost
 
     def _packed_step_due(self, prepared) -> bool:
@@ -457,6 +464,27 @@ class Scheduler:
         s.target = s.draft = s.proposer = None
         s.finished = s.stats.finish_reason = reason
         s.emit([], s)  # the end: an empty chunk with the final stats
+
+
+@dataclasses.dataclass(frozen=True)
+class _Free:
+    proposal: object  # an n-gram Proposal (point mass), possibly empty
+    matched: int  # the size of the suffix n-gram it matched (the kind of its acceptance estimate)
+
+
+def _free_proposal(s: Sequence, max_k: int) -> _Free | None:
+    """The proposal that costs nothing this step: an n-gram request's, or a hybrid request's n-gram branch when it
+    matched (hybrid drafts with its model only where prompt lookup finds nothing). None: the request's drafts cost
+    (a draft model), or it does not speculate."""
+    if max_k <= 0 or s.proposer is None:
+        return None
+    if s.draft is None:
+        return _Free(s.proposer.propose(s.tokens, s.n, max_k), s.proposer.matched)
+    ngram = getattr(s.proposer, "ngram", None)
+    if ngram is None:
+        return None
+    prop = ngram.propose(s.tokens, s.n, max_k)
+    return _Free(dataclasses.replace(prop, source=ngram.name), ngram.matched) if prop.token_ids.size else None
 
 
 def _first(prop, k: int):

@@ -544,3 +544,36 @@ def test_a_lazy_draft_prefills_on_its_first_draft_and_drafts_the_same(pair_gener
         drafts.append(p.propose(tokens, n, 4).token_ids.tolist())
         assert gen.draft.length == n + 3
     assert drafts[0] == drafts[1]
+
+
+def test_hybrid_drafts_for_free_where_prompt_lookup_matches_and_a_stale_draft_waits_in_a_batch():
+    # in a batch a hybrid request's n-gram branch is free like the ngram method's (its model drafts only where
+    # prompt lookup finds nothing), and with other requests decoding a draft model whose catch-up (the whole
+    # prompt at first) would cost more than a batched pass is not restarted (it would hold every request)
+    from types import SimpleNamespace
+
+    from specrt.runtime.batch.scheduler import Scheduler
+    from specrt.runtime.proposers.hybrid import HybridProposer
+    from specrt.runtime.proposers.ngram import NgramProposer
+
+    def request(tokens, draft_length):
+        hybrid = HybridProposer(NgramProposer(), SimpleNamespace(name="draft"))
+        hybrid.ngram.start(tokens, tokens.size, None)
+        return SimpleNamespace(proposer=hybrid, draft=SimpleNamespace(length=draft_length), tokens=tokens,
+                               n=tokens.size, max_k=4, remaining=100, kind=None)
+
+    repeating = np.array([5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7], np.int64)  # "8 9 5 6 ..." follows "5 6 7"
+    fresh = np.arange(20, 33, dtype=np.int64)  # nothing repeats
+    table = CostTable(batch=[0.03] * 3, rows=[0.03], draft_token=0.01)  # a catch-up of 3 tokens or fewer fits
+    sched = SimpleNamespace(gen=SimpleNamespace(max_seq_len=256), costs=table)
+    sched.running = [request(repeating, 0), request(fresh, 0), request(fresh, fresh.size - 1)]
+    max_ks, free, dcost = Scheduler._prepare(sched)
+    assert free[0].source == "ngram" and free[0].token_ids.tolist()[:2] == [8, 9] and dcost[0] == 0.0
+    assert max_ks[0] == free[0].token_ids.size and sched.running[0].kind == sched.running[0].proposer.ngram.matched
+    assert free[1] is None and max_ks[1] == 0  # no match, and its draft saw nothing: 12 tokens behind
+    assert free[2] is None and max_ks[2] == 4 and dcost[2] == 0.01  # its draft is current: it may draft
+    sched.running = [request(fresh, 0)]  # alone: a stale draft may catch up (the single-sequence loop does)
+    assert Scheduler._prepare(sched)[0] == [4]
+    table.draft_token = 0.0  # drafting priced free (the sampling test's table): a stale draft restarts in a batch
+    sched.running = [request(fresh, 0), request(fresh, 0)]
+    assert Scheduler._prepare(sched)[0] == [4, 4]
