@@ -176,12 +176,16 @@ class Scheduler:
         """(max k, the free n-gram proposal or None, drafting cost) per decoding request, for the step's plan."""
         seqs, cap = self.running, self.gen.max_seq_len
         max_ks = [0 if s.proposer is None else max(0, min(s.max_k, s.remaining - 1, cap - s.n - 1)) for s in seqs]
-        # n-gram proposals cost nothing: make them first, so that k is capped by what matched
-        free = [_free_proposal(s, mk) for s, mk in zip(seqs, max_ks)]
-        for s, f in zip(seqs, free):  # the acceptance estimate of the kind of proposal (n-gram: its match size)
-            s.kind = f.matched if f is not None else None
-        max_ks = [mk if f is None else f.proposal.token_ids.size for mk, f in zip(max_ks, free)]
-        free = [None if f is None else f.proposal for f in free]
+        # free proposals (n-gram, hybrid's n-gram branch when it matches) cost nothing: make them first, so that k is
+        # capped by what matched, and estimate acceptance per kind of proposal (n-gram: its match size)
+        free = []
+        for i, (s, mk) in enumerate(zip(seqs, max_ks)):
+            propose = getattr(s.proposer, "free_propose", None) if mk > 0 else None
+            f = propose(s.tokens, s.n, mk) if propose is not None else None
+            s.kind = s.proposer.matched if f is not None else None
+            if f is not None:
+                max_ks[i] = f.token_ids.size
+            free.append(f)
         if len(seqs) > 1:  # with others in the batch, a draft model that sat out many tokens is not restarted when
             # its catch-up (a prefill of those tokens, the whole prompt on its first draft) would cost more than a
             # batched pass (priced at the one-token draft cost: an upper bound), since it holds every request
@@ -219,17 +223,16 @@ class Scheduler:
             ratio = g_packed * self.calibration["packed"] / max(g_fused * self.calibration["fused"], 1e-9)
             self.packed_ratio = RATIO_DECAY * self.packed_ratio + (1 - RATIO_DECAY) * ratio
             self.family_steps += 1
+            use = self.family == "packed"
             if self.switch_free:  # both sessions on one thread pool: a switch costs nothing, each step its best
                 use = ratio > 1.0
-                if use != (self.family == "packed"):
-                    self.family, self.family_steps = ("packed" if use else "fused"), 0
             elif self.family_steps >= MIN_FAMILY_STEPS:
-                if self.family == "packed":  # leave for a smaller margin: staying in the worse family costs every step
+                if use:  # leave for a smaller margin: staying in the worse family costs every step
                     use = self.packed_ratio * LEAVE_MARGIN >= 1.0
                 else:
                     use = self.packed_ratio >= SWITCH_MARGIN
-                if use != (self.family == "packed"):
-                    self.family, self.family_steps = ("packed" if use else "fused"), 0
+            if use != (self.family == "packed"):
+                self.family, self.family_steps = ("packed" if use else "fused"), 0
         else:
             self.family = "packed"
         return self.family == "packed"
@@ -464,27 +467,6 @@ class Scheduler:
         s.target = s.draft = s.proposer = None
         s.finished = s.stats.finish_reason = reason
         s.emit([], s)  # the end: an empty chunk with the final stats
-
-
-@dataclasses.dataclass(frozen=True)
-class _Free:
-    proposal: object  # an n-gram Proposal (point mass), possibly empty
-    matched: int  # the size of the suffix n-gram it matched (the kind of its acceptance estimate)
-
-
-def _free_proposal(s: Sequence, max_k: int) -> _Free | None:
-    """The proposal that costs nothing this step: an n-gram request's, or a hybrid request's n-gram branch when it
-    matched (hybrid drafts with its model only where prompt lookup finds nothing). None: the request's drafts cost
-    (a draft model), or it does not speculate."""
-    if max_k <= 0 or s.proposer is None:
-        return None
-    if s.draft is None:
-        return _Free(s.proposer.propose(s.tokens, s.n, max_k), s.proposer.matched)
-    ngram = getattr(s.proposer, "ngram", None)
-    if ngram is None:
-        return None
-    prop = ngram.propose(s.tokens, s.n, max_k)
-    return _Free(dataclasses.replace(prop, source=ngram.name), ngram.matched) if prop.token_ids.size else None
 
 
 def _first(prop, k: int):

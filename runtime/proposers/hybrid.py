@@ -42,6 +42,16 @@ class HybridProposer:
         self.ngram.start(tokens, n, target_hidden)
         self.draft.start(tokens, n, target_hidden)
 
+    @property
+    def matched(self) -> int:
+        """The size of the suffix n-gram the n-gram branch last matched (0: none)."""
+        return self.ngram.matched
+
+    def free_propose(self, tokens: np.ndarray, n: int, k: int) -> Proposal | None:
+        """The n-gram branch's proposal when it matched (it costs nothing), else None: the draft model's would."""
+        proposal = self.ngram.propose(tokens, n, k)
+        return dataclasses.replace(proposal, source=NgramProposer.name) if proposal.token_ids.size else None
+
     def propose(self, tokens: np.ndarray, n: int, k: int) -> Proposal:
         proposal = self.ngram.propose(tokens, n, k)
         source = NgramProposer.name

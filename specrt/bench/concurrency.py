@@ -178,8 +178,8 @@ def run_concurrency(gen, levels: list[int], max_new_tokens: int, method: str, pe
     engine = BatchEngine(gen, max_batch=max(levels))
     rows = []
     try:
+        ps = [fitted[i % len(fitted)] for i in range(max(len(fitted), max(levels)))]  # the same prompts at every level
         for n in levels:
-            ps = [fitted[i % len(fitted)] for i in range(max(len(fitted), max(levels)))]
             if progress:
                 progress(f"concurrency {n}", len(levels))
             runs: dict[str, list[dict[str, Any]]] = {"seq": [], "plain": [], "spec": [], "peer": []}

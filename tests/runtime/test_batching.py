@@ -520,7 +520,7 @@ def test_a_draft_model_request_planned_at_k0_alone_still_probes():
     for _ in range(3 * PROBE_AFTER):  # decoding alone (probes run there only)
         plan = Scheduler._probe(sched, [draft_req], StepPlan([0], True, 1.0), [4], [None])
         drafted.append(plan.ks[0])
-    assert drafted.count(1) == 3 and drafted[PROBE_AFTER - 1] == 1 
+    assert drafted.count(1) == 3 and drafted[PROBE_AFTER - 1] == 1
     for _ in range(2 * PROBE_AFTER):  # with another request in the batch: no probes
         plan = Scheduler._probe(sched, [draft_req, ngram_req], StepPlan([0, 0], True, 1.0), [4, 4], [None, None])
         assert plan.ks == [0, 0]  # and n-gram drafts, judged for free every step, are never forced

@@ -90,11 +90,12 @@ def cpu_session(ort, onnx_path: Path, threads: int | None, alternating: bool = F
 
 def session_options(ort, threads: int | None, alternating: bool = False):
     """specrt's SessionOptions for the CPU provider (see `cpu_session`)."""
-    from specrt.runtime.backends.ort.threads import on_shared_pool, shared_pool
+    from specrt.runtime.backends.ort.threads import on_shared_pool
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3  # errors only: the portable graph's defaulted logit_start input would warn on every load
-    if not on_shared_pool(opts):  # else the process's one pool (threads.py): nothing spins against it
+    shared = on_shared_pool(opts)  # the process's one pool (threads.py): nothing spins against it
+    if not shared:
         opts.intra_op_num_threads = threads or default_threads()
         opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -104,7 +105,7 @@ def session_options(ort, threads: int | None, alternating: bool = False):
     opts.add_session_config_entry("session.prepack.enable_parallel", "1")
     if os.environ.get("SPECRT_ORT_SPIN", "1") == "0":
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    elif alternating and shared_pool() is None:
+    elif alternating and not shared:
         opts.add_session_config_entry("session.force_spinning_stop", "1")
     return opts
 
