@@ -27,6 +27,10 @@ from specrt.recipes.head_train import acceptance_per_position, choose_vocab, tra
 
 HELDOUT_EVERY = 10  # prompt i is held out when i % 10 == 9
 GENERATION_SHARE = 0.6  # of --max-minutes, at most, for making the data
+# With --answers-bundle the features come from one PyTorch pass after the answers, which takes ~0.6x the answers'
+# time (SmolLM2-135M, 2 cores: 1,635 answers in 626 s at 32 a time, their features in 389 s): the answers get 35% of
+# the budget, so that the data takes ~55% and training the rest.
+BUNDLE_ANSWERS_SHARE = 0.35
 # Answers are generated on one thread: one-token steps have little parallel work, and on a shared CPU a second
 # thread made them far slower (measured on 2 loaded cores: tiny model 30x, SmolLM2-135M 1.8 s vs 18 s a token).
 
@@ -62,9 +66,9 @@ def _say(progress: bool, text: str) -> None:
 def train_head_for_target(target: str | Path, out: str | Path, *, prompts: str | Path | None = None,
                           draft_vocab: int = 8192, answer_tokens: int = 128, samples: int = 1,
                           steps: int | None = None, max_minutes: float | None = 30.0, batch_size: int = 8,
-                          max_rows: int = 256, lr: float = 1e-3, seed: int = 0, run_dir: str | Path | None = None,
+                          max_rows: int = 256, lr: float = 6e-3, seed: int = 0, run_dir: str | Path | None = None,
                           force: bool = False, progress: bool = True,
-                          answers_bundle: str | Path | None = None) -> dict:
+                          answers_bundle: str | Path | None = None, answer_batch: int = 32) -> dict:
     """Train a head for `target` into `out` (see the module docstring); returns the metrics (also metrics.json).
     `answers_bundle`: a bundle compiled from the same target makes the answers (batched, on ONNX Runtime)."""
     started = time.time()
@@ -87,10 +91,11 @@ def train_head_for_target(target: str | Path, out: str | Path, *, prompts: str |
         if progress and (done % 10 == 0 or done == total):
             _say(True, f"[train-head] target answers {done}/{total} ({time.time() - started:.0f}s)")
 
-    gen_budget = max_minutes * 60 * GENERATION_SHARE if max_minutes else None
+    share = GENERATION_SHARE if answers_bundle is None else BUNDLE_ANSWERS_SHARE
+    gen_budget = max_minutes * 60 * share if max_minutes else None
     if answers_bundle is not None:
         answers = answers_from_bundle(Path(answers_bundle), ck.config, chat_encoder(tdir), texts, run,
-                                      max_new=answer_tokens, samples=samples, seed=seed,
+                                      max_new=answer_tokens, samples=samples, seed=seed, max_batch=answer_batch,
                                       progress=lambda d, t: _say(progress, f"[train-head] target answers: prompts "
                                                                            f"{d}/{t} ({time.time() - started:.0f}s)"),
                                       max_seconds=gen_budget)

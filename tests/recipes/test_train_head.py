@@ -88,6 +88,21 @@ def test_cli_train_head_bad_input_is_one_line(tmp_path, llama_target):
     res = runner.invoke(main, ["train-head", "--target", str(llama_target), "-o", str(tmp_path / "h"),
                                "--answers-bundle", str(tmp_path)])
     assert res.exit_code == 2 and "is not a bundle" in res.output and not (tmp_path / "h").exists()
+    res = runner.invoke(main, ["train-head", "--target", str(llama_target), "-o", str(tmp_path / "h"),
+                               "--answer-batch", "0"])
+    assert res.exit_code == 2 and "--answer-batch must be >= 1" in res.output and not (tmp_path / "h").exists()
+
+
+def test_shipped_prompt_set_is_distinct_from_the_benchmark_prompts():
+    """The head's training prompts hold no duplicate and none of the fresh benchmark prompts (never trained on)."""
+    from pathlib import Path
+
+    from specrt.recipes.head_data import read_prompts
+
+    shipped = read_prompts(None)
+    assert len(shipped) >= 500 and len(set(shipped)) == len(shipped)
+    fresh = read_prompts(Path(__file__).resolve().parents[2] / "benchmarks" / "head_fresh_prompts.txt")
+    assert fresh and not set(fresh) & set(shipped)
 
 
 def test_compile_refuses_a_bad_head_dir(tmp_path, llama_target):
