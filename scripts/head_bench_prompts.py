@@ -35,7 +35,7 @@ def main(target_dir: Path, out: Path, prompts: Path | None, every: bool = False,
 def builtin(out: Path, names: list[str]) -> None:
     from specrt.bench.suites import BUILTIN, builtin_prompts
 
-    picks = builtin_prompts(names, max(len(BUILTIN[n]) for n in names if n in BUILTIN) if names else 1)
+    picks = builtin_prompts(names, max(map(len, BUILTIN.values())))  # every prompt of each suite named
     out.write_text("".join(json.dumps({"prompt": p.text, "suite": p.suite}) + "\n" for p in picks))
 
 
@@ -51,6 +51,11 @@ if __name__ == "__main__":
     ap.add_argument("--builtin", help="comma-separated built-in bench suites to write instead (code,grounded,open)")
     a = ap.parse_args()
     if a.builtin:
-        builtin(a.out, a.builtin.split(","))
+        from specrt.core.errors import InvalidArgument
+
+        try:
+            builtin(a.out, a.builtin.split(","))
+        except InvalidArgument as exc:
+            raise SystemExit(f"error: {exc}") from None
         raise SystemExit(0)
     main(a.target_dir, a.out, a.prompts, a.all, a.suite)

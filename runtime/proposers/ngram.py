@@ -86,9 +86,9 @@ class NgramProposer:
                 break
         return Proposal.point_mass(cand)
 
-
     def free_propose(self, tokens: np.ndarray, n: int, k: int) -> Proposal:
         """The proposal made at no cost (the batch scheduler makes these before planning): all of them."""
         return self.propose(tokens, n, k)
+
     def observe(self, n: int, num_accepted: int, target_hidden: np.ndarray | None = None) -> None:
         self._index(self._tokens, n)
