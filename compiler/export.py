@@ -1,4 +1,4 @@
-"""`onnx_from_decoder`: export one decoder to ONNX with dynamic S (new tokens) and P (past length).
+"""`onnx_from_decoder`: export one decoder to ONNX with dynamic B (batch), S (new tokens) and P (past length).
 
 The exported graph follows specrt/bundle/graph_io.py. Weights go to `<name>.onnx.data` (external data) and
 the IR version is pinned so that ONNX Runtime and TensorRT's parser accept the file.
@@ -32,24 +32,25 @@ class _FlatDecoder(nn.Module):
         self.decoder = decoder
         self.num_layers = decoder.config.num_layers
 
-    def forward(self, input_ids, position_ids, past):
-        # past: tuple of 2L tensors (key, value per layer), each [1, P, Hkv, D]
-        out = self.decoder(input_ids, position_ids, past[0::2], past[1::2])
+    def forward(self, input_ids, position_ids, past, past_lengths):
+        # input_ids, position_ids: [B, S]; past: tuple of 2L tensors (key, value per layer), each [B, P, Hkv, D];
+        # past_lengths: [B] valid past rows per sequence (compiler/past_lengths.py gives it a default: all P)
+        out = self.decoder(input_ids, position_ids, past[0::2], past[1::2], past_lengths)
         flat = [out.logits, out.hidden_states]
         for k, v in zip(out.new_keys, out.new_values):
             flat += [k, v]
         return tuple(flat)
 
 
-def sample_inputs(decoder: Decoder, new_tokens: int, past_len: int, seed: int = 0):
-    """Random inputs in the graph's layout: (input_ids [1,S], position_ids [1,S], past tuple)."""
+def sample_inputs(decoder: Decoder, new_tokens: int, past_len: int, seed: int = 0, batch: int = 1):
+    """Random inputs in the graph's layout: (input_ids [B,S], position_ids [B,S], past tuple of [B,P,Hkv,D])."""
     c = decoder.config
     gen = torch.Generator().manual_seed(seed)
     dtype = next(decoder.parameters()).dtype
-    ids = torch.randint(0, c.vocab_size, (1, new_tokens), generator=gen)
-    pos = torch.arange(past_len, past_len + new_tokens)[None]
+    ids = torch.randint(0, c.vocab_size, (batch, new_tokens), generator=gen)
+    pos = torch.arange(past_len, past_len + new_tokens)[None].repeat(batch, 1)
     past = tuple(
-        torch.randn(1, past_len, c.num_kv_heads, c.head_dim, generator=gen).to(dtype)
+        torch.randn(batch, past_len, c.num_kv_heads, c.head_dim, generator=gen).to(dtype)
         for _ in range(2 * c.num_layers)
     )
     return ids, pos, past
@@ -88,9 +89,18 @@ def export_module(module: nn.Module, args: tuple, path: Path, input_names: list[
 def onnx_from_decoder(decoder: Decoder, path: Path) -> Path:
     """Export `decoder` to `path` (+ `path.data`). Returns the path of the .onnx file."""
     c = decoder.config
+    b_dim = torch.export.Dim("batch", min=1, max=4096)
     s_dim = torch.export.Dim("new_tokens", min=1, max=65536)
     p_dim = torch.export.Dim("past_len", min=0, max=1 << 20)
-    dynamic = ({1: s_dim}, {1: s_dim}, tuple({1: p_dim} for _ in range(2 * c.num_layers)))
-    return export_module(_FlatDecoder(decoder).eval(), sample_inputs(decoder, new_tokens=3, past_len=5), path,
-                         graph_io.input_names(c.num_layers), graph_io.output_names(c.num_layers), dynamic,
-                         c.architecture)
+    dynamic = ({0: b_dim, 1: s_dim}, {0: b_dim, 1: s_dim}, tuple({0: b_dim, 1: p_dim} for _ in range(2 * c.num_layers)),
+               {0: b_dim})
+    # batch 2 in the sample: torch.export specialises a dimension whose sample size is 1
+    ids, pos, past = sample_inputs(decoder, new_tokens=3, past_len=5, batch=2)
+    lengths = torch.tensor([5, 3], dtype=torch.int64)
+    path = export_module(_FlatDecoder(decoder).eval(), (ids, pos, past, lengths), path,
+                         graph_io.input_names(c.num_layers) + [graph_io.PAST_LENGTHS],
+                         graph_io.output_names(c.num_layers), dynamic, c.architecture)
+    from specrt.compiler.past_lengths import add_past_lengths_default
+
+    add_past_lengths_default(path)  # callers that never feed past_lengths get every past row
+    return path

@@ -31,6 +31,7 @@ from specrt.bundle.profiles import profiles_for_model
 from specrt.compiler.tokenizer_check import check_same_vocab, load_vocab
 from specrt.compiler.validate import Tolerance, validate_onnx, validation_shapes, window_shapes
 from specrt.compiler.logit_rows import add_logit_start, validate_logit_start
+from specrt.compiler.past_lengths import add_past_lengths_default, batched_shapes, validate_past_lengths
 from specrt.compiler.portable_graph import clean_portable_graph
 from specrt.compiler.lean import lean_bundle
 from specrt.compiler.variants import fused_variant
@@ -85,22 +86,29 @@ def chat_template_file(tokenizer_dir: Path) -> str | None:
 
 
 def model_entry(role: str, ck: Checkpoint, max_seq_len: int, max_draft_tokens: int,
-                validation: dict, num_parameters: int, source: dict[str, Any] | None = None) -> ModelEntry:
+                validation: dict, num_parameters: int, source: dict[str, Any] | None = None,
+                past_lengths: bool = True) -> ModelEntry:
+    """The manifest entry of one model's portable graph; `past_lengths`: the graph has the batched input
+    (compiler/past_lengths.py), recorded in its I/O and profiles."""
     c = ck.config
-    kv = (1, "P", c.num_kv_heads, c.head_dim)
-    inputs = [TensorSpec(graph_io.INPUT_IDS, (1, "S"), "int64"), TensorSpec(graph_io.POSITION_IDS, (1, "S"), "int64")]
-    outputs = [TensorSpec(graph_io.LOGITS, (1, "S", c.vocab_size), "float32"),
-               TensorSpec(graph_io.HIDDEN_STATES, (1, "S", c.hidden_size), "float32")]
+    kv = ("B", "P", c.num_kv_heads, c.head_dim)
+    inputs = [TensorSpec(graph_io.INPUT_IDS, ("B", "S"), "int64"),
+              TensorSpec(graph_io.POSITION_IDS, ("B", "S"), "int64")]
+    outputs = [TensorSpec(graph_io.LOGITS, ("B", "S", c.vocab_size), "float32"),
+               TensorSpec(graph_io.HIDDEN_STATES, ("B", "S", c.hidden_size), "float32")]
     for i in range(c.num_layers):
         inputs += [TensorSpec(n, kv, "float32") for n in (graph_io.past_key(i), graph_io.past_value(i))]
-        outputs += [TensorSpec(n, (1, "S", c.num_kv_heads, c.head_dim), "float32")
+        outputs += [TensorSpec(n, ("B", "S", c.num_kv_heads, c.head_dim), "float32")
                     for n in (graph_io.new_key(i), graph_io.new_value(i))]
+    if past_lengths:
+        inputs.append(TensorSpec(graph_io.PAST_LENGTHS, ("B",), "int64"))
     return ModelEntry(
         role=role, architecture=c.architecture, config=f"{role}/config.json", decoder_config=c,
         vocab_size=c.vocab_size, eos_token_ids=tuple(c.eos_token_ids), bos_token_id=c.bos_token_id,
         num_parameters=num_parameters, onnx=f"{role}/model.onnx", onnx_data=f"{role}/model.onnx.data",
         dtype="float32", inputs=tuple(inputs), outputs=tuple(outputs),
-        profiles=profiles_for_model(c, max_seq_len, max_draft_tokens), validation=validation,
+        profiles=profiles_for_model(c, max_seq_len, max_draft_tokens, past_lengths=past_lengths),
+        validation=validation,
         source=source or {"format": "hf"},
     )
 
@@ -190,17 +198,21 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
         clean_portable_graph(onnx_path)
         done()
         has_logit_start = add_logit_start(onnx_path)
+        has_past_lengths = add_past_lengths_default(onnx_path)
         done = progress(f"validate {role} against PyTorch")
         stats = validate_onnx(decoder, onnx_path, role_shapes, tolerance)
         if has_logit_start:
             validate_logit_start(decoder, onnx_path, tolerance=tolerance)
+        if has_past_lengths:
+            stats["batched"] = validate_past_lengths(decoder, onnx_path, tolerance, *batched_shapes(max_seq_len))
         done()
         for name in ("config.json", "generation_config.json"):
             if (ck.path / name).exists():
                 shutil.copy2(ck.path / name, tmp / role / name)
-        entry = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params, sources[role])
-        graphs = {"portable": GraphVariant(entry.onnx, entry.onnx_data,
-                                           optional_inputs=("logit_start",) if has_logit_start else ())}
+        entry = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params, sources[role],
+                            past_lengths=has_past_lengths)
+        optional = (("logit_start",) if has_logit_start else ()) + ((graph_io.PAST_LENGTHS,) if has_past_lengths else ())
+        graphs = {"portable": GraphVariant(entry.onnx, entry.onnx_data, optional_inputs=optional)}
         skipped = None
         if ort_graph in ("fused", "both"):
             done = progress(f"build and validate {role}'s fused ONNX Runtime graph")

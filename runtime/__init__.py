@@ -9,10 +9,10 @@ Layer: above specrt.bundle and specrt.core; never imports specrt.compiler or spe
 
 from specrt.runtime.backends.ort.threads import share_thread_pool
 from specrt.runtime.constraint import ConstraintError, ConstraintSpec
-from specrt.runtime.generator import GenerationResult, Generator, load
+from specrt.runtime.generator import GenerationResult, Generator, load, open_batch_runner
 from specrt.runtime.request import GenerationRequest
 from specrt.runtime.sampling import SamplingParams
 from specrt.runtime.stats import GenerationStats
 
 __all__ = ["ConstraintError", "ConstraintSpec", "GenerationRequest", "GenerationResult", "GenerationStats", "Generator",
-           "SamplingParams", "load", "share_thread_pool"]
+           "SamplingParams", "load", "open_batch_runner", "share_thread_pool"]

@@ -76,6 +76,20 @@ def load(bundle: str | Path, backend: str = "auto", *, threads: int | None = Non
                      draft_device=draft_device, warmup=warmup, verify_checksums=verify_checksums)
 
 
+def open_batch_runner(bundle: str | Path, role: str = "target", backend: str = "ort-portable", *, max_batch: int = 8,
+                      threads: int | None = None, device: str | None = None, verify_checksums: bool = True):
+    """One model of a bundle as a `BatchRunner` (runtime/backends/batch.py): several sequences per pass on the
+    batched portable graph, "ort-portable" (ONNX Runtime, CPU) or "trt" (engines compiled with `--max-batch`).
+    The manifest and the checksums of the files it opens are checked first, as by `load`."""
+    check_threads(threads)
+    manifest = read_manifest(bundle, verify_checksums=False)
+    if role not in manifest.models:
+        raise InvalidArgument(f"the bundle has no {role!r} model (it has {', '.join(manifest.models)})")
+    if verify_checksums:
+        verify_files(manifest, backends.files_to_verify(manifest, backend))
+    return backends.create_batch_runner(manifest, role, backend, max_batch=max_batch, threads=threads, device=device)
+
+
 class Generator:
     """A loaded bundle: target (and draft) runners, tokenizer and per-method k policies.
 

@@ -1,9 +1,11 @@
 """The fixed graph I/O naming scheme (DESIGN.md, "Graph I/O"). TensorRT profiles and bindings key on it.
 
-inputs : input_ids [1, S] int64, position_ids [1, S] int64,
-         past_key.{i}, past_value.{i} [1, P, Hkv, D]         (i = 0 .. L-1)
-outputs: logits [1, S, V] fp32, hidden_states [1, S, hidden],
-         new_key.{i}, new_value.{i} [1, S, Hkv, D]            (only the S new rows)
+inputs : input_ids [B, S] int64, position_ids [B, S] int64,
+         past_key.{i}, past_value.{i} [B, P, Hkv, D]         (i = 0 .. L-1)
+         (+ optional inputs with defaults: logit_start, past_lengths [B]; below)
+outputs: logits [B, S, V] fp32, hidden_states [B, S, hidden],
+         new_key.{i}, new_value.{i} [B, S, Hkv, D]            (only the S new rows)
+B is 1 in bundles written before the batched portable graph (docs/batching.md, "TensorRT").
 """
 
 from __future__ import annotations
@@ -44,8 +46,12 @@ def output_names(num_layers: int) -> list[str]:
     return names
 
 
-# --- the portable graph's optional input (compiler/logit_rows.py) ---------------------------------------
+# --- the portable graph's optional inputs (compiler/logit_rows.py, compiler/past_lengths.py) ---------------
 LOGIT_START = "logit_start"  # [1] int64, default 0: logits for rows [logit_start, S) of the new tokens
+# [B] int64: sequence b's valid past rows; rows [L_b, P) of its past are masked and its new tokens sit at positions
+# L_b.. (several sequences of different lengths in one pass). Default [INT64_MAX]: every past row (batch 1 as always).
+PAST_LENGTHS = "past_lengths"
+ALL_ROWS = (1 << 63) - 1  # a past_lengths entry meaning "every past row": the input's default
 
 # --- the fused ONNX Runtime variant (compiler/fused_graph.py): one KV buffer per layer, past == present --
 SEQLENS_K = "seqlens_k"  # [1] int32: total length after this call - 1

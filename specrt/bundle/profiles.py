@@ -31,35 +31,62 @@ def profile_ranges(max_seq_len: int, max_draft_tokens: int, max_prefill: int | N
     }
 
 
-def profiles_for_model(config: Any, max_seq_len: int, max_draft_tokens: int) -> dict[str, Any]:
-    """Per phase, per input name: {"min": shape, "opt": shape, "max": shape}."""
+def batch_ranges(max_batch: int) -> dict[str, tuple[int, int, int]]:
+    """(min, opt, max) of B (sequences per pass) per phase: batch-1 bundles keep (1, 1, 1); with a batch,
+    decode and verify are optimised for a full batch, prefill for one prompt (chunks of several prompts fit)."""
+    n = max_batch
+    return {"prefill": (1, 1, n), "decode": (1, n, n), "verify": (1, n, n)}
+
+
+def profiles_for_model(config: Any, max_seq_len: int, max_draft_tokens: int, max_batch: int = 1,
+                       past_lengths: bool = False) -> dict[str, Any]:
+    """Per phase, per input name: {"min": shape, "opt": shape, "max": shape}. `max_batch` > 1: every phase
+    takes 1..max_batch sequences; a batched pass binds each slot's whole past block (P = max_seq_len - 1, the
+    batch runner's static cache: runtime/backends/batch.py), so verify's P range reaches it too.
+    `past_lengths`: the graph has the `past_lengths [B]` input (compiler/past_lengths.py)."""
+    if max_batch < 1:
+        raise ValueError(f"max_batch must be >= 1, got {max_batch}")
     out: dict[str, Any] = {}
     kv = (config.num_kv_heads, config.head_dim)
+    batches = batch_ranges(max_batch)
     for phase, r in profile_ranges(max_seq_len, max_draft_tokens).items():
+        if max_batch > 1:
+            r = dict(r, P=(r["P"][0], r["P"][1], max_seq_len - 1))
         shapes: dict[str, Any] = {}
         for which, idx in (("min", 0), ("opt", 1), ("max", 2)):
-            s, p = r["S"][idx], r["P"][idx]
-            shapes.setdefault(graph_io.INPUT_IDS, {})[which] = [1, s]
-            shapes.setdefault(graph_io.POSITION_IDS, {})[which] = [1, s]
+            s, p, b = r["S"][idx], r["P"][idx], batches[phase][idx] if max_batch > 1 else 1
+            shapes.setdefault(graph_io.INPUT_IDS, {})[which] = [b, s]
+            shapes.setdefault(graph_io.POSITION_IDS, {})[which] = [b, s]
             for i in range(config.num_layers):
                 for name in (graph_io.past_key(i), graph_io.past_value(i)):
-                    shapes.setdefault(name, {})[which] = [1, p, *kv]
+                    shapes.setdefault(name, {})[which] = [b, p, *kv]
+            if past_lengths:
+                shapes.setdefault(graph_io.PAST_LENGTHS, {})[which] = [b]
         out[phase] = shapes
     return out
 
 
-def phase_in_profiles(profiles: dict[str, Any], new_tokens: int, past_len: int) -> str:
-    """Which recorded profile ({phase: {input: {min, opt, max}}}, most specific first) covers a call with
-    S new tokens at past length P (ValueError if none)."""
+def profiles_max_batch(profiles: dict[str, Any]) -> int:
+    """The largest batch the recorded profiles take (1 for bundles without a batch range)."""
+    return min(p[graph_io.INPUT_IDS]["max"][0] for p in profiles.values())
+
+
+def phase_in_profiles(profiles: dict[str, Any], new_tokens: int, past_len: int, batch: int = 1) -> str:
+    """Which recorded profile ({phase: {input: {min, opt, max}}}, most specific first) covers a call of `batch`
+    sequences with S new tokens at past length P (ValueError if none)."""
     for phase in [p for p in PHASE_PREFERENCE if p in profiles] + [p for p in profiles if p not in PHASE_PREFERENCE]:
         ids, past = profiles[phase][graph_io.INPUT_IDS], profiles[phase].get(graph_io.past_key(0))
-        ok = ids["min"][1] <= new_tokens <= ids["max"][1]
+        ok = ids["min"][1] <= new_tokens <= ids["max"][1] and ids["min"][0] <= batch <= ids["max"][0]
         if past is not None:
             ok = ok and past["min"][1] <= past_len <= past["max"][1]
         if ok:
             return phase
-    ranges = ", ".join(f"{ph}: S {v[graph_io.INPUT_IDS]['min'][1]}..{v[graph_io.INPUT_IDS]['max'][1]}"
+    batched = profiles_max_batch(profiles) > 1
+    ranges = ", ".join(f"{ph}: " + (f"B {v[graph_io.INPUT_IDS]['min'][0]}..{v[graph_io.INPUT_IDS]['max'][0]}, "
+                                    if batched else "")
+                       + f"S {v[graph_io.INPUT_IDS]['min'][1]}..{v[graph_io.INPUT_IDS]['max'][1]}"
                        + (f", P {v[graph_io.past_key(0)]['min'][1]}..{v[graph_io.past_key(0)]['max'][1]}"
                           if graph_io.past_key(0) in v else "")
                        for ph, v in profiles.items())
-    raise ValueError(f"no optimization profile covers S={new_tokens} new tokens at past length {past_len} ({ranges})")
+    what = f"{batch} sequences of " if batched or batch != 1 else ""
+    raise ValueError(f"no optimization profile covers {what}S={new_tokens} new tokens at past length {past_len} ({ranges})")

@@ -78,6 +78,7 @@ def attend(
     scale: float,
     window: int | None = None,
     softcap: float | None = None,
+    past_lengths: torch.Tensor | None = None,  # [B] int64: valid past rows per sequence (None: all P)
 ) -> torch.Tensor:  # -> [B, S, Hq * D]
     """Causal attention of S new queries over P past positions plus the S new positions.
 
@@ -86,6 +87,9 @@ def attend(
     new query i (row P + i) sees only keys at rows > P + i - window, in both blocks (transformers'
     `kv_idx > q_idx - sliding_window`); every row stays in the buffer, the mask hides the old ones.
     `softcap` applies cap * tanh(score / cap) before masking (Gemma's attention logit soft-capping).
+    `past_lengths` (a batch of sequences of different lengths in one pass, the batched portable graph): sequence
+    b's past is rows [0, L_b) of its block; rows [L_b, P) are hidden and its new query i sits at position L_b + i.
+    A length >= P means all P rows (the graph's default), so B = 1 without it computes what it always did.
     """
     b, s, hq, d = q.shape
     hkv = k_new.shape[2]
@@ -103,10 +107,19 @@ def attend(
     lowest = torch.finfo(scores_new.dtype).min
     hidden_new = col > row
     p_len = scores_past.shape[-1]
-    if window is not None:
-        hidden_new = hidden_new | (row - col >= window)
+    if past_lengths is not None:
+        past_col = torch.arange(p_len, device=q.device)[None, :]  # [1, P]: key row (= position)
+        valid = past_col < past_lengths[:, None]  # [B, P]
+        hidden_past = ~valid[:, None, None, :]  # [B, 1, 1, P]
+        if window is not None:
+            length = valid.sum(-1)[:, None, None, None]  # [B, 1, 1, 1]: min(L_b, P)
+            hidden_past = hidden_past | (row + length - past_col >= window)  # [B, 1, G*S, P]
+        scores_past = scores_past.masked_fill(hidden_past, lowest)
+    elif window is not None:
         past_col = torch.arange(p_len, device=q.device)[None, :]  # [1, P]: key row (= position)
         scores_past = scores_past.masked_fill(row + p_len - past_col >= window, lowest)
+    if window is not None:
+        hidden_new = hidden_new | (row - col >= window)
     scores_new = scores_new.masked_fill(hidden_new, lowest)
     probs = torch.softmax(torch.cat((scores_past, scores_new), dim=-1).float(), dim=-1).to(q.dtype)
     out = torch.matmul(probs[..., :p_len], v_past.transpose(1, 2)) + torch.matmul(

@@ -1,0 +1,129 @@
+"""`BatchRunner`: one compiled model with `max_batch` KV slots, several sequences per pass.
+
+The contract of the batch runners over the batched portable graph (`past_lengths [B]`, compiler/past_lengths.py):
+ONNX Runtime on the CPU (ort/batch_runner.py, the reference every test runs) and TensorRT (trt/batch_runner.py,
+its engines' profiles with a batch range: `specrt compile --engines trt --max-batch N`).
+
+    runner.forward_batch([ids_0, ..., ids_{B-1}])   # ids_b: [S_b] int64 for slot b, S_b >= 0
+        -> [logits_0 [S_0, V], ...]                   # one pass; each slot's rows as if it ran alone
+    runner.lengths          # [max_batch] positions cached per slot
+    runner.truncate(b, n)   # O(1) rollback of slot b (rejected drafts)
+    runner.reset(b)         # slot b empty, for a new request
+
+A pass runs slots [0, B): decodes (S_b = 1), verifies (k + 1) and prompt chunks of different sizes together,
+right-padded to S = max S_b (a padded row repeats the slot's last token and is never read back); a slot with
+S_b = 0 sits the pass out (one dummy row, nothing committed). The KV cache is static: per layer one buffer
+`[max_batch, max_seq_len - 1, Hkv, D]`, slot b's block always bound whole as its past (`past_key.{i}` is
+[B, max_seq_len - 1, Hkv, D], contiguous for slots [0, B)) with `past_lengths[b]` = its length masking the rest;
+the graph's S new rows per slot come out in a staging buffer and are copied to rows [L_b, L_b + S_b) of the slot
+(a copy proportional to S, not to the context; a row at position max_seq_len - 1 is never read again, so it is
+not kept). Attention reads each slot's whole block (masked), the price of one shape for every batch.
+Inputs are checked in Python (slot count, token range, context) before any native code runs.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Sequence
+
+import numpy as np
+
+from specrt.core.errors import InvalidArgument
+from specrt.models.config import DecoderConfig
+
+
+class BatchRunner(abc.ABC):
+    name: str = "?"
+
+    def __init__(self, config: DecoderConfig, max_batch: int, max_seq_len: int) -> None:
+        if max_batch < 1:
+            raise InvalidArgument(f"max_batch must be >= 1, got {max_batch}")
+        if max_seq_len < 2:
+            raise InvalidArgument(f"max_seq_len must be >= 2, got {max_seq_len}")
+        self.config, self.max_batch, self.max_seq_len = config, max_batch, max_seq_len
+        self.past_rows = max_seq_len - 1  # P of every pass: each slot's whole block
+        self.lengths = np.zeros(max_batch, np.int64)  # [max_batch]
+        self.hidden_states: list[np.ndarray] | None = None  # per slot [S_b, hidden] after a pass, when wanted
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def reset(self, slot: int) -> None:
+        self._slot(slot)
+        self.lengths[slot] = 0
+
+    def truncate(self, slot: int, length: int) -> None:
+        self._slot(slot)
+        if not 0 <= length <= self.lengths[slot]:
+            raise ValueError(f"cannot truncate slot {slot} of {self.lengths[slot]} positions to {length}")
+        self.lengths[slot] = length
+
+    def _slot(self, slot: int) -> None:
+        if not 0 <= slot < self.max_batch:
+            raise InvalidArgument(f"slot {slot} is outside 0..{self.max_batch - 1}")
+
+    def check(self, token_ids: Sequence[np.ndarray]) -> tuple[list[int], int]:
+        """(new tokens per slot, padded S) of a valid call; InvalidArgument naming the slot otherwise."""
+        b = len(token_ids)
+        if not 1 <= b <= self.max_batch:
+            raise InvalidArgument(f"forward_batch takes 1..{self.max_batch} slots, got {b}")
+        counts = []
+        for slot, ids in enumerate(token_ids):
+            ids = np.asarray(ids)
+            if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+                raise InvalidArgument(f"slot {slot}: token ids must be a 1-D integer array, got shape {ids.shape} "
+                                      f"{ids.dtype}")
+            if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+                raise InvalidArgument(f"slot {slot}: token id {int(ids.max() if ids.max() >= 0 else ids.min())} "
+                                      f"is outside the vocabulary [0, {self.vocab_size})")
+            if self.lengths[slot] + ids.size > self.max_seq_len:
+                raise InvalidArgument(f"slot {slot}: {ids.size} new token(s) at position {self.lengths[slot]} exceed "
+                                      f"the compiled context of {self.max_seq_len} tokens")
+            counts.append(int(ids.size))
+        if max(counts) == 0:
+            raise InvalidArgument("forward_batch needs at least one slot with new tokens")
+        return counts, max(counts)
+
+    def layout(self, token_ids: Sequence[np.ndarray], counts: list[int], s: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Right-padded (ids [B, S], positions [B, S], past_lengths [B]) of a checked call."""
+        b = len(token_ids)
+        ids = np.zeros((b, s), np.int64)
+        positions = np.zeros((b, s), np.int64)
+        for slot, (row, n) in enumerate(zip(token_ids, counts)):
+            length = int(self.lengths[slot])
+            if n:
+                ids[slot, :n] = row
+                ids[slot, n:] = row[-1]
+            last = min(length + max(n, 1) - 1, self.max_seq_len - 1)
+            positions[slot] = np.minimum(np.arange(length, length + s), last)
+        return ids, positions, self.lengths[:b].copy()
+
+    def forward_batch(self, token_ids: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """One pass over slots [0, len(token_ids)); see the module docstring. Returns each slot's logits
+        [S_b, V] (views valid until the next call)."""
+        counts, s = self.check(token_ids)
+        ids, positions, lengths = self.layout(token_ids, counts, s)
+        logits = self._run(ids, positions, lengths)  # [B, S, V]
+        self._commit(lengths, counts)
+        self.lengths[:len(counts)] += counts
+        return [logits[b, :n] for b, n in enumerate(counts)]
+
+    @abc.abstractmethod
+    def _run(self, ids: np.ndarray, positions: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """One graph pass over slots [0, B) (past = each slot's whole block, `past_lengths` = lengths); the S new
+        key/value rows per slot land in the runner's staging buffers. Returns logits [B, S, V] on the host; sets
+        `hidden_states` ([S_b, hidden] per slot) when the runner wants them."""
+
+    @abc.abstractmethod
+    def _commit(self, lengths: np.ndarray, counts: list[int]) -> None:
+        """Copy each slot's staged rows [0, counts[b]) to its rows [lengths[b], lengths[b] + counts[b]) (rows at
+        or past `past_rows` are dropped: never read again)."""
+
+    def kept_rows(self, length: int, n: int) -> int:
+        """How many of a slot's n new rows, starting at row `length`, fit its block."""
+        return max(0, min(n, self.past_rows - length))
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "max_batch": self.max_batch, "max_seq_len": self.max_seq_len}
