@@ -98,6 +98,7 @@ class EngineSpec:
     builder_optimization_level: int | None = None  # 0-5
     timing_cache: Path | None = None  # default <bundle>.timing-cache
     gpu_memory_budget: int | None = None  # bytes: refuse before building when both models do not fit
+    max_batch: int = 1  # --max-batch: sequences per pass the engines' profiles take (bundle/profiles.py)
 
     def __post_init__(self) -> None:
         _choice(self.kind, "--engines", ENGINE_KINDS)
@@ -109,6 +110,11 @@ class EngineSpec:
             value = getattr(self, name)
             if value is not None and _int(value, flag) <= 0:
                 raise InvalidArgument(f"{flag} must be a positive size, got {value}")
+        if not 1 <= _int(self.max_batch, "--max-batch") <= 256:
+            raise InvalidArgument(f"--max-batch must be in [1, 256], got {self.max_batch}")
+        if self.max_batch > 1 and self.kind != "trt":
+            raise InvalidArgument("--max-batch is the batch range of TensorRT engines (add --engines trt); ONNX Runtime "
+                                  "bundles batch at run time (specrt serve --max-batch)")
         level = self.builder_optimization_level
         if level is not None and not 0 <= _int(level, "--builder-optimization-level") <= 5:
             raise InvalidArgument(f"--builder-optimization-level must be in [0, 5], got {level}")
@@ -117,7 +123,7 @@ class EngineSpec:
     def options(self) -> dict[str, Any]:
         """The option dict of compiler/trt/compile_steps.py (keys: its OPTION_NAMES)."""
         names = ("precision", "ptq_method", "hardware_compat", "version_compatible", "workspace",
-                 "builder_optimization_level", "timing_cache", "gpu_memory_budget")
+                 "builder_optimization_level", "timing_cache", "gpu_memory_budget", "max_batch")
         return {"engines": self.kind} | {n: getattr(self, n) for n in names}
 
 

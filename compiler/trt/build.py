@@ -26,6 +26,7 @@ from specrt.compiler.trt.ptq import PTQ_PRECISIONS
 
 HW_COMPAT = {"none": "NONE", "ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}
 PHASE_ORDER = ("prefill", "decode", "verify")  # optimization profile index = position here
+MAX_ENGINE_BATCH = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,8 +37,11 @@ class BuildOptions:
     workspace: int = DEFAULT_WORKSPACE  # bytes, MemoryPoolType.WORKSPACE limit
     builder_optimization_level: int | None = None  # 0..5, TensorRT's default (3) when None
     timing_cache: Path | None = None
+    max_batch: int = 1  # sequences per pass the profiles take (1: the batch-1 profiles of every bundle)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.max_batch, int) or not 1 <= self.max_batch <= MAX_ENGINE_BATCH:
+            raise InvalidArgument(f"--max-batch must be in 1..{MAX_ENGINE_BATCH}, got {self.max_batch!r}")
         if self.precision not in PRECISIONS + PTQ_PRECISIONS:
             raise InvalidArgument(f"--precision {self.precision!r}: choose one of "
                                   f"{', '.join(PRECISIONS + PTQ_PRECISIONS)}")
@@ -165,6 +169,25 @@ def half_precision(precision: str) -> str | None:
     return None if precision == "fp32" else "fp16" if precision in PTQ_PRECISIONS else precision
 
 
+def trt_input_graph(onnx_path: Path, scratch: Path, max_batch: int = 1) -> Path:
+    """The graph TensorRT parses: `past_lengths` as a real input (TensorRT takes an input with a default as a
+    constant; compiler/past_lengths.py), so the engine runs several sequences of different lengths per pass.
+    A batched build (max_batch > 1) needs a graph that reads it (InvalidArgument otherwise)."""
+    import onnx
+
+    from specrt.bundle.graph_io import PAST_LENGTHS
+    from specrt.compiler.past_lengths import graph_without_default
+
+    src = graph_without_default(onnx_path, scratch)
+    if max_batch > 1:
+        model = onnx.load(str(src), load_external_data=False)
+        if not any(PAST_LENGTHS in node.input for node in model.graph.node):
+            raise InvalidArgument(f"--max-batch {max_batch}: {Path(onnx_path).name} does not read {PAST_LENGTHS} "
+                                  "(a graph from before batched passes, or a quantizer folded it away): batched "
+                                  "engines need the batched portable graph; use --max-batch 1")
+    return src
+
+
 def build_engine(trt, onnx_path: Path, engine_path: Path, profiles: dict[str, Any], options: BuildOptions) -> None:
     """fp32 ONNX graph (a Q/DQ graph for int8 / fp8 / int4) -> (half ONNX graph) -> engine file at
     `engine_path`; updates the timing cache."""
@@ -175,6 +198,7 @@ def build_engine(trt, onnx_path: Path, engine_path: Path, profiles: dict[str, An
         half = half_precision(options.precision)
         if half is not None:
             src = half_onnx_from_fp32(onnx_path, Path(tmp) / f"model.{options.precision}.onnx", half)
+        src = trt_input_graph(src, Path(tmp) / "model.trt-input.onnx", options.max_batch)
         builder, network, _parser = network_from_onnx(trt, src, logger)
         config = config_for_profiles(trt, builder, network, profiles, options)
         plan = engine_from_network(builder, network, config, lines)

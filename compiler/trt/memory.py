@@ -77,10 +77,12 @@ def activation_bytes(c: Mapping[str, Any], max_seq_len: int, b: int) -> int:
 
 
 def model_row(role: str, c: Mapping[str, Any], weights_bytes: int, precision: str, max_seq_len: int,
-              max_draft_tokens: int, workspace: int | None = None, device: str = "cuda:0") -> dict[str, Any]:
+              max_draft_tokens: int, workspace: int | None = None, device: str = "cuda:0",
+              max_batch: int = 1) -> dict[str, Any]:
+    """One model's memory on one device; `max_batch` slots of KV cache (the batch runner's static blocks)."""
     b = dtype_bytes(precision)
     row = {"device": device, "model": role, "precision": precision, "weights_bytes": int(weights_bytes),
-           "kv_cache_bytes": kv_cache_bytes(c, max_seq_len, max_draft_tokens, b),
+           "kv_cache_bytes": max_batch * kv_cache_bytes(c, max_seq_len, max_draft_tokens, b),
            "workspace_bytes": int(DEFAULT_WORKSPACE if workspace is None else workspace),
            "activation_bytes": activation_bytes(c, max_seq_len, b)}
     row["total_bytes"] = sum(v for k, v in row.items() if k.endswith("_bytes"))

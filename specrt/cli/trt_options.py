@@ -55,6 +55,10 @@ _OPTIONS = [
                  help="TensorRT timing cache file (default: <bundle>.timing-cache next to the bundle)."),
     click.option("--gpu-memory-budget", type=SizeType(), default=None,
                  help="Refuse before building when both models do not fit, e.g. 20GiB."),
+    click.option("--max-batch", type=click.IntRange(1, 256), default=1, show_default=True,
+                 help="Sequences per pass the engines take: prefill / decode / verify profiles with a batch range "
+                      "1..N (the batched portable graph; Python: open_batch_runner(bundle, backend='trt')). "
+                      "Needs --engines trt."),
 ]
 
 

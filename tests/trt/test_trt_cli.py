@@ -39,11 +39,12 @@ def test_options_arrive_as_one_dict():
     seen: dict = {}
     res = CliRunner().invoke(make_command(seen), ["--engines", "trt", "--precision", "bf16", "--hardware-compat",
                                                   "ampere-plus", "--version-compatible", "--workspace", "4GiB",
-                                                  "--builder-optimization-level", "5", "--gpu-memory-budget", "20GiB"])
+                                                  "--builder-optimization-level", "5", "--gpu-memory-budget", "20GiB",
+                                                  "--max-batch", "8"])
     assert res.exit_code == 0, res.output
     assert seen == {"engines": "trt", "precision": "bf16", "ptq_method": None, "hardware_compat": "ampere-plus",
                     "version_compatible": True, "workspace": 4 * 2**30, "builder_optimization_level": 5,
-                    "timing_cache": None, "gpu_memory_budget": 20 * 2**30}
+                    "timing_cache": None, "gpu_memory_budget": 20 * 2**30, "max_batch": 8}
 
 
 def test_defaults_and_bad_values():
@@ -51,7 +52,7 @@ def test_defaults_and_bad_values():
     assert CliRunner().invoke(make_command(seen), []).exit_code == 0
     assert seen["engines"] == "none" and seen["precision"] == "fp32" and seen["workspace"] is None
     for bad in (["--workspace", "lots"], ["--builder-optimization-level", "9"], ["--precision", "int2"],
-                ["--ptq-method", "gptq"]):
+                ["--ptq-method", "gptq"], ["--max-batch", "0"]):
         res = CliRunner().invoke(make_command({}), bad)
         assert res.exit_code == 2, (bad, res.output)
 

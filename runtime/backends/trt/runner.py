@@ -45,11 +45,12 @@ def trt_unavailable_reason(manifest, device: str = "cuda:0") -> str | None:
     return None
 
 
-class TrtRunner(Runner):
-    name = "trt"
+class TrtEngine:
+    """The part both TensorRT runners share (this one and trt/batch_runner.py): the checked engine of one model,
+    its CUDA stream and one execution context per optimization profile (a shared scratch buffer)."""
 
-    def __init__(self, manifest, role: str, config: DecoderConfig, capacity: int, device: str = "cuda:0",
-                 want_hidden: bool = False) -> None:
+    def _open_engine(self, manifest, role: str, config: DecoderConfig, device: str, want_hidden: bool):
+        """Deserialize and check `role`'s engine; returns the tensorrt module and the torch dtype of its KV."""
         import torch
 
         trt = import_trt()
@@ -75,26 +76,16 @@ class TrtRunner(Runner):
             self._check_io(trt, role)
             self.stream = torch.cuda.Stream(self.device)
             self.contexts = self._create_contexts(trt, list(entry.profiles))
-            c = config
-            self.cache = KVCache(c.num_layers, capacity, c.num_kv_heads, c.head_dim,
-                                 lambda shape: torch.zeros(shape, dtype=dtype, device=self.device),
-                                 element_size=torch.finfo(dtype).bits // 8)
-            max_s = max(p[graph_io.INPUT_IDS]["max"][1] for p in self.profiles.values())
-            self._ids = torch.zeros((1, max_s), dtype=torch.int64, device=self.device)  # [1, S_max]
-            self._positions = torch.arange(capacity, dtype=torch.int64, device=self.device)[None]  # [1, capacity]
-            self._logits = torch.empty((1, max_s, c.vocab_size), dtype=torch.float32, device=self.device)
-            self._hidden = torch.empty((1, max_s, c.hidden_size), dtype=dtype, device=self.device)
-            self._ids_host = torch.empty((max_s,), dtype=torch.int64).pin_memory()  # [S_max]
-            self._logits_host = torch.empty((max_s, c.vocab_size), dtype=torch.float32).pin_memory()  # [S_max, V]
-            self._hidden_host = torch.empty((max_s, c.hidden_size), dtype=torch.float32)  # [S_max, hidden]
+        return trt, dtype
 
     def _check_io(self, trt, role: str) -> None:
         names = {self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)}
         n = self.config.num_layers
         expected = set(graph_io.input_names(n)) | set(graph_io.output_names(n))
-        if names != expected:
-            raise BundleError(f"engine {role} has I/O {sorted(names ^ expected)} that differ from the graph I/O "
-                              "naming scheme: recompile with --engines trt")
+        self.has_past_lengths = graph_io.PAST_LENGTHS in names  # engines built from the batched portable graph
+        if names - {graph_io.PAST_LENGTHS} != expected:
+            raise BundleError(f"engine {role} has I/O {sorted((names - {graph_io.PAST_LENGTHS}) ^ expected)} that "
+                              "differ from the graph I/O naming scheme: recompile with --engines trt")
 
     def _create_contexts(self, trt, phases: list[str]) -> dict[str, Any]:
         n = self.engine.num_optimization_profiles
@@ -122,6 +113,37 @@ class TrtRunner(Runner):
         self.stream.synchronize()
         return contexts
 
+    def _set_io(self, ctx, shapes: dict[str, tuple], addresses: dict[str, int], where: str) -> None:
+        for name, shape in shapes.items():
+            check_call(ctx.set_input_shape(name, shape), "set_input_shape", f"{name} {shape}, {where}")
+        for name, ptr in addresses.items():
+            check_call(ctx.set_tensor_address(name, ptr), "set_tensor_address", f"{name}, {where}")
+
+
+class TrtRunner(TrtEngine, Runner):
+    name = "trt"
+
+    def __init__(self, manifest, role: str, config: DecoderConfig, capacity: int, device: str = "cuda:0",
+                 want_hidden: bool = False) -> None:
+        import torch
+
+        _trt, dtype = self._open_engine(manifest, role, config, device, want_hidden)
+        with torch.cuda.device(self.device):
+            c = config
+            # past_lengths of a batched engine: one sequence whose every past row counts (the graph's default)
+            self._all_rows = torch.full((1,), graph_io.ALL_ROWS, dtype=torch.int64, device=self.device)
+            self.cache = KVCache(c.num_layers, capacity, c.num_kv_heads, c.head_dim,
+                                 lambda shape: torch.zeros(shape, dtype=dtype, device=self.device),
+                                 element_size=torch.finfo(dtype).bits // 8)
+            max_s = max(p[graph_io.INPUT_IDS]["max"][1] for p in self.profiles.values())
+            self._ids = torch.zeros((1, max_s), dtype=torch.int64, device=self.device)  # [1, S_max]
+            self._positions = torch.arange(capacity, dtype=torch.int64, device=self.device)[None]  # [1, capacity]
+            self._logits = torch.empty((1, max_s, c.vocab_size), dtype=torch.float32, device=self.device)
+            self._hidden = torch.empty((1, max_s, c.hidden_size), dtype=dtype, device=self.device)
+            self._ids_host = torch.empty((max_s,), dtype=torch.int64).pin_memory()  # [S_max]
+            self._logits_host = torch.empty((max_s, c.vocab_size), dtype=torch.float32).pin_memory()  # [S_max, V]
+            self._hidden_host = torch.empty((max_s, c.hidden_size), dtype=torch.float32)  # [S_max, hidden]
+
     def _bind(self, ctx, phase: str, s: int, p: int) -> None:
         c = self.config
         where = f"phase {phase}, S={s}, P={p}"
@@ -135,10 +157,10 @@ class TrtRunner(Runner):
             addresses[graph_io.past_key(i)], addresses[graph_io.past_value(i)] = k, v  # rows [0, P)
             addresses[graph_io.new_key(i)] = k + self.cache.row_offset(p)  # rows [P, P + S)
             addresses[graph_io.new_value(i)] = v + self.cache.row_offset(p)
-        for name, shape in shapes.items():
-            check_call(ctx.set_input_shape(name, shape), "set_input_shape", f"{name} {shape}, {where}")
-        for name, ptr in addresses.items():
-            check_call(ctx.set_tensor_address(name, ptr), "set_tensor_address", f"{name}, {where}")
+        if self.has_past_lengths:
+            shapes[graph_io.PAST_LENGTHS] = (1,)
+            addresses[graph_io.PAST_LENGTHS] = self._all_rows.data_ptr()
+        self._set_io(ctx, shapes, addresses, where)
 
     def _forward(self, token_ids: np.ndarray, p: int) -> np.ndarray:
         s = token_ids.size
