@@ -144,17 +144,23 @@ def create_runner(manifest, role: str, backend: str, *, capacity: int, max_short
     raise BackendUnavailable(f"backend {backend!r} is not available")
 
 
-BATCH_BACKENDS = ("ort-portable", "trt")  # the batch runners over the batched portable graph (backends/batch.py)
+BATCH_BACKENDS = ("ort-portable", "torch", "trt")  # the batch runners over the batched portable graph (backends/batch.py)
 
 
 def create_batch_runner(manifest, role: str, backend: str, *, max_batch: int, threads: int | None = None,
                         want_hidden: bool = False, device: str | None = None):
     """A `BatchRunner` (backends/batch.py) of `role` with `max_batch` slots: "ort-portable" (ONNX Runtime on the
-    CPU) or "trt" (the bundle's engine, built with `--max-batch` >= max_batch)."""
+    CPU), "torch" (the PyTorch reference, CPU or CUDA) or "trt" (the bundle's engine, built with `--max-batch` >=
+    max_batch)."""
     if backend not in BATCH_BACKENDS:
-        raise InvalidArgument(f"batched passes over the portable graph run on {' or '.join(BATCH_BACKENDS)}, "
+        raise InvalidArgument(f"batched passes over the portable graph run on {', '.join(BATCH_BACKENDS)}, "
                               f"not {backend!r} (the CPU's continuous batching: Generator.engine)")
     entry = manifest.models[role]
+    if backend == "torch":
+        from specrt.runtime.backends.pytorch.runner import TorchBatchRunner
+
+        return TorchBatchRunner(manifest.path(opened_graph(manifest, role, backend)), entry.decoder_config, max_batch,
+                                manifest.max_seq_len, device=device or "cpu", want_hidden=want_hidden)
     if backend == "trt":
         from specrt.runtime.backends.trt.batch_runner import TrtBatchRunner
 

@@ -119,7 +119,7 @@ def test_open_batch_runner_checks_the_bundle_and_refuses_graphs_without_past_len
     assert runner.describe()["backend"] == "ort-portable" and runner.max_batch == 2
     with pytest.raises(InvalidArgument, match="no 'draft' model"):
         open_batch_runner(portable_bundle, role="draft")
-    with pytest.raises(InvalidArgument, match="ort-portable or trt"):
+    with pytest.raises(InvalidArgument, match="ort-portable, torch, trt"):
         create_batch_runner(manifest, "target", "ort", max_batch=2)
     from specrt.runtime.backends.ort.batch_runner import OrtBatchRunner
 
@@ -128,3 +128,15 @@ def test_open_batch_runner_checks_the_bundle_and_refuses_graphs_without_past_len
         OrtBatchRunner(fused, manifest.models["target"].decoder_config, 2, MAX_SEQ)
     assert "past_lengths" in manifest.models["target"].graphs["portable"].optional_inputs
     assert manifest.models["target"].validation["batched"]["argmax_agree"] > 0
+
+
+def test_the_pytorch_reference_batch_runner_matches_onnx_runtime(manifest):
+    """Every backend of the batch contract follows the PyTorch reference: the same mixed passes on both."""
+    ort_runner = create_batch_runner(manifest, "target", "ort-portable", max_batch=3, threads=1)
+    torch_runner = create_batch_runner(manifest, "target", "torch", max_batch=3)
+    calls = [PROMPTS, [np.array([7], np.int64), np.zeros(0, np.int64), np.array([1, 2, 3, 4, 5], np.int64)],
+             [np.array([9], np.int64)] * 3]
+    for call in calls:
+        for got, ref in zip(torch_runner.forward_batch(call), ort_runner.forward_batch(call)):
+            np.testing.assert_allclose(got, ref, atol=1e-4, rtol=0)
+    assert (torch_runner.lengths == ort_runner.lengths).all()

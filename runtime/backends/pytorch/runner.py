@@ -18,7 +18,7 @@ from specrt.bundle.graph_io import PARAMETER_PREFIX, TRANSPOSED
 from specrt.models.config import DecoderConfig
 from specrt.runtime.kv_cache import KVCache
 from specrt.runtime.backends.base import Runner
-
+from specrt.runtime.backends.batch import BatchRunner
 
 
 def decoder_from_onnx(onnx_path: Path, config: DecoderConfig) -> Decoder:
@@ -79,3 +79,42 @@ class TorchRunner(Runner):
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "device": str(self.device), "torch": torch.__version__}
+
+
+class TorchBatchRunner(BatchRunner):
+    """The batch-runner contract (runtime/backends/batch.py) on the PyTorch reference: the decoder's own
+    `past_lengths` masking (models/layers.attend), slot blocks as torch tensors on `device` (CPU or CUDA)."""
+
+    name = "torch"
+
+    def __init__(self, onnx_path: Path, config: DecoderConfig, max_batch: int, max_seq_len: int, device: str = "cpu",
+                 want_hidden: bool = False, decoder: Decoder | None = None) -> None:
+        super().__init__(config, max_batch, max_seq_len)
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise BackendUnavailable(f"torch device {device!r} requested but CUDA is not available")
+        self.device, self.want_hidden = torch.device(device), want_hidden
+        self.decoder = (decoder or decoder_from_onnx(onnx_path, config)).to(self.device)
+        shape = (max_batch, self.past_rows, config.num_kv_heads, config.head_dim)
+        self.keys = [torch.zeros(shape, device=self.device) for _ in range(config.num_layers)]  # L x [N, P, Hkv, D]
+        self.values = [torch.zeros(shape, device=self.device) for _ in range(config.num_layers)]
+        self._new = None
+
+    @torch.inference_mode()
+    def _run(self, ids: np.ndarray, positions: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        b = ids.shape[0]
+        to = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
+        out = self.decoder(to(ids), to(positions), [k[:b] for k in self.keys], [v[:b] for v in self.values],
+                           to(lengths))
+        self._new = (out.new_keys, out.new_values)
+        self.hidden_states = [h.float().cpu().numpy() for h in out.hidden_states] if self.want_hidden else None
+        return out.logits.float().cpu().numpy()
+
+    @torch.inference_mode()
+    def _commit(self, lengths: np.ndarray, counts: list[int]) -> None:
+        if self.hidden_states is not None:
+            self.hidden_states = [h[:n] for h, n in zip(self.hidden_states, counts)]
+        for slot, (length, n) in enumerate(zip(lengths, counts)):
+            kept = self.kept_rows(int(length), n)
+            for caches, new in zip((self.keys, self.values), self._new):
+                for cache, rows in zip(caches, new):
+                    cache[slot, int(length):int(length) + kept] = rows[slot, :kept]
