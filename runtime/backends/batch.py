@@ -74,9 +74,10 @@ class BatchRunner(abc.ABC):
             if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
                 raise InvalidArgument(f"slot {slot}: token ids must be a 1-D integer array, got shape {ids.shape} "
                                       f"{ids.dtype}")
-            if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-                raise InvalidArgument(f"slot {slot}: token id {int(ids.max() if ids.max() >= 0 else ids.min())} "
-                                      f"is outside the vocabulary [0, {self.vocab_size})")
+            outside = ids[(ids < 0) | (ids >= self.vocab_size)] if ids.size else ids
+            if outside.size:
+                raise InvalidArgument(f"slot {slot}: token id {int(outside[0])} is outside the vocabulary "
+                                      f"[0, {self.vocab_size})")
             if self.lengths[slot] + ids.size > self.max_seq_len:
                 raise InvalidArgument(f"slot {slot}: {ids.size} new token(s) at position {self.lengths[slot]} exceed "
                                       f"the compiled context of {self.max_seq_len} tokens")

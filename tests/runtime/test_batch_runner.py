@@ -98,6 +98,7 @@ def test_context_boundary_and_bad_input_leave_the_runner_usable(manifest):
     bad_calls = {
         "exceed the compiled context": [np.array([1], np.int64)],
         "outside the vocabulary": [np.zeros(0, np.int64), np.array([10 ** 6], np.int64)],
+        "token id -1 is outside": [np.zeros(0, np.int64), np.array([3, -1], np.int64)],
         "1..2 slots": [np.array([1], np.int64)] * 3,
         "at least one slot": [np.zeros(0, np.int64)],
         "1-D integer": [np.zeros(0, np.int64), np.array([[1]], np.int64)],
