@@ -24,6 +24,7 @@ from specrt.bundle.graph_io import ALL_ROWS, PAST_LENGTHS
 from specrt.compiler.onnx_io import save_onnx
 from specrt.compiler.validate import Tolerance, _check_tensor, _Worst, check_logits, validation_session
 
+
 def has_past_lengths(model) -> bool:
     """True when the ONNX model (a ModelProto) has the `past_lengths` graph input."""
     return any(i.name == PAST_LENGTHS for i in model.graph.input)
@@ -53,13 +54,10 @@ def graph_without_default(onnx_path: Path, out_path: Path) -> Path:
     import onnx
 
     model = onnx.load(str(onnx_path), load_external_data=False)
-    kept = [t for t in model.graph.initializer if t.name != PAST_LENGTHS]
-    if len(kept) == len(model.graph.initializer):
+    if not any(t.name == PAST_LENGTHS for t in model.graph.initializer):
         return Path(onnx_path)
     model = onnx.load(str(onnx_path), load_external_data=True)
-    for t in list(model.graph.initializer):
-        if t.name == PAST_LENGTHS:
-            model.graph.initializer.remove(t)
+    model.graph.initializer.remove(next(t for t in model.graph.initializer if t.name == PAST_LENGTHS))
     return save_onnx(model, out_path)
 
 
@@ -88,14 +86,14 @@ def batched_shapes(max_seq_len: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return (min(9, seq - 1), mid, 0), (1, min(3, seq - mid), min(2, seq))
 
 
-def validate_past_lengths(decoder, onnx_path: Path, tolerance: Tolerance | None = None,
-                          lengths: tuple[int, ...] = (9, 4, 0), new_tokens: tuple[int, ...] = (1, 3, 2)) -> dict:
-    """One right-padded pass of len(lengths) sequences (a decode, a verify and a prefill, each at its own past
-    length) must give each sequence's real rows, within tolerance, as the PyTorch reference of that sequence
+def validate_past_lengths(decoder, onnx_path: Path, max_seq_len: int, tolerance: Tolerance | None = None) -> dict:
+    """One right-padded pass of three sequences (`batched_shapes`: a decode, a verify and a prefill, each at its own
+    past length) must give each sequence's real rows, within tolerance, as the PyTorch reference of that sequence
     alone (its own past, no padding). Raises ValidationError. Returns the worst-case stats."""
     import torch
 
     tol = tolerance or Tolerance()
+    lengths, new_tokens = batched_shapes(max_seq_len)
     c = decoder.config
     ids, pos, past, lens = batched_sample(decoder, list(lengths), list(new_tokens), seed=17)
     feeds = {graph_io.INPUT_IDS: ids.numpy(), graph_io.POSITION_IDS: pos.numpy(), PAST_LENGTHS: lens.numpy()}

@@ -31,7 +31,7 @@ from specrt.bundle.profiles import profiles_for_model
 from specrt.compiler.tokenizer_check import check_same_vocab, load_vocab
 from specrt.compiler.validate import Tolerance, validate_onnx, validation_shapes, window_shapes
 from specrt.compiler.logit_rows import add_logit_start, validate_logit_start
-from specrt.compiler.past_lengths import add_past_lengths_default, batched_shapes, validate_past_lengths
+from specrt.compiler.past_lengths import add_past_lengths_default, validate_past_lengths
 from specrt.compiler.portable_graph import clean_portable_graph
 from specrt.compiler.lean import lean_bundle
 from specrt.compiler.variants import fused_variant
@@ -204,7 +204,7 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
         if has_logit_start:
             validate_logit_start(decoder, onnx_path, tolerance=tolerance)
         if has_past_lengths:
-            stats["batched"] = validate_past_lengths(decoder, onnx_path, tolerance, *batched_shapes(max_seq_len))
+            stats["batched"] = validate_past_lengths(decoder, onnx_path, max_seq_len, tolerance)
         done()
         for name in ("config.json", "generation_config.json"):
             if (ck.path / name).exists():

@@ -22,6 +22,7 @@ from specrt.bundle.parts import MAX_DRAFT_TOKENS_LIMIT
 from specrt.core.errors import InvalidArgument
 from specrt.compiler.quantize import DEFAULT_BLOCK_SIZE, QUANT_TYPES, QuantizeConfig
 from specrt.compiler.tolerance import Tolerance
+from specrt.compiler.trt.compile_steps import MAX_BATCH_NEEDS_TRT, MAX_ENGINE_BATCH
 from specrt.compiler.trt.ptq import METHODS, PTQ_PRECISIONS
 
 ORT_GRAPHS = ("fused", "portable", "both")  # both: fused, and a quantized model keeps its quantized portable graph
@@ -110,11 +111,10 @@ class EngineSpec:
             value = getattr(self, name)
             if value is not None and _int(value, flag) <= 0:
                 raise InvalidArgument(f"{flag} must be a positive size, got {value}")
-        if not 1 <= _int(self.max_batch, "--max-batch") <= 256:
-            raise InvalidArgument(f"--max-batch must be in [1, 256], got {self.max_batch}")
+        if not 1 <= _int(self.max_batch, "--max-batch") <= MAX_ENGINE_BATCH:
+            raise InvalidArgument(f"--max-batch must be in [1, {MAX_ENGINE_BATCH}], got {self.max_batch}")
         if self.max_batch > 1 and self.kind != "trt":
-            raise InvalidArgument("--max-batch is the batch range of TensorRT engines (add --engines trt); ONNX Runtime "
-                                  "bundles batch at run time (specrt serve --max-batch)")
+            raise InvalidArgument(MAX_BATCH_NEEDS_TRT)
         level = self.builder_optimization_level
         if level is not None and not 0 <= _int(level, "--builder-optimization-level") <= 5:
             raise InvalidArgument(f"--builder-optimization-level must be in [0, 5], got {level}")

@@ -79,7 +79,8 @@ def load(bundle: str | Path, backend: str = "auto", *, threads: int | None = Non
 def open_batch_runner(bundle: str | Path, role: str = "target", backend: str = "ort-portable", *, max_batch: int = 8,
                       threads: int | None = None, device: str | None = None, verify_checksums: bool = True):
     """One model of a bundle as a `BatchRunner` (runtime/backends/batch.py): several sequences per pass on the
-    batched portable graph, "ort-portable" (ONNX Runtime, CPU) or "trt" (engines compiled with `--max-batch`).
+    batched portable graph, "ort-portable" (ONNX Runtime, CPU), "torch" (the PyTorch reference, CPU or CUDA) or
+    "trt" (engines compiled with `--max-batch`).
     The manifest and the checksums of the files it opens are checked first, as by `load`."""
     check_threads(threads)
     manifest = read_manifest(bundle, verify_checksums=False)

@@ -20,13 +20,13 @@ from typing import Any
 from specrt.bundle.parts import EngineEntry
 from specrt.core.errors import BackendError, InvalidArgument
 from specrt.core.trt import make_logger
+from specrt.compiler.trt.compile_steps import MAX_ENGINE_BATCH
 from specrt.compiler.trt.memory import DEFAULT_WORKSPACE
 from specrt.compiler.trt.precision import PRECISIONS, half_onnx_from_fp32
 from specrt.compiler.trt.ptq import PTQ_PRECISIONS
 
 HW_COMPAT = {"none": "NONE", "ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}
 PHASE_ORDER = ("prefill", "decode", "verify")  # optimization profile index = position here
-MAX_ENGINE_BATCH = 256
 
 
 @dataclasses.dataclass(frozen=True)

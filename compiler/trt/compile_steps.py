@@ -26,6 +26,9 @@ Step = Callable[[Path, ManifestDraft], None]  # (temporary bundle directory, the
 # the keys of `trt_options` (specrt/cli/trt_options.py defines one option per key)
 OPTION_NAMES = ("engines", "precision", "ptq_method", "hardware_compat", "version_compatible", "workspace",
                 "builder_optimization_level", "timing_cache", "gpu_memory_budget", "max_batch")
+MAX_ENGINE_BATCH = 256  # --max-batch's upper bound
+MAX_BATCH_NEEDS_TRT = ("--max-batch is the batch range of TensorRT engines (add --engines trt); ONNX Runtime bundles "
+                       "batch at run time (specrt serve --max-batch)")
 
 
 def build_options(options: dict[str, Any], bundle: Path | None = None):
@@ -116,16 +119,12 @@ def ptq_step(cfg: PTQConfig, options: dict[str, Any], results: dict[str, dict]) 
 
 
 def batched_entry(entry, max_seq_len: int, max_draft_tokens: int, max_batch: int):
-    """`entry` with profiles taking 1..max_batch sequences per pass (unchanged for max_batch 1)."""
-    from specrt.bundle import graph_io
+    """`entry` with profiles taking 1..max_batch sequences per pass (unchanged for max_batch 1). Whether the graph
+    can take them is checked where the graph is read (build.trt_input_graph)."""
     from specrt.bundle.profiles import profiles_for_model
 
     if max_batch <= 1:
         return entry
-    portable = (entry.graphs or {}).get("portable")
-    has = portable is not None and graph_io.PAST_LENGTHS in (portable.optional_inputs or ())
-    if not has:
-        raise InvalidArgument(f"--max-batch {max_batch}: the {entry.role} graph has no {graph_io.PAST_LENGTHS} input")
     return dataclasses.replace(entry, profiles=profiles_for_model(entry.decoder_config, max_seq_len, max_draft_tokens,
                                                                   max_batch=max_batch, past_lengths=True))
 
@@ -138,8 +137,7 @@ def trt_extra_steps(options: dict[str, Any], max_seq_len: int, max_draft_tokens:
         if options.get("ptq_method"):
             raise InvalidArgument("--ptq-method applies to --engines trt with --precision int8, fp8 or int4")
         if (options.get("max_batch") or 1) > 1:
-            raise InvalidArgument("--max-batch is the batch range of TensorRT engines (add --engines trt); ONNX Runtime "
-                                  "bundles batch at run time (specrt serve --max-batch)")
+            raise InvalidArgument(MAX_BATCH_NEEDS_TRT)
         if options.get("precision") in PTQ_PRECISIONS:
             raise InvalidArgument(f"--precision {options['precision']} is for TensorRT engines (add --engines trt); "
                                   "ONNX Runtime bundles quantize with --quantize int8|int4")
@@ -159,13 +157,13 @@ def trt_extra_steps(options: dict[str, Any], max_seq_len: int, max_draft_tokens:
             name = tmp.name.lstrip(".").split(".tmp-")[0]
             o = dataclasses.replace(o, timing_cache=tmp.parent / f"{name}.timing-cache")
         facts = installed_facts("cuda:0")
+        manifest.batch_size = o.max_batch
         for role, entry in list(manifest.models.items()):
             rel = f"{role}/model.{o.precision}.engine"
             src = tmp / (quantized[role]["qdq_onnx"] if role in quantized else entry.onnx)
             entry = manifest.models[role] = batched_entry(entry, manifest.max_seq_len, manifest.max_draft_tokens,
                                                           o.max_batch)
             build_engine(trt, src, tmp / rel, entry.profiles, o)
-            manifest.batch_size = o.max_batch
             manifest.engines[role] = engine_entry(role, rel, o, facts, quantized.get(role))
 
     return steps + [build_engines]

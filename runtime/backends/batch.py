@@ -106,25 +106,29 @@ class BatchRunner(abc.ABC):
         [S_b, V] (views valid until the next call)."""
         counts, s = self.check(token_ids)
         ids, positions, lengths = self.layout(token_ids, counts, s)
-        logits = self._run(ids, positions, lengths)  # [B, S, V]
-        self._commit(lengths, counts)
+        logits, hidden = self._run(ids, positions, lengths)  # [B, S, V], [B, S, hidden] or None
+        self._commit(*self.commit_index(lengths, counts))
         self.lengths[:len(counts)] += counts
+        self.hidden_states = None if hidden is None else [hidden[b, :n] for b, n in enumerate(counts)]
         return [logits[b, :n] for b, n in enumerate(counts)]
 
+    def commit_index(self, lengths: np.ndarray, counts: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(slot, cache row, staged row) per new row kept: slot b's staged rows [0, n_b) go to its rows
+        [L_b, L_b + n_b), except rows at or past `past_rows` (the last position's row: never read again)."""
+        kept = [max(0, min(n, self.past_rows - int(length))) for length, n in zip(lengths, counts)]
+        slots = np.repeat(np.arange(len(kept)), kept)
+        src = np.concatenate([np.arange(k) for k in kept])
+        return slots, lengths[slots] + src, src
+
     @abc.abstractmethod
-    def _run(self, ids: np.ndarray, positions: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    def _run(self, ids: np.ndarray, positions: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, Any]:
         """One graph pass over slots [0, B) (past = each slot's whole block, `past_lengths` = lengths); the S new
-        key/value rows per slot land in the runner's staging buffers. Returns logits [B, S, V] on the host; sets
-        `hidden_states` ([S_b, hidden] per slot) when the runner wants them."""
+        key/value rows per slot land in the runner's staging buffers. Returns (logits [B, S, V], hidden states
+        [B, S, hidden] or None when the runner does not want them), on the host."""
 
     @abc.abstractmethod
-    def _commit(self, lengths: np.ndarray, counts: list[int]) -> None:
-        """Copy each slot's staged rows [0, counts[b]) to its rows [lengths[b], lengths[b] + counts[b]) (rows at
-        or past `past_rows` are dropped: never read again)."""
-
-    def kept_rows(self, length: int, n: int) -> int:
-        """How many of a slot's n new rows, starting at row `length`, fit its block."""
-        return max(0, min(n, self.past_rows - length))
+    def _commit(self, slots: np.ndarray, rows: np.ndarray, src: np.ndarray) -> None:
+        """Per layer, keys and values: cache[slots, rows] = staged[slots, src] (`commit_index`)."""
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "max_batch": self.max_batch, "max_seq_len": self.max_seq_len}

@@ -54,7 +54,7 @@ def profiles_for_model(config: Any, max_seq_len: int, max_draft_tokens: int, max
             r = dict(r, P=(r["P"][0], r["P"][1], max_seq_len - 1))
         shapes: dict[str, Any] = {}
         for which, idx in (("min", 0), ("opt", 1), ("max", 2)):
-            s, p, b = r["S"][idx], r["P"][idx], batches[phase][idx] if max_batch > 1 else 1
+            s, p, b = r["S"][idx], r["P"][idx], batches[phase][idx]
             shapes.setdefault(graph_io.INPUT_IDS, {})[which] = [b, s]
             shapes.setdefault(graph_io.POSITION_IDS, {})[which] = [b, s]
             for i in range(config.num_layers):

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import click
 
-from specrt.compiler.trt.compile_steps import OPTION_NAMES
+from specrt.compiler.trt.compile_steps import MAX_ENGINE_BATCH, OPTION_NAMES
 from specrt.compiler.trt.memory import parse_size
 from specrt.compiler.trt.ptq import METHODS, PTQ_PRECISIONS
 from specrt.core.errors import InvalidArgument
@@ -55,7 +55,7 @@ _OPTIONS = [
                  help="TensorRT timing cache file (default: <bundle>.timing-cache next to the bundle)."),
     click.option("--gpu-memory-budget", type=SizeType(), default=None,
                  help="Refuse before building when both models do not fit, e.g. 20GiB."),
-    click.option("--max-batch", type=click.IntRange(1, 256), default=1, show_default=True,
+    click.option("--max-batch", type=click.IntRange(1, MAX_ENGINE_BATCH), default=1, show_default=True,
                  help="Sequences per pass the engines take: prefill / decode / verify profiles with a batch range "
                       "1..N (the batched portable graph; Python: open_batch_runner(bundle, backend='trt')). "
                       "Needs --engines trt."),

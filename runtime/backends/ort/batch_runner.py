@@ -52,20 +52,11 @@ class OrtBatchRunner(BatchRunner):
         except Exception as exc:
             raise BackendError(f"ONNX Runtime batched pass failed on {self.onnx_path} (B={b}, S={ids.shape[1]}): "
                                f"{one_line(exc)}") from None
-        self.hidden_states = [hidden[s] for s in range(b)] if self.want_hidden else None
-        return logits
+        return logits, hidden if self.want_hidden else None
 
-    def _commit(self, lengths: np.ndarray, counts: list[int]) -> None:
-        if self.hidden_states is not None:
-            self.hidden_states = [h[:n] for h, n in zip(self.hidden_states, counts)]
-        for slot, (length, n) in enumerate(zip(lengths, counts)):
-            kept = self.kept_rows(int(length), n)
-            if not kept:
-                continue
-            rows = slice(int(length), int(length) + kept)
-            for i in range(self.config.num_layers):
-                self.keys[i][slot, rows] = self._new[2 * i][slot, :kept]
-                self.values[i][slot, rows] = self._new[2 * i + 1][slot, :kept]
+    def _commit(self, slots: np.ndarray, rows: np.ndarray, src: np.ndarray) -> None:
+        for cache, staged in zip((c for kv in zip(self.keys, self.values) for c in kv), self._new):
+            cache[slots, rows] = staged[slots, src]
 
     def describe(self) -> dict[str, Any]:
         return super().describe() | {"provider": self.session.get_providers()[0], "threads": self.threads}

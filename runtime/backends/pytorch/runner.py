@@ -21,6 +21,12 @@ from specrt.runtime.backends.base import Runner
 from specrt.runtime.backends.batch import BatchRunner
 
 
+
+def check_torch_device(device: str) -> None:
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise BackendUnavailable(f"torch device {device!r} requested but CUDA is not available")
+
+
 def decoder_from_onnx(onnx_path: Path, config: DecoderConfig) -> Decoder:
     """Rebuild the PyTorch decoder from the named initializers of an exported graph."""
     import onnx
@@ -52,8 +58,7 @@ class TorchRunner(Runner):
 
     def __init__(self, onnx_path: Path, config: DecoderConfig, capacity: int, device: str = "cpu",
                  threads: int | None = None, want_hidden: bool = False, decoder: Decoder | None = None) -> None:
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise BackendUnavailable(f"torch device {device!r} requested but CUDA is not available")
+        check_torch_device(device)
         if threads:
             torch.set_num_threads(threads)
         self.config = config
@@ -90,8 +95,7 @@ class TorchBatchRunner(BatchRunner):
     def __init__(self, onnx_path: Path, config: DecoderConfig, max_batch: int, max_seq_len: int, device: str = "cpu",
                  want_hidden: bool = False, decoder: Decoder | None = None) -> None:
         super().__init__(config, max_batch, max_seq_len)
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise BackendUnavailable(f"torch device {device!r} requested but CUDA is not available")
+        check_torch_device(device)
         self.device, self.want_hidden = torch.device(device), want_hidden
         self.decoder = (decoder or decoder_from_onnx(onnx_path, config)).to(self.device)
         shape = (max_batch, self.past_rows, config.num_kv_heads, config.head_dim)
@@ -106,15 +110,11 @@ class TorchBatchRunner(BatchRunner):
         out = self.decoder(to(ids), to(positions), [k[:b] for k in self.keys], [v[:b] for v in self.values],
                            to(lengths))
         self._new = (out.new_keys, out.new_values)
-        self.hidden_states = [h.float().cpu().numpy() for h in out.hidden_states] if self.want_hidden else None
-        return out.logits.float().cpu().numpy()
+        return out.logits.float().cpu().numpy(), out.hidden_states.float().cpu().numpy() if self.want_hidden else None
 
     @torch.inference_mode()
-    def _commit(self, lengths: np.ndarray, counts: list[int]) -> None:
-        if self.hidden_states is not None:
-            self.hidden_states = [h[:n] for h, n in zip(self.hidden_states, counts)]
-        for slot, (length, n) in enumerate(zip(lengths, counts)):
-            kept = self.kept_rows(int(length), n)
-            for caches, new in zip((self.keys, self.values), self._new):
-                for cache, rows in zip(caches, new):
-                    cache[slot, int(length):int(length) + kept] = rows[slot, :kept]
+    def _commit(self, slots: np.ndarray, rows: np.ndarray, src: np.ndarray) -> None:
+        slots, rows, src = (torch.from_numpy(a).to(self.device) for a in (slots, rows, src))
+        for caches, new in zip((self.keys, self.values), self._new):
+            for cache, staged in zip(caches, new):
+                cache[slots, rows] = staged[slots, src]

@@ -103,29 +103,20 @@ class TrtBatchRunner(TrtEngine, BatchRunner):
             hidden = self._hidden[:b * s * c.hidden_size].view(b, s, c.hidden_size).float().cpu() \
                 if self.want_hidden else None
             self.stream.synchronize()
-        self.hidden_states = [hidden[slot].numpy() for slot in range(b)] if hidden is not None else None
         self._pass_shape = (b, s)
-        return self._logits_host[:n].numpy().reshape(b, s, c.vocab_size)
+        return self._logits_host[:n].numpy().reshape(b, s, c.vocab_size), None if hidden is None else hidden.numpy()
 
-    def _commit(self, lengths: np.ndarray, counts: list[int]) -> None:
+    def _commit(self, slots: np.ndarray, rows: np.ndarray, src: np.ndarray) -> None:
         torch, c = self._torch, self.config
         b, s = self._pass_shape
-        if self.hidden_states is not None:
-            self.hidden_states = [h[:n] for h, n in zip(self.hidden_states, counts)]
-        slots, rows, src = [], [], []
-        for slot, (length, n) in enumerate(zip(lengths, counts)):
-            kept = self.kept_rows(int(length), n)
-            slots += [slot] * kept
-            rows += range(int(length), int(length) + kept)
-            src += range(kept)
-        if not slots:
+        if not slots.size:
             return
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-            index = torch.tensor([slots, rows, src], dtype=torch.int64).to(self.device, non_blocking=True)
+            slots, rows, src = (torch.from_numpy(a).to(self.device, non_blocking=True) for a in (slots, rows, src))
             for i in range(c.num_layers):
                 for cache, staged in ((self.keys[i], self._new_k[i]), (self.values[i], self._new_v[i])):
                     new = staged[:b * s * c.num_kv_heads * c.head_dim].view(b, s, c.num_kv_heads, c.head_dim)
-                    cache[index[0], index[1]] = new[index[0], index[2]]
+                    cache[slots, rows] = new[slots, src]
             self.stream.synchronize()
 
     def describe(self) -> dict[str, Any]:
