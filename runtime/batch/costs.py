@@ -4,7 +4,7 @@ Measured: seconds of a batched one-token pass of b = 1..max_batch sequences (bes
 one-sequence pass of s tokens (the generator's load-time verify timings), of one drafted token, and of a packed
 pass (runtime/batch/packed.py) over a small grid of sequences x rows each (interpolated by `CostTable.t_packed`). Cached as JSON
 under `$SPECRT_CACHE/batch-costs/` keyed by the target graph (path, size, mtime), threads, max_batch, the ONNX
-Runtime version and the CPU (model name, core count), so a server restart skips the measurement; a changed graph,
+Runtime version, the CPU (model name, core count) and the packed graphs' slot counts, so a server restart skips the measurement; a changed graph,
 runtime or machine measures again. SPECRT_REMEASURE=1 ignores the cache (e.g. after a run on a loaded machine).
 """
 
@@ -36,11 +36,13 @@ def _cpu_name() -> str:
 def cache_key(gen, max_batch: int) -> str:
     import onnxruntime
 
+    from specrt.runtime.batch.packed import packed_sizes
+
     target = gen.target
     st = Path(target.onnx_path).stat()
     ident = [str(Path(target.onnx_path).resolve()), st.st_size, st.st_mtime_ns, target.threads, max_batch,
              onnxruntime.__version__, _cpu_name(), os.cpu_count(),
-             str(getattr(gen.draft, "onnx_path", "")) if gen.draft is not None else ""]
+             str(getattr(gen.draft, "onnx_path", "")) if gen.draft is not None else "", packed_sizes(max_batch)]
     return hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:24]
 
 

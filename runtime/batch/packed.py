@@ -9,9 +9,16 @@ a one-token decode; `min_rows` padding in attention only, see `run`). The caller
 A slot without rows in a call runs its attention node on a zero row against a scratch buffer (its region is never
 touched). The slot bindings change only when the set of regions in the calls changes; the per-call inputs are
 written into bound or freshly bound small arrays.
+
+Those idle slots are not free: each runs one attention node per layer (SmolLM2, 2 regions in use: a pass on the
+8-slot graph 7.7 ms int4 / 16.4 ms fp32, on a 2-slot graph 6.1 / 14.7 ms). So a pool keeps packed graphs of
+several slot counts (`PackedPasses`, `packed_sizes`: max_batch halved down to 2) and a call runs on the smallest
+one that covers its regions; regions in use are a prefix [0, used), so that is the smallest covering `used`.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -23,12 +30,63 @@ from specrt.runtime.backends.ort.packed_graph import (IN_ROWS, OUT_ROWS, SLOT_SE
 from specrt.runtime.backends.ort.runner import binding_runner, import_ort, one_line
 
 
+PACKED_SIZES_ENV = "SPECRT_PACKED_SIZES"  # e.g. "8" (one graph: less memory) or "2,4,8"
+
+
+def packed_sizes(max_batch: int) -> list[int]:
+    """Slot counts of the packed graphs a pool of `max_batch` regions keeps, ascending: max_batch halved while >= 2
+    (8 -> [2, 4, 8]), or SPECRT_PACKED_SIZES (comma-separated counts; max_batch is always added). Each graph is
+    one more ONNX Runtime session over the same weights file (measured on SmolLM2, the 4- and 2-slot graphs
+    beside the 8-slot one: ~+120 MiB resident int4, ~+210 MiB fp32)."""
+    from specrt.core.errors import InvalidArgument
+
+    text = os.environ.get(PACKED_SIZES_ENV, "").strip()
+    if text:
+        try:
+            sizes = {int(x) for x in text.split(",") if x.strip()}
+        except ValueError:
+            raise InvalidArgument(f"{PACKED_SIZES_ENV} must be comma-separated slot counts, got {text!r}") from None
+        if any(n < 1 for n in sizes):
+            raise InvalidArgument(f"{PACKED_SIZES_ENV} slot counts must be >= 1, got {text!r}")
+        return sorted({n for n in sizes if n < max_batch} | {max_batch})
+    sizes, n = [], max_batch
+    while n >= 2 or not sizes:
+        sizes.append(n)
+        n //= 2
+    return sorted(sizes)
+
+
+class PackedPasses:
+    """The packed graphs of several slot counts over one pool (`packed_sizes`); `run` takes the smallest graph that
+    covers the calls' regions. Every graph binds slot s to the pool's region s, so the choice changes nothing but
+    the idle slots' cost (each graph gives a call the rows of the call alone)."""
+
+    def __init__(self, pool, sizes: list[int], threads: int | None = None, alternating: bool = False) -> None:
+        self.sizes = sizes
+        self.passes = [PackedPass(pool, threads, alternating, slots=n) for n in sizes]
+
+    @property
+    def session(self):
+        """The largest graph's session."""
+        return self.passes[-1].session
+
+    @property
+    def sessions(self) -> list:
+        return [p.session for p in self.passes]
+
+    def run(self, calls: list[tuple]) -> list[np.ndarray]:
+        """`PackedPass.run` on the smallest graph covering the highest region of `calls`."""
+        top = max((call[0] for call in calls), default=0)
+        return next((p for p in self.passes if top < p.n), self.passes[-1]).run(calls)
+
+
 class PackedPass:
-    def __init__(self, pool, threads: int | None = None, alternating: bool = False) -> None:
+    def __init__(self, pool, threads: int | None = None, alternating: bool = False, slots: int | None = None) -> None:
         """`alternating`: a draft model's session runs between this one's passes (as for the target's own session:
-        the pool threads stop spinning at the end of a run, `cpu_session`)."""
+        the pool threads stop spinning at the end of a run, `cpu_session`). `slots`: the graph's slot count
+        (default the pool's max_batch); slot s is region s."""
         c = pool.config
-        self.pool, self.config, self.n = pool, c, pool.max_batch
+        self.pool, self.config, self.n = pool, c, slots or pool.max_batch
         ort = import_ort()
         try:
             self.session = packed_session(ort, pool.onnx_path, self.n, threads, alternating)

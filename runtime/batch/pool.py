@@ -82,11 +82,12 @@ class RegionPool:
                             (c.num_kv_heads, c.head_dim))
 
     def packed(self):
-        """The `PackedPass` over this pool's regions (runtime/batch/packed.py), built on first use."""
+        """The packed passes over this pool's regions (`PackedPasses`, runtime/batch/packed.py: graphs of
+        `packed_sizes(max_batch)` slots), built on first use."""
         if self._packed is None:
-            from specrt.runtime.batch.packed import PackedPass
+            from specrt.runtime.batch.packed import PackedPasses, packed_sizes
 
-            self._packed = PackedPass(self, self.threads, self.alternating)
+            self._packed = PackedPasses(self, packed_sizes(self.max_batch), self.threads, self.alternating)
         return self._packed
 
     def kv_bytes_per_slot(self) -> int:

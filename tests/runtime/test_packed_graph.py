@@ -54,3 +54,46 @@ def test_packed_pass_equals_each_call_alone(fused):
     run({1: prompts[1][7:], 2: prompts[2], 0: np.array([5])})  # prefill with a past, prefill, one-token decode
     run({0: np.array([6, 7, 8]), 1: np.array([9]), 2: np.array([1, 2]), 3: np.array([3, 4, 5, 6])})  # verify passes
     assert runners[1].length > GEMMA3_WINDOW * 2
+
+
+def test_packed_sizes(monkeypatch):
+    from specrt.core.errors import InvalidArgument
+    from specrt.runtime.batch.packed import PACKED_SIZES_ENV, packed_sizes
+
+    monkeypatch.delenv(PACKED_SIZES_ENV, raising=False)
+    assert packed_sizes(8) == [2, 4, 8]
+    assert packed_sizes(6) == [3, 6]
+    assert packed_sizes(1) == [1]
+    monkeypatch.setenv(PACKED_SIZES_ENV, "8")
+    assert packed_sizes(8) == [8]
+    monkeypatch.setenv(PACKED_SIZES_ENV, "3, 16")  # counts above max_batch are dropped, max_batch always kept
+    assert packed_sizes(8) == [3, 8]
+    for bad in ("two", "0,8"):
+        monkeypatch.setenv(PACKED_SIZES_ENV, bad)
+        with pytest.raises(InvalidArgument, match=PACKED_SIZES_ENV):
+            packed_sizes(8)
+
+
+def test_smallest_covering_graph_runs_and_gives_the_same_bits(fused, monkeypatch):
+    """A pass over regions [0, 2) of a 4-region pool runs on the 2-slot graph (the idle slots of the 4-slot graph
+    would each run an attention node per layer), with the logits of the 4-slot graph, bit for bit."""
+    from specrt.runtime.batch.packed import PACKED_SIZES_ENV
+
+    monkeypatch.delenv(PACKED_SIZES_ENV, raising=False)
+    onnx_path, config = fused
+    pool = RegionPool(OrtFusedRunner(onnx_path, config, CAPACITY, 8), 4)
+    passes = pool.packed()
+    assert passes.sizes == [2, 4] and len(set(map(id, passes.sessions))) == 2
+    used = []
+    for p in passes.passes:
+        real = p.run
+        monkeypatch.setattr(p, "run", lambda calls, real=real, n=p.n: used.append(n) or real(calls))
+    rng = np.random.default_rng(1)
+    ids = [rng.integers(0, config.vocab_size, n) for n in (5, 3)]
+    small = [o.copy() for o in passes.run([(b, x, 0, (0, x.size)) for b, x in enumerate(ids)])]
+    large = passes.passes[-1].run([(b, x, 0, (0, x.size)) for b, x in enumerate(ids)])  # rewrites the same rows
+    assert used == [2, 4]
+    for a, b in zip(small, large):
+        np.testing.assert_array_equal(a, b)
+    passes.run([(3, ids[0], 0, (0, 1))])  # region 3 needs the 4-slot graph
+    assert used[-1] == 4
