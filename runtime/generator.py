@@ -104,6 +104,7 @@ class Generator:
         threads = check_threads(threads)
         self.manifest = manifest
         self.backend = backends.resolve_backend(backend, manifest)
+        self.threads, self.target_device = threads, target_device  # the batch engine's runner uses the same
         if verify_checksums:  # load(): the files this backend opens, before any of them is opened
             verify_files(manifest, backends.files_to_verify(manifest, self.backend))
         self.max_seq_len = manifest.max_seq_len

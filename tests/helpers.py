@@ -153,3 +153,15 @@ def run_cli(*args, cwd=None, env=None, input=None):
     finally:
         os.chdir(before)
     return subprocess.CompletedProcess(argv, result.exit_code, result.stdout, result.stderr)
+
+
+def event_tokens(events) -> list[int]:
+    """Every token a request submitted to a BatchEngine emits (its event queue), until it ends; raises its error."""
+    ids = []
+    while True:
+        ev = events.get(timeout=120)
+        if isinstance(ev, BaseException):
+            raise ev
+        if not isinstance(ev, tuple):
+            return ids
+        ids.extend(ev[1])

@@ -6,6 +6,7 @@ its engines' profiles with a batch range: `specrt compile --engines trt --max-ba
 
     runner.forward_batch([ids_0, ..., ids_{B-1}])   # ids_b: [S_b] int64 for slot b, S_b >= 0
         -> [logits_0 [S_0, V], ...]                   # one pass; each slot's rows as if it ran alone
+    runner.forward_batch([...], first=f)            # the same over slots [f, f + B) (their blocks are contiguous)
     runner.lengths          # [max_batch] positions cached per slot
     runner.truncate(b, n)   # O(1) rollback of slot b (rejected drafts)
     runner.reset(b)         # slot b empty, for a new request
@@ -63,13 +64,15 @@ class BatchRunner(abc.ABC):
         if not 0 <= slot < self.max_batch:
             raise InvalidArgument(f"slot {slot} is outside 0..{self.max_batch - 1}")
 
-    def check(self, token_ids: Sequence[np.ndarray]) -> tuple[list[int], int]:
-        """(new tokens per slot, padded S) of a valid call; InvalidArgument naming the slot otherwise."""
+    def check(self, token_ids: Sequence[np.ndarray], first: int = 0) -> tuple[list[int], int]:
+        """(new tokens per slot, padded S) of a valid call over slots [first, first + B); InvalidArgument naming
+        the slot otherwise."""
         b = len(token_ids)
-        if not 1 <= b <= self.max_batch:
-            raise InvalidArgument(f"forward_batch takes 1..{self.max_batch} slots, got {b}")
+        if not 0 <= first < self.max_batch or not 1 <= b <= self.max_batch - first:
+            raise InvalidArgument(f"forward_batch takes 1..{self.max_batch} slots within 0..{self.max_batch - 1}, "
+                                  f"got {b} from slot {first}")
         counts = []
-        for slot, ids in enumerate(token_ids):
+        for slot, ids in enumerate(token_ids, first):
             ids = np.asarray(ids)
             if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
                 raise InvalidArgument(f"slot {slot}: token ids must be a 1-D integer array, got shape {ids.shape} "
@@ -86,29 +89,30 @@ class BatchRunner(abc.ABC):
             raise InvalidArgument("forward_batch needs at least one slot with new tokens")
         return counts, max(counts)
 
-    def layout(self, token_ids: Sequence[np.ndarray], counts: list[int], s: int
+    def layout(self, token_ids: Sequence[np.ndarray], counts: list[int], s: int, first: int = 0
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Right-padded (ids [B, S], positions [B, S], past_lengths [B]) of a checked call."""
+        """Right-padded (ids [B, S], positions [B, S], past_lengths [B]) of a checked call over slots from `first`."""
         b = len(token_ids)
         ids = np.zeros((b, s), np.int64)
         positions = np.zeros((b, s), np.int64)
         for slot, (row, n) in enumerate(zip(token_ids, counts)):
-            length = int(self.lengths[slot])
+            length = int(self.lengths[first + slot])
             if n:
                 ids[slot, :n] = row
                 ids[slot, n:] = row[-1]
             last = min(length + max(n, 1) - 1, self.max_seq_len - 1)
             positions[slot] = np.minimum(np.arange(length, length + s), last)
-        return ids, positions, self.lengths[:b].copy()
+        return ids, positions, self.lengths[first:first + b].copy()
 
-    def forward_batch(self, token_ids: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """One pass over slots [0, len(token_ids)); see the module docstring. Returns each slot's logits
-        [S_b, V] (views valid until the next call)."""
-        counts, s = self.check(token_ids)
-        ids, positions, lengths = self.layout(token_ids, counts, s)
-        logits, hidden = self._run(ids, positions, lengths)  # [B, S, V], [B, S, hidden] or None
-        self._commit(*self.commit_index(lengths, counts))
-        self.lengths[:len(counts)] += counts
+    def forward_batch(self, token_ids: Sequence[np.ndarray], first: int = 0) -> list[np.ndarray]:
+        """One pass over slots [first, first + len(token_ids)); see the module docstring. Returns each slot's
+        logits [S_b, V] (views valid until the next call)."""
+        counts, s = self.check(token_ids, first)
+        ids, positions, lengths = self.layout(token_ids, counts, s, first)
+        logits, hidden = self._run(ids, positions, lengths, first)  # [B, S, V], [B, S, hidden] or None
+        slots, rows, src = self.commit_index(lengths, counts)
+        self._commit(slots + first, rows, slots, src)
+        self.lengths[first:first + len(counts)] += counts
         self.hidden_states = None if hidden is None else [hidden[b, :n] for b, n in enumerate(counts)]
         return [logits[b, :n] for b, n in enumerate(counts)]
 
@@ -121,14 +125,17 @@ class BatchRunner(abc.ABC):
         return slots, lengths[slots] + src, src
 
     @abc.abstractmethod
-    def _run(self, ids: np.ndarray, positions: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, Any]:
-        """One graph pass over slots [0, B) (past = each slot's whole block, `past_lengths` = lengths); the S new
-        key/value rows per slot land in the runner's staging buffers. Returns (logits [B, S, V], hidden states
-        [B, S, hidden] or None when the runner does not want them), on the host."""
+    def _run(self, ids: np.ndarray, positions: np.ndarray, lengths: np.ndarray, first: int = 0
+             ) -> tuple[np.ndarray, Any]:
+        """One graph pass over slots [first, first + B) (past = each slot's whole block, `past_lengths` =
+        lengths); the S new key/value rows per slot land in the runner's staging buffers (index 0 = slot
+        `first`). Returns (logits [B, S, V], hidden states [B, S, hidden] or None when the runner does not want
+        them), on the host."""
 
     @abc.abstractmethod
-    def _commit(self, slots: np.ndarray, rows: np.ndarray, src: np.ndarray) -> None:
-        """Per layer, keys and values: cache[slots, rows] = staged[slots, src] (`commit_index`)."""
+    def _commit(self, slots: np.ndarray, rows: np.ndarray, staged_slots: np.ndarray, src: np.ndarray) -> None:
+        """Per layer, keys and values: cache[slots, rows] = staged[staged_slots, src] (`commit_index`; slots are
+        absolute, staged_slots count from the pass's first slot)."""
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "max_batch": self.max_batch, "max_seq_len": self.max_seq_len}

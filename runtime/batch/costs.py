@@ -1,7 +1,8 @@
 """The scheduler's cost table, measured once per bundle graph and device, then cached.
 
 Measured: seconds of a batched one-token pass of b = 1..max_batch sequences (best of 3 after a warm-up), of a
-one-sequence pass of s tokens (the generator's load-time verify timings), of one drafted token, and of a packed
+one-sequence pass of s tokens (the generator's load-time verify timings; on a batch runner, its own passes), of
+one drafted token, and of a packed
 pass (runtime/batch/packed.py) over a small grid of sequences x rows each (interpolated by `CostTable.t_packed`). Cached as JSON
 under `$SPECRT_CACHE/batch-costs/` keyed by the target graph (path, size, mtime), threads, max_batch, the ONNX
 Runtime version, the CPU (model name, core count) and the packed graphs' slot counts, so a server restart skips the measurement; a changed graph,
@@ -33,23 +34,31 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def cache_key(gen, max_batch: int) -> str:
+def cache_key(gen, max_batch: int, pool=None) -> str:
     import onnxruntime
 
     from specrt.runtime.batch.packed import packed_sizes
+    from specrt.runtime.batch.slots import SlotPool
 
-    target = gen.target
-    st = Path(target.onnx_path).stat()
-    ident = [str(Path(target.onnx_path).resolve()), st.st_size, st.st_mtime_ns, target.threads, max_batch,
-             onnxruntime.__version__, _cpu_name(), os.cpu_count(),
-             str(getattr(gen.draft, "onnx_path", "")) if gen.draft is not None else "", packed_sizes(max_batch)]
+    if isinstance(pool, SlotPool):  # a batch runner: its backend and device, the bundle as compiled (manifest)
+        manifest = Path(gen.manifest.root) / "manifest.json"
+        st = manifest.stat()
+        ident = ["slots", pool.batch.name, str(manifest.resolve()), st.st_size, st.st_mtime_ns, gen.threads,
+                 str(gen.target_device), max_batch, pool.pad_limit, onnxruntime.__version__, _cpu_name(),
+                 os.cpu_count()]
+    else:
+        target = gen.target
+        st = Path(target.onnx_path).stat()
+        ident = [str(Path(target.onnx_path).resolve()), st.st_size, st.st_mtime_ns, target.threads, max_batch,
+                 onnxruntime.__version__, _cpu_name(), os.cpu_count(),
+                 str(getattr(gen.draft, "onnx_path", "")) if gen.draft is not None else "", packed_sizes(max_batch)]
     return hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:24]
 
 
-def cache_path(gen, max_batch: int) -> Path:
+def cache_path(gen, max_batch: int, pool=None) -> Path:
     from specrt.core.cache import cache_dir
 
-    return cache_dir() / "batch-costs" / f"{cache_key(gen, max_batch)}.json"
+    return cache_dir() / "batch-costs" / f"{cache_key(gen, max_batch, pool)}.json"
 
 
 def measure_batch(pool, max_batch: int) -> list[float]:
@@ -75,6 +84,24 @@ def measure_batch(pool, max_batch: int) -> list[float]:
 
 
 PACKED_PAST = 32  # past length of the measured packed passes (one-token and verify calls, not prefills)
+
+
+def measure_rows(pool, max_rows: int) -> list[float]:
+    """Seconds of a one-sequence pass of s = 1..max_rows tokens on region 0 at PACKED_PAST (best of 3 after a
+    warm-up): a batch runner's own verify costs (a fused pool uses the Generator's load-time timings)."""
+    past = min(PACKED_PAST, pool.capacity - max_rows)
+    out = []
+    for s in range(1, max_rows + 1):
+        ids = np.zeros(s, np.int64)
+        best = float("inf")
+        for rep in range(4):
+            t0 = time.perf_counter()
+            pool.run([(0, ids, past, (0, s))])
+            if rep:
+                best = min(best, time.perf_counter() - t0)
+        out.append(best)
+    pool.runners[0].reset()
+    return out
 
 
 def packed_grid(max_batch: int, max_rows: int) -> tuple[list[int], list[int]]:
@@ -110,9 +137,12 @@ def measure_packed(pool, max_rows: int, min_rows: int) -> tuple[list[list[float]
 
 def cost_table(gen, pool, max_batch: int, packed: bool = False) -> CostTable:
     """The cached table for this graph and device, else measured now and cached (a failed write is ignored)."""
+    from specrt.runtime.batch.slots import SlotPool
+
+    slots = isinstance(pool, SlotPool)
     path = None
     try:
-        path = cache_path(gen, max_batch)
+        path = cache_path(gen, max_batch, pool)
         if os.environ.get("SPECRT_REMEASURE") != "1" and path.is_file():
             data = json.loads(path.read_text())
             if len(data["batch"]) == max_batch and data["rows"] and bool(data.get("packed")) == packed:
@@ -120,10 +150,13 @@ def cost_table(gen, pool, max_batch: int, packed: bool = False) -> CostTable:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
     batch = measure_batch(pool, max_batch)
-    if gen._load_costs is None:  # load(warmup=False)
-        gen.warmup()
-    verify, draft = gen._load_costs
-    table = CostTable(batch=batch, rows=list(verify), draft_token=draft or 0.0)
+    if slots:  # the batch runner's passes, not the Generator's own runner (no draft model is batched there)
+        table = CostTable(batch=batch, rows=measure_rows(pool, gen.max_draft_tokens + 1))
+    else:
+        if gen._load_costs is None:  # load(warmup=False)
+            gen.warmup()
+        verify, draft = gen._load_costs
+        table = CostTable(batch=batch, rows=list(verify), draft_token=draft or 0.0)
     if packed:
         min_rows = getattr(gen.target, "min_rows", 1)
         table.packed, table.packed_b, table.packed_r = measure_packed(pool, len(table.rows), min_rows)

@@ -62,12 +62,22 @@ class Scheduler:
                  packed: bool | None = None) -> None:
         """`packed`: use the packed pass (a second ONNX Runtime session over the same weights file, so the weights
         are pre-packed twice in memory; runtime/batch/packed.py). None: on unless SPECRT_PACKED=0."""
-        if not isinstance(gen.target, OrtFusedRunner):
-            raise BackendUnavailable("continuous batching runs on the fused ONNX Runtime graph (backend 'ort', CPU); "
-                                     f"this generator's target runs on {gen.backend!r}")
+        from specrt.runtime.backends import BATCH_BACKENDS
+        from specrt.runtime.batch.slots import batch_backend
+
+        fused = isinstance(gen.target, OrtFusedRunner)
+        if not fused and batch_backend(gen) is None:
+            raise BackendUnavailable("continuous batching runs on the fused ONNX Runtime graph (backend 'ort', CPU) "
+                                     f"or a batch runner ({', '.join(BATCH_BACKENDS)}); this generator's target "
+                                     f"runs on {gen.backend!r}")
         self.gen, self.max_batch, self.prefill_chunk = gen, max_batch, prefill_chunk
-        self.targets = RegionPool(gen.target, max_batch)
-        self.drafts = RegionPool(gen.draft, max_batch) if isinstance(gen.draft, OrtFusedRunner) else None
+        if fused:
+            self.targets = RegionPool(gen.target, max_batch)
+        else:  # the batched portable graph: ort-portable, torch, trt (runtime/batch/slots.py)
+            from specrt.runtime.batch.slots import slot_pool
+
+            self.targets = slot_pool(gen, max_batch)
+        self.drafts = RegionPool(gen.draft, max_batch) if fused and isinstance(gen.draft, OrtFusedRunner) else None
         self.waiting: collections.deque[Sequence] = collections.deque()
         self.prefilling: list[Sequence] = []
         self.running: list[Sequence] = []
@@ -75,14 +85,14 @@ class Scheduler:
         # default) computes a one-token row differently from the batched pass (one token per sequence: ONNX
         # Runtime's one-token attention path differs from its several-token one by ~1e-6, which int8 activations
         # turn into other tokens on a few % of steps). Its requests run their own passes (identical to alone).
-        self.min_rows = getattr(gen.target, "min_rows", 1)
+        self.min_rows = self.targets.runners[0].min_rows
         self.batched_decode = self.min_rows <= 1
         if packed is None:
             packed = os.environ.get("SPECRT_PACKED", "1") != "0"
         self.packed = packed and max_batch > 1
         # Both sessions on the process's one thread pool (backends/ort/threads.py): switching between them costs
         # nothing, so the family is chosen step by step; else the switches are rationed (`_packed_step_due`).
-        self.switch_free = shared_pool() is not None
+        self.switch_free = shared_pool() is not None or not fused  # a batch runner: both families are its passes
         self.family = "fused"  # the family of passes of the last step: "fused" (batched / separate) or "packed"
         self.family_steps = 0  # steps since the family last changed
         self.packed_ratio = 1.0  # smoothed predicted goodput of the packed family over the fused one

@@ -141,3 +141,31 @@ def test_the_pytorch_reference_batch_runner_matches_onnx_runtime(manifest):
         for got, ref in zip(torch_runner.forward_batch(call), ort_runner.forward_batch(call)):
             np.testing.assert_allclose(got, ref, atol=1e-4, rtol=0)
     assert (torch_runner.lengths == ort_runner.lengths).all()
+    # a pass over slots [1, 3) only: slot 0 is neither read nor written
+    before = ort_runner.keys[0][0].copy(), int(ort_runner.lengths[0])
+    call = [np.array([4, 4], np.int64), np.array([8], np.int64)]
+    for got, ref in zip(torch_runner.forward_batch(call, first=1), ort_runner.forward_batch(call, first=1)):
+        np.testing.assert_allclose(got, ref, atol=1e-4, rtol=0)
+    assert (torch_runner.lengths == ort_runner.lengths).all()
+    np.testing.assert_array_equal(ort_runner.keys[0][0], before[0])
+    assert int(ort_runner.lengths[0]) == before[1]
+
+
+def test_a_pass_from_a_slot_offset_equals_the_slots_alone(manifest):
+    """forward_batch(..., first=f) runs slots [f, f + B): the same logits as those sequences alone, and slot
+    ranges past the runner are refused before any native call."""
+    runner = create_batch_runner(manifest, "target", "ort-portable", max_batch=4, threads=1)
+    refs = [greedy_alone(manifest, p, steps=2) for p in PROMPTS[:2]]
+    out = runner.forward_batch(PROMPTS[:2], first=2)
+    tokens = [[int(o[-1].argmax())] for o in out]
+    assert list(runner.lengths) == [0, 0, PROMPTS[0].size, PROMPTS[1].size]
+    for step in range(2):
+        out = runner.forward_batch([np.array(t[-1:], np.int64) for t in tokens], first=2)
+        for b, o in enumerate(out):
+            np.testing.assert_allclose(o, refs[b][0][step + 1], atol=1e-4, rtol=0)
+            tokens[b].append(int(o[-1].argmax()))
+    assert tokens == [r[1][:3] for r in refs]
+    with pytest.raises(InvalidArgument, match="from slot 3"):
+        runner.forward_batch(PROMPTS[:2], first=3)
+    with pytest.raises(InvalidArgument, match="slot 3: token id"):
+        runner.forward_batch([np.array([1]), np.array([runner.vocab_size])], first=2)

@@ -6,24 +6,14 @@ import threading
 import numpy as np
 import pytest
 
+from helpers import event_tokens
+
 from specrt.runtime.batch.engine import BatchEngine
 from specrt.runtime.batch.goodput import CostTable, choose_ks, plan_step
 
 PROMPTS = ["hello world", "def f(x): return x + 1\ndef g(x): return", "a b a b a b a b a b", "the quick brown fox",
            "x", "import os\nimport sys\nimport os\n", "one two three four five six seven eight nine ten", "b a"]
 LENGTHS = [12, 20, 7, 16, 9, 24, 5, 14]
-
-
-def _tokens(events) -> list[int]:
-    """Every token a submitted request emits, until it ends (its error raised)."""
-    ids = []
-    while True:
-        ev = events.get(timeout=120)
-        if isinstance(ev, BaseException):
-            raise ev
-        if not isinstance(ev, tuple):
-            return ids
-        ids.extend(ev[1])
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +70,7 @@ def test_greedy_output_equals_alone_at_every_batch_size(engines, precision, meth
     for b in (1, 2, 4, 8):
         subs = [eng.submit(p, max_new_tokens=n, method=method) for p, n in zip(PROMPTS[:b], LENGTHS[:b])]
         for i, (seq, events) in enumerate(subs):
-            got = _tokens(events)
+            got = event_tokens(events)
             assert got == alone[i], (precision, method, b, i)
     assert eng.scheduler.targets.used == 0
 
@@ -136,7 +126,7 @@ def test_request_finished_by_its_prefill_token_gets_no_decode_step(engines):
     assert got == [a[:1] for a in alone]
     subs = [eng.submit(p, max_new_tokens=n, method="none") for p, n in zip(PROMPTS, lengths)]
     for i, (seq, events) in enumerate(subs):
-        ids = _tokens(events)
+        ids = event_tokens(events)
         assert ids == alone[i], (i, lengths[i])
         assert seq.stats.new_tokens == len(alone[i])
     # EOS as the first token: make the prompt's own greedy first token an end token for this generator
@@ -184,7 +174,7 @@ def test_speculating_requests_in_a_batch_keep_their_greedy_output(engines, rows)
         subs = [eng.submit(p, max_new_tokens=n, method="ngram") for p, n in zip(prompts, lengths)]
         got = []
         for seq, events in subs:
-            ids = _tokens(events)
+            ids = event_tokens(events)
             got.append((ids, seq.stats))
     finally:
         eng.scheduler.costs = saved
@@ -264,7 +254,7 @@ def test_speculative_sampling_in_a_batch_follows_the_target_distribution(engines
             subs = [eng.submit(prompt, max_new_tokens=3, method=method, temperature=1.5, top_k=3,
                                num_speculative_tokens=2, seed=int(rng.integers(1 << 30))) for _ in range(8)]
             for seq, events in subs:
-                ids = _tokens(events)
+                ids = event_tokens(events)
                 counts[tuple(ids)] = counts.get(tuple(ids), 0) + 1
                 drafted += seq.stats.drafted_tokens
     finally:
@@ -360,7 +350,7 @@ def test_greedy_output_equals_alone_in_the_packed_regime(engines, precision, met
     try:
         for b in (2, 4, 8):
             subs = [eng.submit(p, max_new_tokens=n, method=method) for p, n in zip(PROMPTS[:b], LENGTHS[:b])]
-            got = [(_tokens(events), seq.stats) for seq, events in subs]
+            got = [(event_tokens(events), seq.stats) for seq, events in subs]
             assert [g[0] for g in got] == alone[:b], (precision, method, b)
             if method != "none":
                 assert sum(st.drafted_tokens for _, st in got) > 0
@@ -403,8 +393,8 @@ def test_a_request_ending_at_its_first_token_in_a_packed_pass_leaves_the_others_
         head = events0.get(timeout=120)  # the first request decodes before the others arrive
         eng._inbox.put([seq for seq, _ in subs])
         arrived.set()
-        got = [_tokens(events) for _, events in subs]
-        rest = _tokens(events0)
+        got = [event_tokens(events) for _, events in subs]
+        rest = event_tokens(events0)
     finally:
         sched.costs = saved
     assert any(len(sizes) == 4 and sum(sizes) > 8 for sizes in passes), passes[:6]  # the prompts rode one packed pass

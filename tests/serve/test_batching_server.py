@@ -46,7 +46,8 @@ def test_concurrent_clients_share_one_batch(pair_bundle, pair_generator):
         wait_until(lambda: metric(server, "specrt_batch_size") == 0, 20, "the batch to empty")
 
 
-def test_max_batch_auto_batches_where_the_bundle_can_and_falls_back_where_it_cannot(pair_bundle, pair_generator):
+def test_max_batch_auto_batches_where_the_bundle_can_and_falls_back_where_it_cannot(pair_bundle, pair_generator,
+                                                                                     monkeypatch):
     import os
 
     from specrt.serve import create_app
@@ -64,6 +65,49 @@ def test_max_batch_auto_batches_where_the_bundle_can_and_falls_back_where_it_can
     # several generators asked for: auto means no batching
     app = create_app(str(pair_bundle), max_batch="auto", max_concurrency=2, backend="ort")
     assert app.state.engine is None and len(app.state.service.pool.generators) == 2
-    # the portable graph (no batch dimension): one slot, no engine
+    # the portable graph: batches on its batch runner (runtime/batch/slots.py)
+    from specrt.runtime.batch.slots import SlotPool
+
+    app = create_app(str(pair_bundle), max_batch="auto", backend="ort-portable")
+    try:
+        assert isinstance(app.state.engine.scheduler.targets, SlotPool)
+        assert app.state.engine.max_batch == auto_max_batch(app.state.engine.gen) >= 1
+    finally:
+        app.state.engine.close()
+    # a portable graph without past_lengths (compiled before batched passes): one slot, no engine
+    from specrt.bundle import graph_io
+
+    monkeypatch.setattr(graph_io, "PAST_LENGTHS", "no_such_input")
     app = create_app(str(pair_bundle), max_batch="auto", backend="ort-portable")
     assert app.state.engine is None and len(app.state.service.pool.generators) == 1
+
+
+def test_server_batches_on_a_batch_runner(workdir, llama_target):
+    """`--backend ort-portable --max-batch 2`: the scheduler on the batched portable graph's batch runner (the code
+    TensorRT's batch runner shares), every answer as alone on the same backend."""
+    import openai
+
+    from specrt.compiler import CompileSpec, compile_bundle
+    from specrt.runtime import load
+
+    bundle = compile_bundle(CompileSpec(llama_target, workdir / "bundles" / "serve_portable", max_seq_len=64,
+                                        max_draft_tokens=4, ort_graph="both"))
+    gen = load(bundle, backend="ort-portable", threads=1)
+    refs = {p: gen.generate(p, 8, temperature=0, method="ngram").text for p in PROMPTS}
+    with serving(str(bundle), max_batch=2, method="ngram", num_speculative_tokens="auto", served_model_name="tiny",
+                 backend="ort-portable") as server:
+        assert metric(server, "specrt_batch_max") == 2
+        client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+        async def one(p: str) -> tuple[str, str]:
+            r = await client.completions.create(model="tiny", prompt=p, max_tokens=8, temperature=0)
+            return p, r.choices[0].text
+
+        async def main():
+            try:
+                return await asyncio.gather(*(one(p) for p in PROMPTS))
+            finally:
+                await client.close()
+
+        for p, text in asyncio.run(main()):
+            assert text == refs[p], p

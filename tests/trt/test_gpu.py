@@ -207,3 +207,29 @@ def test_batched_engine_matches_the_onnx_runtime_batch_runner(llama_target, work
     call = [np.array([3], np.int64)] * 3
     for got, ref in zip(trt_runner.forward_batch(call), ort_runner.forward_batch(call)):
         assert np.abs(got - ref).max() <= 1e-4
+    # slots from an offset (the scheduler's passes over the slot range its calls cover)
+    call = [np.array([5, 6], np.int64), np.array([7], np.int64)]
+    for got, ref in zip(trt_runner.forward_batch(call, first=2), ort_runner.forward_batch(call, first=2)):
+        assert np.abs(got - ref).max() <= 1e-4
+
+
+def test_scheduler_batches_on_tensorrt(llama_target, workdir):
+    """`specrt serve --backend trt`'s engine: continuous batching on the `--max-batch` engine (runtime/batch/
+    slots.py); each request's greedy tokens as the Generator alone on TensorRT."""
+    from specrt.compiler import CompileSpec, EngineSpec, compile_bundle
+    from specrt.runtime import load
+    from specrt.runtime.batch.engine import BatchEngine
+
+    bundle = compile_bundle(CompileSpec(llama_target, workdir / "bundles" / "trt-batch-serve", max_seq_len=64,
+                                        max_draft_tokens=4, force=True, ort_graph="both",
+                                        engines=EngineSpec("trt", precision="fp32", workspace=1 << 28, max_batch=4)))
+    gen = load(bundle, backend="trt")
+    prompts = [PROMPT, "def f(x):", "a b a b a b", "hello"]
+    alone = [gen.generate(p, 12, method="ngram").token_ids for p in prompts]
+    eng = BatchEngine(gen, max_batch=4)
+    try:
+        assert eng.scheduler.targets.batch.name == "trt"
+        got = [r.token_ids for r in eng.generate_batch(prompts, 12, method="ngram")]
+    finally:
+        eng.close()
+    assert got == alone

@@ -42,11 +42,12 @@ class OrtBatchRunner(BatchRunner):
         self._output_names = graph_io.output_names(c.num_layers)
         self._new: list[np.ndarray] = []  # 2L x [B, S, Hkv, D] of the last pass
 
-    def _run(self, ids: np.ndarray, positions: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    def _run(self, ids: np.ndarray, positions: np.ndarray, lengths: np.ndarray, first: int = 0) -> np.ndarray:
         b = ids.shape[0]
         feeds = {graph_io.INPUT_IDS: ids, graph_io.POSITION_IDS: positions, PAST_LENGTHS: lengths}
         for i in range(self.config.num_layers):
-            feeds[graph_io.past_key(i)], feeds[graph_io.past_value(i)] = self.keys[i][:b], self.values[i][:b]
+            feeds[graph_io.past_key(i)] = self.keys[i][first:first + b]
+            feeds[graph_io.past_value(i)] = self.values[i][first:first + b]
         try:
             logits, hidden, *self._new = self.session.run(self._output_names, feeds)
         except Exception as exc:
@@ -54,9 +55,9 @@ class OrtBatchRunner(BatchRunner):
                                f"{one_line(exc)}") from None
         return logits, hidden if self.want_hidden else None
 
-    def _commit(self, slots: np.ndarray, rows: np.ndarray, src: np.ndarray) -> None:
+    def _commit(self, slots: np.ndarray, rows: np.ndarray, staged_slots: np.ndarray, src: np.ndarray) -> None:
         for cache, staged in zip((c for kv in zip(self.keys, self.values) for c in kv), self._new):
-            cache[slots, rows] = staged[slots, src]
+            cache[slots, rows] = staged[staged_slots, src]
 
     def describe(self) -> dict[str, Any]:
         return super().describe() | {"provider": self.session.get_providers()[0], "threads": self.threads}

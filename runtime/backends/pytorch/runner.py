@@ -104,17 +104,17 @@ class TorchBatchRunner(BatchRunner):
         self._new = None
 
     @torch.inference_mode()
-    def _run(self, ids: np.ndarray, positions: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    def _run(self, ids: np.ndarray, positions: np.ndarray, lengths: np.ndarray, first: int = 0) -> np.ndarray:
         b = ids.shape[0]
         to = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
-        out = self.decoder(to(ids), to(positions), [k[:b] for k in self.keys], [v[:b] for v in self.values],
-                           to(lengths))
+        out = self.decoder(to(ids), to(positions), [k[first:first + b] for k in self.keys],
+                           [v[first:first + b] for v in self.values], to(lengths))
         self._new = (out.new_keys, out.new_values)
         return out.logits.float().cpu().numpy(), out.hidden_states.float().cpu().numpy() if self.want_hidden else None
 
     @torch.inference_mode()
-    def _commit(self, slots: np.ndarray, rows: np.ndarray, src: np.ndarray) -> None:
-        slots, rows, src = (torch.from_numpy(a).to(self.device) for a in (slots, rows, src))
+    def _commit(self, slots: np.ndarray, rows: np.ndarray, staged_slots: np.ndarray, src: np.ndarray) -> None:
+        slots, rows, staged_slots, src = (torch.from_numpy(a).to(self.device) for a in (slots, rows, staged_slots, src))
         for caches, new in zip((self.keys, self.values), self._new):
             for cache, staged in zip(caches, new):
-                cache[slots, rows] = staged[slots, src]
+                cache[slots, rows] = staged[staged_slots, src]

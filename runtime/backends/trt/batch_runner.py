@@ -70,7 +70,7 @@ class TrtBatchRunner(TrtEngine, BatchRunner):
             self._logits_host = torch.empty((rows * c.vocab_size,), dtype=torch.float32).pin_memory()
         self._staged = rows
 
-    def _run(self, ids: np.ndarray, positions: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    def _run(self, ids: np.ndarray, positions: np.ndarray, lengths: np.ndarray, first: int = 0) -> np.ndarray:
         torch, c = self._torch, self.config
         b, s = ids.shape
         p = self.past_rows
@@ -86,9 +86,10 @@ class TrtBatchRunner(TrtEngine, BatchRunner):
                      graph_io.PAST_LENGTHS: self._lengths.data_ptr(), graph_io.LOGITS: self._logits.data_ptr(),
                      graph_io.HIDDEN_STATES: self._hidden.data_ptr()}
         for i in range(c.num_layers):
-            shapes[graph_io.past_key(i)] = shapes[graph_io.past_value(i)] = (b, p, *kv)  # slots [0, B), whole blocks
-            addresses[graph_io.past_key(i)], addresses[graph_io.past_value(i)] = (self.keys[i].data_ptr(),
-                                                                                  self.values[i].data_ptr())
+            # slots [first, first + B), whole blocks: a contiguous range of each layer's buffer
+            shapes[graph_io.past_key(i)] = shapes[graph_io.past_value(i)] = (b, p, *kv)
+            addresses[graph_io.past_key(i)], addresses[graph_io.past_value(i)] = (self.keys[i][first].data_ptr(),
+                                                                                  self.values[i][first].data_ptr())
             addresses[graph_io.new_key(i)], addresses[graph_io.new_value(i)] = (self._new_k[i].data_ptr(),
                                                                                 self._new_v[i].data_ptr())
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
@@ -106,17 +107,18 @@ class TrtBatchRunner(TrtEngine, BatchRunner):
         self._pass_shape = (b, s)
         return self._logits_host[:n].numpy().reshape(b, s, c.vocab_size), None if hidden is None else hidden.numpy()
 
-    def _commit(self, slots: np.ndarray, rows: np.ndarray, src: np.ndarray) -> None:
+    def _commit(self, slots: np.ndarray, rows: np.ndarray, staged_slots: np.ndarray, src: np.ndarray) -> None:
         torch, c = self._torch, self.config
         b, s = self._pass_shape
         if not slots.size:
             return
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-            slots, rows, src = (torch.from_numpy(a).to(self.device, non_blocking=True) for a in (slots, rows, src))
+            slots, rows, staged_slots, src = (torch.from_numpy(a).to(self.device, non_blocking=True)
+                                              for a in (slots, rows, staged_slots, src))
             for i in range(c.num_layers):
                 for cache, staged in ((self.keys[i], self._new_k[i]), (self.values[i], self._new_v[i])):
                     new = staged[:b * s * c.num_kv_heads * c.head_dim].view(b, s, c.num_kv_heads, c.head_dim)
-                    cache[slots, rows] = new[slots, src]
+                    cache[slots, rows] = new[staged_slots, src]
             self.stream.synchronize()
 
     def describe(self) -> dict[str, Any]:
