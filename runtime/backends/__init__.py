@@ -148,10 +148,12 @@ BATCH_BACKENDS = ("ort-portable", "torch", "trt")  # the batch runners over the 
 
 
 def create_batch_runner(manifest, role: str, backend: str, *, max_batch: int, threads: int | None = None,
-                        want_hidden: bool = False, device: str | None = None):
+                        want_hidden: bool = False, device: str | None = None, weights_from: Runner | None = None):
     """A `BatchRunner` (backends/batch.py) of `role` with `max_batch` slots: "ort-portable" (ONNX Runtime on the
     CPU), "torch" (the PyTorch reference, CPU or CUDA) or "trt" (the bundle's engine, built with `--max-batch` >=
-    max_batch)."""
+    max_batch). `weights_from`: a loaded runner of the same model and backend (the Generator's) whose weights the
+    batch runner uses instead of loading its own copy: torch shares the decoder module, trt the deserialized engine
+    (contexts and stream of its own); ONNX Runtime sessions cannot share theirs, so ort-portable loads a copy."""
     if backend not in BATCH_BACKENDS:
         raise InvalidArgument(f"batched passes over the portable graph run on {', '.join(BATCH_BACKENDS)}, "
                               f"not {backend!r} (the CPU's continuous batching: Generator.engine)")
@@ -159,13 +161,14 @@ def create_batch_runner(manifest, role: str, backend: str, *, max_batch: int, th
     if backend == "torch":
         from specrt.runtime.backends.pytorch.runner import TorchBatchRunner
 
+        decoder = getattr(weights_from, "decoder", None)
         return TorchBatchRunner(manifest.path(opened_graph(manifest, role, backend)), entry.decoder_config, max_batch,
-                                manifest.max_seq_len, device=device or "cpu", want_hidden=want_hidden)
+                                manifest.max_seq_len, device=device or "cpu", want_hidden=want_hidden, decoder=decoder)
     if backend == "trt":
         from specrt.runtime.backends.trt.batch_runner import TrtBatchRunner
 
         return TrtBatchRunner(manifest, role, entry.decoder_config, max_batch, manifest.max_seq_len,
-                              device=device or "cuda:0", want_hidden=want_hidden)
+                              device=device or "cuda:0", want_hidden=want_hidden, engine_from=weights_from)
     from specrt.runtime.backends.ort.batch_runner import OrtBatchRunner
 
     return OrtBatchRunner(manifest.path(opened_graph(manifest, role, backend)), entry.decoder_config, max_batch,

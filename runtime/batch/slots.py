@@ -177,9 +177,11 @@ def batch_backend(gen) -> str | None:
 
 def slot_pool(gen, max_batch: int) -> SlotPool:
     """The SlotPool of a Generator whose backend has a batch runner (`batch_backend`): the target's batch runner
-    with `max_batch` slots, on the Generator's threads / device."""
+    with `max_batch` slots, on the Generator's threads / device, on the weights the Generator's target runner has
+    loaded where the backend can share them (torch, trt: `create_batch_runner`)."""
     from specrt.runtime.backends import create_batch_runner
 
-    batch = create_batch_runner(gen.manifest, "target", batch_backend(gen), max_batch=max_batch,
-                                threads=gen.threads, device=gen.target_device)
+    backend = batch_backend(gen)
+    batch = create_batch_runner(gen.manifest, "target", backend, max_batch=max_batch, threads=gen.threads,
+                                device=gen.target_device, weights_from=gen.target if backend == gen.backend else None)
     return SlotPool(batch, pad_limit=gen.max_draft_tokens + 1)

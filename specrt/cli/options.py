@@ -16,3 +16,20 @@ def method_option(default: str | None = None, *, allow_none: bool = True, help_t
     choices = [m for m in METHODS if allow_none or m != "none"]
     return click.option("--method", type=click.Choice(choices), default=default, show_default=default is not None,
                         help=help_text or "Drafting method (default: draft when the bundle has one, else ngram).")
+
+
+class BatchSize(click.ParamType):
+    """--max-batch: an integer >= 0 or 'auto'."""
+
+    name = "N|auto"
+
+    def convert(self, value, param, ctx):
+        if value == "auto" or isinstance(value, int) and value >= 0:
+            return value
+        try:
+            n = int(str(value))
+        except ValueError:
+            n = -1
+        if n < 0:
+            self.fail(f"{value!r} is not an integer >= 0 or 'auto'", param, ctx)
+        return n

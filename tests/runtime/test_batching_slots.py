@@ -129,13 +129,14 @@ def test_auto_max_batch_on_a_batch_runner(portable):
 
 def test_scheduler_on_the_pytorch_batch_runner(portable_bundle):
     """backend="torch": the same scheduler on the PyTorch reference's batch runner (what a CUDA device runs without
-    TensorRT); greedy outputs as alone on that backend."""
+    TensorRT), on the Generator's own decoder module; greedy outputs as alone on that backend."""
     from specrt.runtime import load
 
     gen = load(portable_bundle, backend="torch")
     eng = BatchEngine(gen, max_batch=2)
     try:
         assert eng.scheduler.targets.batch.name == "torch"
+        assert eng.scheduler.targets.batch.decoder is gen.target.decoder  # one weights copy
         alone = [gen.generate(p, 12, method="ngram").token_ids for p in PROMPTS[:3]]
         got = [r.token_ids for r in eng.generate_batch(PROMPTS[:3], 12, method="ngram")]
         assert got == alone

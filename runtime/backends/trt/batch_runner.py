@@ -32,14 +32,17 @@ class TrtBatchRunner(TrtEngine, BatchRunner):
     name = "trt"
 
     def __init__(self, manifest, role: str, config: DecoderConfig, max_batch: int, max_seq_len: int,
-                 device: str = "cuda:0", want_hidden: bool = False) -> None:
+                 device: str = "cuda:0", want_hidden: bool = False, engine_from=None) -> None:
+        """`engine_from`: a TrtRunner of the same engine whose deserialized engine (its weights on the GPU) this
+        runner uses, with execution contexts and a stream of its own (the scheduler's thread and the Generator's
+        loop may run at once)."""
         BatchRunner.__init__(self, config, max_batch, max_seq_len)
         profiles = manifest.models[role].profiles or {}
         built = profiles_max_batch(profiles) if profiles else 1
         if max_batch > built:  # before any GPU work
             raise InvalidArgument(f"the {role} engine takes at most {built} sequence(s) per pass (its profiles); "
                                   f"recompile with --engines trt --max-batch {max_batch}")
-        _trt, dtype = self._open_engine(manifest, role, config, device, want_hidden)
+        _trt, dtype = self._open_engine(manifest, role, config, device, want_hidden, engine_from=engine_from)
         if not self.has_past_lengths:
             raise BundleError(f"the {role} engine has no {graph_io.PAST_LENGTHS} input (built from a portable graph "
                               "before batched passes): recompile with --engines trt --max-batch N")

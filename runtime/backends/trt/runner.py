@@ -49,8 +49,11 @@ class TrtEngine:
     """The part both TensorRT runners share (this one and trt/batch_runner.py): the checked engine of one model,
     its CUDA stream and one execution context per optimization profile (a shared scratch buffer)."""
 
-    def _open_engine(self, manifest, role: str, config: DecoderConfig, device: str, want_hidden: bool):
-        """Deserialize and check `role`'s engine; returns the tensorrt module and the torch dtype of its KV."""
+    def _open_engine(self, manifest, role: str, config: DecoderConfig, device: str, want_hidden: bool,
+                     engine_from: "TrtEngine | None" = None):
+        """Deserialize and check `role`'s engine (or take `engine_from`'s, when that runner holds the same engine
+        file on the same device: one copy of the weights); returns the tensorrt module and the torch dtype of its
+        KV."""
         import torch
 
         trt = import_trt()
@@ -71,8 +74,13 @@ class TrtEngine:
             self._runtime = trt.Runtime(self._logger)
             if entry.version_compatible:  # the plan carries its own lean runtime (host code)
                 self._runtime.engine_host_code_allowed = True
-            blob = manifest.path(entry.path).read_bytes()
-            self.engine = engine_from_bytes(self._runtime, blob, role, self._log)
+            same = (isinstance(engine_from, TrtEngine) and getattr(engine_from, "entry", None) is not None
+                    and engine_from.entry.path == entry.path and engine_from.device == self.device)
+            if same:
+                self.engine = engine_from.engine  # contexts below are this runner's own
+            else:
+                blob = manifest.path(entry.path).read_bytes()
+                self.engine = engine_from_bytes(self._runtime, blob, role, self._log)
             self._check_io(trt, role)
             self.stream = torch.cuda.Stream(self.device)
             self.contexts = self._create_contexts(trt, list(entry.profiles))

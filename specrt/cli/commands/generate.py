@@ -9,12 +9,18 @@ from pathlib import Path
 import click
 
 from specrt.cli.main import KType, echo_json, exit_fast_when_done, handle_errors, main
-from specrt.cli.options import backend_option, method_option
+from specrt.cli.options import BatchSize, backend_option, method_option
 
 
 @main.command("generate")
 @click.argument("bundle", type=click.Path(path_type=Path))
-@click.option("--prompt", default=None, help="Prompt text (or --chat).")
+@click.option("--prompt", default=None, help="Prompt text (or --chat, or --prompts-file).")
+@click.option("--prompts-file", "prompts_file", default=None, type=click.Path(path_type=Path),
+              help="Many prompts, decoded together on the batching scheduler: a .jsonl file (a JSON string, or "
+                   "{\"prompt\"} / {\"chat\", \"system\"}, per line) or text (one prompt per line); prints one "
+                   "JSON line per prompt, in order.")
+@click.option("--max-batch", default="auto", show_default=True, type=BatchSize(),
+              help="With --prompts-file: requests decoded at once (auto: as specrt serve; 0: one at a time).")
 @click.option("--chat", "chat", default=None, help="A user message, rendered with the bundle's chat template.")
 @click.option("--system", default=None, help="A system message for --chat.")
 @click.option("--max-new-tokens", default=128, show_default=True, type=int)
@@ -43,17 +49,26 @@ from specrt.cli.options import backend_option, method_option
 @click.option("--grammar", default=None, type=click.Path(path_type=Path),
               help="Constrain the output to this grammar (a file: Lark / llguidance EBNF, or GBNF).")
 @handle_errors
-def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_k, top_p, seed, method, k, ngram_min,
-                 ngram_max, backend, target_device, draft_device, threads, stream, strict, as_json, json_schema,
-                 json_object, regex, grammar):
+def generate_cmd(bundle, prompt, prompts_file, max_batch, chat, system, max_new_tokens, temperature, top_k, top_p, seed,
+                 method, k, ngram_min, ngram_max, backend, target_device, draft_device, threads, stream, strict, as_json,
+                 json_schema, json_object, regex, grammar):
     """Generate text from BUNDLE with speculative decoding."""
     from specrt.core.errors import InvalidArgument
     from specrt.core.tokenizer import IncrementalDecoder
     from specrt.cli.generate_output import context_warning, stats_line
     from specrt.runtime import load
 
-    if (prompt is None) == (chat is None):
-        raise InvalidArgument("give exactly one of --prompt and --chat")
+    if sum(x is not None for x in (prompt, chat, prompts_file)) != 1:
+        raise InvalidArgument("give exactly one of --prompt, --chat and --prompts-file")
+    if prompts_file is not None:
+        if system is not None or stream:
+            raise InvalidArgument("--system and --stream take one prompt: with --prompts-file, give a system message "
+                                  "per line ({\"chat\": ..., \"system\": ...}); results print as JSON lines")
+        return _generate_file(bundle, prompts_file, max_batch, max_new_tokens, backend, threads, target_device,
+                              draft_device, dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                                                 method=method, num_speculative_tokens=k, ngram_min=ngram_min,
+                                                 ngram_max=ngram_max, strict=strict),
+                              (json_schema, json_object, regex, grammar))
     if system is not None and chat is None:
         raise InvalidArgument("--system needs --chat")
     from specrt.runtime.arguments import check_text
@@ -97,6 +112,31 @@ def generate_cmd(bundle, prompt, chat, system, max_new_tokens, temperature, top_
         click.echo(warning, err=True)
     if not as_json:
         click.echo(stats_line(stats), err=True)
+    exit_fast_when_done()
+
+
+def _generate_file(bundle, prompts_file, max_batch, max_new_tokens, backend, threads, target_device, draft_device,
+                   options, constraint_args):
+    """--prompts-file: every prompt on the batching scheduler, one JSON line each (specrt/cli/generate_batch.py)."""
+    from specrt.cli.constraint_options import constraint_from_options
+    from specrt.cli.generate_batch import read_prompts, result_line, run_file
+    from specrt.runtime import load
+
+    prompts = read_prompts(prompts_file)  # a bad file fails before anything loads
+    constraint = constraint_from_options(*constraint_args)
+    if backend in ("auto", "ort") and max_batch not in (0, 1):
+        from specrt.runtime.backends.ort.threads import share_thread_pool
+
+        share_thread_pool(threads)  # the engine's sessions on one pool, as `specrt serve` (threads.py)
+    with loading_status(bundle):
+        gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
+    results, seconds, batch = run_file(gen, prompts, max_batch, max_new_tokens, dict(options, constraint=constraint))
+    for i, res in enumerate(results):
+        click.echo(result_line(i, res))
+    tokens = sum(len(r.token_ids) for r in results)
+    how = f"batches of up to {batch}" if batch else "one at a time"
+    click.echo(f"{len(results)} prompts, {tokens} tokens in {seconds:.2f} s ({tokens / max(seconds, 1e-9):.1f} tok/s, "
+               f"{how})", err=True)
     exit_fast_when_done()
 
 

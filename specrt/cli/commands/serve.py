@@ -7,24 +7,7 @@ from pathlib import Path
 import click
 
 from specrt.cli.main import KType, handle_errors, main
-from specrt.cli.options import backend_option, method_option
-
-
-class BatchSize(click.ParamType):
-    """--max-batch: an integer >= 0 or 'auto'."""
-
-    name = "N|auto"
-
-    def convert(self, value, param, ctx):
-        if value == "auto" or isinstance(value, int) and value >= 0:
-            return value
-        try:
-            n = int(str(value))
-        except ValueError:
-            n = -1
-        if n < 0:
-            self.fail(f"{value!r} is not an integer >= 0 or 'auto'", param, ctx)
-        return n
+from specrt.cli.options import BatchSize, backend_option, method_option
 
 
 @main.command("serve")

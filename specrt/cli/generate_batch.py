@@ -1,0 +1,100 @@
+"""`specrt generate BUNDLE --prompts-file FILE`: many prompts in one run, decoded together on the continuous-batching
+scheduler (runtime/batch/, docs/batching.md), one JSON line per prompt on stdout, in the file's order.
+
+FILE: `.jsonl` (one JSON value per line: a string is a prompt; an object has "prompt", or "chat" with an optional
+"system", rendered with the bundle's chat template) or any other text file (each non-empty line is a prompt).
+`--max-batch N` requests decode at once (auto: as `specrt serve`; 0 or 1, or a bundle that cannot batch: one at a
+time on the Generator's loop, with the same output).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from specrt.core.errors import InvalidArgument
+
+
+def read_prompts(path: Path) -> list[Any]:
+    """The file's prompts: str (a prompt) or dict {"chat", "system"} (a chat message), in order."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read --prompts-file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"--prompts-file {path} is not UTF-8 text") from None
+    prompts: list[Any] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if path.suffix.lower() != ".jsonl":
+            prompts.append(line)
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidArgument(f"{path}:{n}: not JSON ({exc.msg}); a .jsonl file has one JSON value per line") from None
+        prompts.append(_entry(value, f"{path}:{n}"))
+    if not prompts:
+        raise InvalidArgument(f"--prompts-file {path} has no prompts")
+    return prompts
+
+
+def _entry(value: Any, where: str) -> Any:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        unknown = set(value) - {"prompt", "chat", "system"}
+        if unknown:
+            raise InvalidArgument(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; use prompt, or chat and system")
+        if ("prompt" in value) == ("chat" in value):
+            raise InvalidArgument(f"{where}: give exactly one of \"prompt\" and \"chat\"")
+        if "system" in value and "chat" not in value:
+            raise InvalidArgument(f"{where}: \"system\" needs \"chat\"")
+        for key in ("prompt", "chat", "system"):
+            if key in value and not isinstance(value[key], str):
+                raise InvalidArgument(f"{where}: \"{key}\" must be a string")
+        return value["prompt"] if "prompt" in value else {"chat": value["chat"], "system": value.get("system")}
+    raise InvalidArgument(f"{where}: a line is a JSON string or an object with \"prompt\" or \"chat\", "
+                          f"got {type(value).__name__}")
+
+
+def run_file(gen, prompts: list[Any], max_batch, max_new_tokens: int, options: dict) -> tuple[list, float, int]:
+    """(results in order, seconds, the batch size used: 0 = one at a time)."""
+    from specrt.runtime.arguments import check_text
+
+    if any(isinstance(p, dict) for p in prompts):
+        from specrt.runtime.chat_template import ChatFormatter, chat_prompt_ids
+
+        formatter = ChatFormatter.from_manifest(gen.manifest)
+        rendered = []
+        for p in prompts:
+            if isinstance(p, dict):
+                check_text(p["chat"], "chat")
+                if p["system"] is not None:
+                    check_text(p["system"], "system")
+                p = chat_prompt_ids(gen, p["chat"], p["system"], formatter)
+            rendered.append(p)
+        prompts = rendered
+    if max_batch == "auto":
+        from specrt.serve.batching import auto_max_batch
+
+        max_batch = auto_max_batch(gen)
+    n = min(int(max_batch), len(prompts))
+    t0 = time.perf_counter()
+    if n <= 1:
+        results = [gen.generate(p, max_new_tokens, **options) for p in prompts]
+        return results, time.perf_counter() - t0, 0
+    engine = gen.engine(max_batch=n)
+    try:
+        results = engine.generate_batch(prompts, max_new_tokens, **options)
+    finally:
+        engine.close()
+    return results, time.perf_counter() - t0, n
+
+
+def result_line(i: int, res) -> str:
+    return json.dumps({"index": i, "text": res.text, "token_ids": res.token_ids, "finish_reason": res.finish_reason,
+                       "stats": res.stats.to_dict()}, ensure_ascii=False)

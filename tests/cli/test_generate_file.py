@@ -1,0 +1,77 @@
+"""`specrt generate BUNDLE --prompts-file FILE`: many prompts decoded together on the batching scheduler, one JSON
+line per prompt in the file's order, each equal to that prompt generated alone; a bad file is a one-line error
+with exit 2 before anything loads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import run_cli
+
+PROMPTS = ["hello world", "def f(x): return x + 1\ndef g(x): return", "a b a b a b a b a b", "the quick brown fox",
+           "import os\nimport sys\n"]
+
+
+def _lines(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("max_batch", ["3", "0"])
+def test_every_line_equals_the_prompt_alone(pair_bundle, pair_generator, tmp_path, max_batch):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS[:3])
+                    + json.dumps({"prompt": PROMPTS[3]}) + "\n\n" + json.dumps({"chat": "Say hi", "system": "Be brief"})
+                    + "\n", encoding="utf-8")
+    r = run_cli("generate", pair_bundle, "--prompts-file", path, "--max-new-tokens", 10, "--max-batch", max_batch,
+                "--method", "ngram", "--temperature", 0, "--backend", "ort")
+    assert r.returncode == 0, r.stderr
+    out = _lines(r.stdout)
+    assert [o["index"] for o in out] == list(range(5))
+    from specrt.runtime.chat_template import chat_prompt_ids
+
+    refs = PROMPTS[:4] + [chat_prompt_ids(pair_generator, "Say hi", "Be brief")]
+    for o, p in zip(out, refs):
+        alone = pair_generator.generate(p, 10, method="ngram", temperature=0)
+        assert o["token_ids"] == alone.token_ids and o["text"] == alone.text
+        assert o["finish_reason"] == alone.finish_reason and o["stats"]["new_tokens"] == len(alone.token_ids)
+    how = "batches of up to 3" if max_batch == "3" else "one at a time"
+    assert f"5 prompts, {sum(len(o['token_ids']) for o in out)} tokens" in r.stderr and how in r.stderr
+
+
+def test_a_text_file_is_one_prompt_per_line(pair_bundle, pair_generator, tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text("hello world\n\nthe quick brown fox\n", encoding="utf-8")
+    r = run_cli("generate", pair_bundle, "--prompts-file", path, "--max-new-tokens", 6, "--method", "none",
+                "--temperature", 0, "--backend", "ort")
+    assert r.returncode == 0, r.stderr
+    out = _lines(r.stdout)
+    assert [o["token_ids"] for o in out] == [pair_generator.generate(p, 6, method="none", temperature=0).token_ids
+                                             for p in ("hello world", "the quick brown fox")]
+
+
+@pytest.mark.parametrize("content,message", [
+    ('"ok"\n{"prompt": 3}\n', ':2: "prompt" must be a string'),
+    ('"ok"\nnot json\n', ":2: not JSON"),
+    ('{"prompt": "a", "chat": "b"}\n', 'exactly one of "prompt" and "chat"'),
+    ('{"text": "a"}\n', "unknown key(s) text"),
+    ('[1, 2]\n', "got list"),
+    ("\n\n", "has no prompts"),
+])
+def test_a_bad_file_is_a_clear_error(pair_bundle, tmp_path, content, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content, encoding="utf-8")
+    r = run_cli("generate", pair_bundle, "--prompts-file", path, "--max-new-tokens", 4)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout == ""
+
+
+def test_prompts_file_excludes_the_single_prompt_options(pair_bundle, tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_text("hi\n", encoding="utf-8")
+    for extra in (["--prompt", "x"], ["--stream"], ["--system", "s"]):
+        r = run_cli("generate", pair_bundle, "--prompts-file", path, *extra)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    r = run_cli("generate", pair_bundle, "--prompts-file", tmp_path / "missing.txt")
+    assert r.returncode == 2 and "cannot read --prompts-file" in r.stderr
