@@ -37,7 +37,8 @@
 #   SMOL_ARGS    extra `specrt bench` options for step 5 (e.g. "--repeats 1 --max-new-tokens 16 --suite code")
 #   SMOL_TTFT    prompt tokens for the time-to-first-token measure of step 5 (default 1000)
 #   SECTIONS     which sections to (re)generate (default "demo simulated smollm2 smollm2-int4"; opt-in: gemma3 (5d), batching, json, cold-start, draft-head)
-#   BATCH_REPEATS  rounds per concurrency level in the batching section (default 3; each row is its median round)
+#   BATCH_REPEATS  rounds per concurrency level in the batching section (default 5; each row is its median round,
+#                its ratios the median of the ratios within each round)
 #   HEAD_DIR, HEAD_TARGET  for draft-head: a head trained by `specrt train-head` for the SmolLM2 GGUF, and the
 #                checkpoint directory it converted (RUN/target/checkpoint); HEAD_PRECISION (default: what compile
 #                gives, int8 in the int4 bundle, and int8 beside the fp32 target; or fp32 / int8 / int4) the head's
@@ -181,8 +182,9 @@ smol_int4() {
     --max-seq-len 1024 --max-draft-tokens 8 --force
 }
 if wants batching; then
-# three rounds: a row is its median round (two rounds gave the slower one; rows moved ~10% between runs)
-BATCH_REPEATS=${BATCH_REPEATS:-3}
+# five rounds: a row is its median round, its ratios paired by round (with three, on a shared 2-core host,
+# speculative / plain at 4-8 fp32 clients moved 0.85-1.10x between runs)
+BATCH_REPEATS=${BATCH_REPEATS:-5}
 SMOL_BATCH=artifacts/smollm2-batch
 wheel=$(smol_wheel)
 [[ -f "$SMOL_BATCH/manifest.json" ]] || "$SPECRT" compile --target "$wheel" -o "$SMOL_BATCH" --max-seq-len 512 --force

@@ -158,6 +158,16 @@ def _waves(model, og, prompts, max_new, pad, eos_ids, n) -> dict[str, Any]:
     return out
 
 
+def _rate(run: dict[str, Any]) -> float:
+    return sum(len(o) for o in run["outs"]) / run["wall"] if run["wall"] else 0.0
+
+
+def _paired(runs: list[dict[str, Any]], base: list[dict[str, Any]]) -> float:
+    """The median over rounds of this configuration's tokens/s over `base`'s in the same round: the rounds are
+    interleaved, so a machine that speeds up or slows down between rounds (a shared host) moves both alike."""
+    return float(np.median([_rate(r) / _rate(b) for r, b in zip(runs, base) if _rate(b) > 0]))
+
+
 def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The round with the median wall time (its latencies belong to it)."""
     return sorted(runs, key=lambda r: r["wall"])[len(runs) // 2]
@@ -193,8 +203,8 @@ def run_concurrency(gen, levels: list[int], max_new_tokens: int, method: str, pe
                     runs["peer"].append(_waves(model, og, ps, max_new_tokens, pad, frozenset(gen.eos_ids), n))
                     time.sleep(0.1)
             seq = _median_run(runs["seq"])
-            rows.append(_row("sequential (one at a time)", n, seq["outs"], seq["wall"], seq["lat"], seq["ttft"],
-                             seq["itl"], None))
+            rows.append({**_row("sequential (one at a time)", n, seq["outs"], seq["wall"], seq["lat"], seq["ttft"],
+                                seq["itl"], None), "vs_sequential": 1.0})
             for key, label in (("plain", "plain batched"), ("spec", f"speculative batched ({method})"),
                                ("peer", "onnxruntime-genai batch")):
                 if not runs[key]:
@@ -203,7 +213,9 @@ def run_concurrency(gen, levels: list[int], max_new_tokens: int, method: str, pe
                 # identical: every round's tokens equal the sequential output (the peer: its own decoding, compared)
                 same = all(x["outs"] == seq["outs"] for x in runs[key])
                 rows.append({**_row(label, n, r["outs"], r["wall"], r["lat"], r["ttft"], r["itl"], seq["outs"]),
-                             "identical": same, "rounds": len(runs[key])})
+                             "identical": same, "rounds": len(runs[key]),
+                             "vs_sequential": _paired(runs[key], runs["seq"]),
+                             "vs_plain": _paired(runs[key], runs["plain"])})
     finally:
         engine.close()
     return {"rows": rows, "max_new_tokens": max_new_tokens, "method": method, "repeats": max(repeats, 1),
@@ -217,7 +229,8 @@ def concurrency_markdown(result: dict[str, Any], title: str) -> str:
              f"Greedy, {result['max_new_tokens']} new tokens per request, speculation method "
              f"`{result['method']}` with k chosen per request and step (goodput), {result.get('prompts', len(CHAT_PROMPTS))} "
              f"prompts (cycled to the largest N when fewer), answered by N closed-loop clients (each sends its next prompt when its answer is complete; onnxruntime-genai: batches of N). Per concurrency, {result.get('repeats', 1)} round(s) with the "
-             "configurations interleaved; each row is its median round. `identical`: every request's tokens equal "
+             "configurations interleaved; each row is its median round, and its ratios are the median over rounds "
+             "of the ratio within each round (a shared machine's speed drifts between rounds). `identical`: every request's tokens equal "
              "its one-at-a-time output (onnxruntime-genai: its own batched decoding compared with ours alone; "
              "its tokens after a row's EOS are not counted). `vs sequential`: against the same prompts answered one "
              f"at a time by the Generator with `{result['method']}` (speculating, as a one-slot server does).", "",
@@ -229,9 +242,11 @@ def concurrency_markdown(result: dict[str, Any], title: str) -> str:
             base[r["concurrency"]] = r["tokens_per_second"]
         if r["config"] == "plain batched":
             plain[r["concurrency"]] = r["tokens_per_second"]
-        ratio = r["tokens_per_second"] / base[r["concurrency"]] if base.get(r["concurrency"]) else 0.0
-        vs_plain = (f"{r['tokens_per_second'] / plain[r['concurrency']]:.2f}x"
-                    if plain.get(r["concurrency"]) and not r["config"].startswith("sequential") else "")
+        ratio = r.get("vs_sequential") or (r["tokens_per_second"] / base[r["concurrency"]]
+                                           if base.get(r["concurrency"]) else 0.0)
+        vs_plain = "" if r["config"].startswith("sequential") else (
+            f"{r['vs_plain']:.2f}x" if "vs_plain" in r else
+            f"{r['tokens_per_second'] / plain[r['concurrency']]:.2f}x" if plain.get(r["concurrency"]) else "")
         ident = "" if r["identical"] is None else ("yes" if r["identical"] else "NO")
         lines.append(f"| {r['concurrency']} | {r['config']} | {r['tokens_per_second']:.1f} | {ratio:.2f}x | {vs_plain} | "
                      f"{r['latency_p50_s']:.2f} | {r['latency_p95_s']:.2f} | {r['ttft_p50_s']:.3f} | "

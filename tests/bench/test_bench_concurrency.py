@@ -39,3 +39,17 @@ def test_concurrency_bench_refuses_bad_levels_in_one_line(pair_bundle):
 def test_peer_tokens_after_eos_are_not_counted():
     assert _until_eos([5, 6, 2, 2, 2], frozenset({2})) == [5, 6, 2]
     assert _until_eos([5, 6], frozenset({2})) == [5, 6]
+
+
+def test_ratios_are_paired_by_round():
+    """Rounds at three machine speeds (1x, 2x, 1.5x) and one disturbed round: the ratio within each round is 1.1
+    but in the disturbed one; the median of those is 1.1, while the ratio of the two median rounds is 1.0."""
+    from specrt.bench.concurrency import _median_run, _paired, _rate
+
+    def run(tokens, wall):
+        return {"outs": [[0] * tokens], "wall": wall}
+
+    plain = [run(110, 110 / r) for r in (100, 200, 150)]  # tokens/s 100, 200, 150
+    spec = [run(110, 110 / r) for r in (110, 150, 165)]  # round 2 disturbed
+    assert abs(_paired(spec, plain) - 1.1) < 1e-9
+    assert abs(_rate(_median_run(spec)) / _rate(_median_run(plain)) - 1.0) < 1e-9
