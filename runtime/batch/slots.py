@@ -87,6 +87,7 @@ class SlotPool:
         self.batched = True  # decode_batch is one pass
         self.runners = [SlotRunner(self, s) for s in range(self.max_batch)]  # region i is runners[i]
         self.used = 0
+        self._rows = np.empty((self.max_batch, self.config.vocab_size), np.float32)  # decode_batch's logits
 
     def packed(self) -> "SlotPool":
         """The pool runs mixed passes itself (`run`), as a RegionPool's packed passes do."""
@@ -97,9 +98,10 @@ class SlotPool:
         return []
 
     def kv_bytes_per_slot(self) -> int:
-        c = self.config
-        itemsize = 2 if str(getattr(self.batch, "dtype", "float32")).endswith(("float16", "bfloat16")) else 4
-        return 2 * c.num_layers * c.num_kv_heads * (self.capacity - 1) * c.head_dim * itemsize
+        from specrt.runtime.batch.pool import kv_bytes  # fp32 rows; a half-precision engine's are half as large
+
+        half = str(getattr(self.batch, "dtype", "float32")).endswith(("float16", "bfloat16"))
+        return kv_bytes(self.config, self.batch.past_rows) // (2 if half else 1)
 
     # ------------------------------------------------------------------------------------- slots
     def acquire(self) -> SlotRunner:
@@ -126,12 +128,16 @@ class SlotPool:
 
     # ------------------------------------------------------------------------------------ passes
     def decode_batch(self, ids: np.ndarray) -> np.ndarray:
-        """ids [B]: one new token for each of regions [0, B) -> logits [B, V]. One pass."""
+        """ids [B]: one new token for each of regions [0, B) -> logits [B, V] (a view valid until the next call).
+        One pass."""
         bsz = ids.size
         if not 0 < bsz <= self.used:
             raise InvalidArgument(f"decode_batch of {bsz} sequences with {self.used} regions in use")
         outs = self.run([(b, ids[b:b + 1], self.runners[b].length, (0, 1)) for b in range(bsz)])
-        return np.stack([o[0] for o in outs])
+        rows = self._rows[:bsz]  # regions and slots need not share an order: one copy into a preallocated buffer
+        for b, o in enumerate(outs):
+            rows[b] = o[0]
+        return rows
 
     def run(self, calls: list[tuple]) -> list[np.ndarray]:
         """calls: (region, token ids [S], past length, (first, count) logit rows[, attn_rows]) with distinct regions
@@ -139,7 +145,7 @@ class SlotPool:
         [past, past + S) of its slot (the slot's length is set to `past` first: the scheduler passes the length
         it has; a cost measurement passes any). Calls longer than `pad_limit` rows get passes of their own."""
         slots = {}
-        for region, ids, past, want, *_ in calls:
+        for region, ids, past, *_ in calls:
             if not 0 <= region < self.max_batch or region in slots:
                 raise InvalidArgument(f"batched pass: region {region} is out of range or given twice")
             if past + ids.size > self.capacity:
