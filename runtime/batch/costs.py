@@ -1,7 +1,7 @@
 """The scheduler's cost table, measured once per bundle graph and device, then cached.
 
 Measured: seconds of a batched one-token pass of b = 1..max_batch sequences (best of 3 after a warm-up), of a
-one-sequence pass of s tokens (the generator's load-time verify timings; on a batch runner, its own passes), of
+one-sequence pass of s tokens (on the pool itself: a region runner, or the batch runner's passes), of
 one drafted token, and of a packed
 pass (runtime/batch/packed.py) over a small grid of sequences x rows each (interpolated by `CostTable.t_packed`). Cached as JSON
 under `$SPECRT_CACHE/batch-costs/` keyed by the target graph (path, size, mtime), threads, max_batch, the ONNX
@@ -34,6 +34,9 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+COSTS_VERSION = 2  # what is measured and how (2: rows on the pool itself); part of the cache key
+
+
 def cache_key(gen, max_batch: int, pool=None) -> str:
     import onnxruntime
 
@@ -43,13 +46,13 @@ def cache_key(gen, max_batch: int, pool=None) -> str:
     if isinstance(pool, SlotPool):  # a batch runner: its backend and device, the bundle as compiled (manifest)
         manifest = Path(gen.manifest.root) / "manifest.json"
         st = manifest.stat()
-        ident = ["slots", pool.batch.name, str(manifest.resolve()), st.st_size, st.st_mtime_ns, gen.threads,
+        ident = [COSTS_VERSION, "slots", pool.batch.name, str(manifest.resolve()), st.st_size, st.st_mtime_ns, gen.threads,
                  str(gen.target_device), max_batch, pool.pad_limit, onnxruntime.__version__, _cpu_name(),
                  os.cpu_count()]
     else:
         target = gen.target
         st = Path(target.onnx_path).stat()
-        ident = [str(Path(target.onnx_path).resolve()), st.st_size, st.st_mtime_ns, target.threads, max_batch,
+        ident = [COSTS_VERSION, str(Path(target.onnx_path).resolve()), st.st_size, st.st_mtime_ns, target.threads, max_batch,
                  onnxruntime.__version__, _cpu_name(), os.cpu_count(),
                  str(getattr(gen.draft, "onnx_path", "")) if gen.draft is not None else "", packed_sizes(max_batch)]
     return hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:24]
@@ -87,20 +90,37 @@ PACKED_PAST = 32  # past length of the measured packed passes (one-token and ver
 
 
 def measure_rows(pool, max_rows: int) -> list[float]:
-    """Seconds of a one-sequence pass of s = 1..max_rows tokens on region 0 at PACKED_PAST (best of 3 after a
-    warm-up): a batch runner's own verify costs (a fused pool uses the Generator's load-time timings)."""
+    """Seconds of a one-sequence pass of s = 1..max_rows tokens at PACKED_PAST (best of 3 after a warm-up) on the
+    pool itself: a batch runner's passes, or a fused pool's region runner (its bound region views and the pool's
+    session as the scheduler runs them; the Generator's load-time timings of its own runner came out 15-20%
+    below a region's one-token pass on SmolLM2 fp32, so drafting looked cheaper than it was)."""
+    from specrt.runtime.batch.slots import SlotPool
+
     past = min(PACKED_PAST, pool.capacity - max_rows)
+    runner = None if isinstance(pool, SlotPool) else pool.acquire()
+    prefix = np.zeros(past, np.int64)
     out = []
-    for s in range(1, max_rows + 1):
-        ids = np.zeros(s, np.int64)
-        best = float("inf")
-        for rep in range(4):
-            t0 = time.perf_counter()
-            pool.run([(0, ids, past, (0, s))])
-            if rep:
-                best = min(best, time.perf_counter() - t0)
-        out.append(best)
-    pool.runners[0].reset()
+    try:
+        for s in range(1, max_rows + 1):
+            ids = np.zeros(s, np.int64)
+            best = float("inf")
+            for rep in range(4):
+                if runner is not None:
+                    runner.truncate(0)
+                    runner.forward_last(prefix)  # the past, not timed
+                t0 = time.perf_counter()
+                if runner is None:
+                    pool.run([(0, ids, past, (0, s))])
+                else:
+                    runner.forward(ids)
+                if rep:
+                    best = min(best, time.perf_counter() - t0)
+            out.append(best)
+    finally:
+        if runner is not None:
+            pool.release(runner)
+        else:
+            pool.runners[0].reset()
     return out
 
 
@@ -150,13 +170,13 @@ def cost_table(gen, pool, max_batch: int, packed: bool = False) -> CostTable:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
     batch = measure_batch(pool, max_batch)
-    if slots:  # the batch runner's passes, not the Generator's own runner (no draft model is batched there)
-        table = CostTable(batch=batch, rows=measure_rows(pool, gen.max_draft_tokens + 1))
+    rows = measure_rows(pool, gen.max_draft_tokens + 1)
+    if slots:  # no draft model is batched on a batch runner
+        table = CostTable(batch=batch, rows=rows)
     else:
         if gen._load_costs is None:  # load(warmup=False)
             gen.warmup()
-        verify, draft = gen._load_costs
-        table = CostTable(batch=batch, rows=list(verify), draft_token=draft or 0.0)
+        table = CostTable(batch=batch, rows=rows, draft_token=gen._load_costs[1] or 0.0)
     if packed:
         min_rows = getattr(gen.target, "min_rows", 1)
         table.packed, table.packed_b, table.packed_r = measure_packed(pool, len(table.rows), min_rows)

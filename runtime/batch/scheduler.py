@@ -53,6 +53,7 @@ LEAVE_MARGIN = 1.05  # ... and the fused family, to move back
 RATIO_DECAY = 0.8  # smoothing of the predicted packed / fused goodput ratio over steps
 MIN_FAMILY_STEPS = 8  # steps in a family before the scheduler may switch again
 CALIBRATION_DECAY = 0.9  # smoothing of each family's realized / predicted goodput
+CALIBRATION_RELAX = 0.02  # per step without drafts, a family's drafting calibration moves this far back to its plain one
 BATCH_METHODS = ("draft", "hybrid", "ngram", "none")
 PROBE_AFTER = 8  # steps without drafting after which a draft-model request drafts one token (`_probe`)
 
@@ -97,6 +98,10 @@ class Scheduler:
         self.family_steps = 0  # steps since the family last changed
         self.packed_ratio = 1.0  # smoothed predicted goodput of the packed family over the fused one
         self.calibration = {"fused": 1.0, "packed": 1.0}  # per family: realized / predicted goodput (smoothed)
+        # ... of the steps that drafted, apart (`_spec_or_plain`): the cost table and the acceptance estimates err
+        # differently when a step drafts, and a drafting step must beat the plain one as realized, not as predicted
+        self.spec_calibration = {"fused": 1.0, "packed": 1.0}
+        self._drafted = False  # whether the current step's plan drafted
         self._planned = 0.0  # predicted goodput of the current step's plan
         self._plans = None  # (prepared, packed plan, fused plan) when `_packed_step_due` planned both this step
         if self.packed:  # built here, on the caller's thread (not lazily on the engine's: imports are not thread-safe)
@@ -167,7 +172,7 @@ class Scheduler:
         t0, tokens0 = time.perf_counter(), self.step_tokens
         self._admit()
         prepared = self._prepare() if self.running else None
-        self._planned, self._plans = 0.0, None
+        self._planned, self._plans, self._drafted = 0.0, None, False
         if prepared is not None and self._packed_step_due(prepared):
             self._decode_step(prepared, packed=True)  # the prompt chunks of the requests in prefill ride along
         else:
@@ -177,10 +182,19 @@ class Scheduler:
             if self.running:
                 self._decode_step(prepared or self._prepare())
         if self._planned > 0:  # realized over predicted goodput of the family used (prefill work included)
-            realized = (self.step_tokens - tokens0) / max(time.perf_counter() - t0, 1e-9)
-            self.calibration[self.family] = (CALIBRATION_DECAY * self.calibration[self.family]
-                                             + (1 - CALIBRATION_DECAY) * realized / self._planned)
+            self._calibrate((self.step_tokens - tokens0) / max(time.perf_counter() - t0, 1e-9))
         self._retire()
+
+    def _calibrate(self, realized: float) -> None:
+        """Fold this step's realized / predicted goodput into its family's calibration: the drafting one when the
+        step drafted, else the plain one, and then the drafting one drifts CALIBRATION_RELAX of the way back to
+        the plain one (not tried lately: drafting is retried once the drift has undone a disappointment)."""
+        table = self.spec_calibration if self._drafted else self.calibration
+        table[self.family] = (CALIBRATION_DECAY * table[self.family]
+                              + (1 - CALIBRATION_DECAY) * realized / self._planned)
+        if not self._drafted:
+            plain, spec = self.calibration[self.family], self.spec_calibration[self.family]
+            self.spec_calibration[self.family] = spec + CALIBRATION_RELAX * (plain - spec)
 
     def _prepare(self) -> tuple[list[int], list, list[float]]:
         """(max k, the free n-gram proposal or None, drafting cost) per decoding request, for the step's plan."""
@@ -296,12 +310,34 @@ class Scheduler:
             plan = planned[1] if planned else plan_packed(acceptance, max_ks, dcost, self.costs)
         else:
             plan = planned[2] if planned else plan_step(acceptance, max_ks, dcost, self.costs, self.batched_decode)
+        plan = self._spec_or_plain(plan, acceptance, dcost, packed)
         plan = self._probe(seqs, plan, max_ks, free)
+        self._drafted = any(plan.ks)
         emitted = self._packed_step(seqs, plan.ks, free) if packed else self._passes(seqs, plan, free)
         self._planned = plan.goodput
         self.steps += 1
         self.step_tokens += emitted
         self.step_seconds += time.perf_counter() - t0
+
+    def _spec_or_plain(self, plan: StepPlan, acceptance: list[float], dcost: list[float], packed: bool) -> StepPlan:
+        """The plan, or the same family's plain plan (every k 0) when the drafting plan's prediction, scaled by
+        the realized / predicted goodput of this family's drafting steps so far, falls below the plain plan's
+        scaled by that of its plain steps. The cost table prices a drafting pass from short-context timings and
+        the acceptance estimates are per request; how far a drafting step's realized goodput falls short of its
+        prediction is measured apart, so a batch where drafting disappoints stops drafting (SmolLM2 fp32, 4-8
+        clients: 0.90-0.93x plain batching before) and drafts again once the calibration has drifted back
+        (CALIBRATION_RELAX per plain step)."""
+        if not any(plan.ks):
+            return plan
+        zeros = [0] * len(plan.ks)
+        if packed:
+            plain = plan_packed(acceptance, zeros, dcost, self.costs)
+        else:
+            plain = plan_step(acceptance, zeros, dcost, self.costs, self.batched_decode)
+        family = "packed" if packed else "fused"
+        if plan.goodput * self.spec_calibration[family] >= plain.goodput * self.calibration[family]:
+            return plan
+        return plain
 
     def _probe(self, seqs: list[Sequence], plan: StepPlan, max_ks: list[int], free: list) -> StepPlan:
         """A request whose drafts cost something (a draft model) is judged only when it drafts: planned at k = 0

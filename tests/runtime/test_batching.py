@@ -160,15 +160,14 @@ def test_plan_picks_the_regime_with_more_tokens_per_second():
 
 @pytest.mark.parametrize("rows", [[1.0, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06, 1.07, 1.08],
                                   [0.5, 0.51, 0.52, 0.53, 0.54, 0.55, 0.56, 0.57, 0.58]])
-def test_speculating_requests_in_a_batch_keep_their_greedy_output(engines, rows):
+def test_speculating_requests_in_a_batch_keep_their_greedy_output(engines, rows, monkeypatch):
     # Cost tables that make speculation win (cheap multi-token passes): the requests that draft run their own
     # verify pass, then (batched regime) the batched pass gives every request one more token. Outputs equal alone.
     gen, eng = engines["fp32"]
     prompts = ["a b a b a b a b a b", "import os\nimport sys\nimport os\n", "hello world", "x y x y x y"]
     lengths = [14, 12, 10, 16]
     alone = [gen.generate(p, n, method="ngram").token_ids for p, n in zip(prompts, lengths)]
-    saved = eng.scheduler.costs
-    eng.scheduler.costs = CostTable(batch=[1.0, 1.02, 1.04, 1.06], rows=rows)
+    saved = _fixed_costs(eng.scheduler, monkeypatch, CostTable(batch=[1.0, 1.02, 1.04, 1.06], rows=rows))
     try:
         res = eng.generate_batch(prompts, 16, method="ngram")
         subs = [eng.submit(p, max_new_tokens=n, method="ngram") for p, n in zip(prompts, lengths)]
@@ -230,7 +229,7 @@ def test_cost_table_is_measured_once_per_graph_and_device_then_cached(engines, t
 
 
 @pytest.mark.parametrize("method", ["draft", "ngram"])
-def test_speculative_sampling_in_a_batch_follows_the_target_distribution(engines, method):
+def test_speculative_sampling_in_a_batch_follows_the_target_distribution(engines, method, monkeypatch):
     """Seeded 3-token samples (temperature 1.5, top-k 3, k = 2), 8 requests per batch with speculation forced on by
     a cost table where it always pays: the joint of the samples is the exact target-only joint."""
     import sys
@@ -245,8 +244,7 @@ def test_speculative_sampling_in_a_batch_follows_the_target_distribution(engines
     base = gen.tokenizer.encode(PROMPTS[0])
     prompt = base + gen.generate(base, 8, method="none").token_ids + base  # the n-gram branch finds matches
     exact = _exact_joint(gen, prompt, SamplingParams(temperature=1.5, top_k=3), 3)
-    saved = eng.scheduler.costs
-    eng.scheduler.costs = CostTable(batch=[1.0] * 8, rows=[0.1 + 0.001 * s for s in range(9)])
+    saved = _fixed_costs(eng.scheduler, monkeypatch, CostTable(batch=[1.0] * 8, rows=[0.1 + 0.001 * s for s in range(9)]))
     n, counts, drafted = 2400, {}, 0
     rng = np.random.default_rng(1)
     try:
@@ -317,20 +315,30 @@ def test_packed_pass_rows_equal_each_sequence_alone_bit_for_bit(engines, precisi
             pool.release(r)
 
 
-def _force_packed(sched, monkeypatch) -> CostTable:
-    """A cost table where the packed pass is nearly free and every other pass dear, and no calibration of the
-    predictions against realized steps (which would undo the table): the packed regime every step."""
+def _fixed_costs(sched, monkeypatch, table: CostTable) -> CostTable:
+    """`table` as the scheduler's cost table, with no calibration of its predictions against realized steps
+    (which would undo a made-up table: `_spec_or_plain` would stop drafting where the real passes say so).
+    Returns the table it replaced."""
     from specrt.runtime.batch import scheduler
 
     monkeypatch.setattr(scheduler, "CALIBRATION_DECAY", 1.0)
-    monkeypatch.setattr(scheduler, "MIN_FAMILY_STEPS", 0)
     monkeypatch.setattr(sched, "calibration", {"fused": 1.0, "packed": 1.0})
-    monkeypatch.setattr(sched, "packed_ratio", 1.0)
+    monkeypatch.setattr(sched, "spec_calibration", {"fused": 1.0, "packed": 1.0})
     saved = sched.costs
-    sched.costs = CostTable(batch=[10.0] * 8, rows=[10.0] * 9,
-                            packed=[[0.01 + 0.0001 * r for r in (1, 2, 4, 9)]] * 4, packed_b=[1, 2, 4, 8],
-                            packed_r=[1, 2, 4, 9])
+    sched.costs = table
     return saved
+
+
+def _force_packed(sched, monkeypatch) -> CostTable:
+    """A cost table where the packed pass is nearly free and every other pass dear, without calibration: the
+    packed regime every step."""
+    from specrt.runtime.batch import scheduler
+
+    monkeypatch.setattr(scheduler, "MIN_FAMILY_STEPS", 0)
+    monkeypatch.setattr(sched, "packed_ratio", 1.0)
+    return _fixed_costs(sched, monkeypatch, CostTable(
+        batch=[10.0] * 8, rows=[10.0] * 9, packed=[[0.01 + 0.0001 * r for r in (1, 2, 4, 9)]] * 4,
+        packed_b=[1, 2, 4, 8], packed_r=[1, 2, 4, 9]))
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int4"])
@@ -567,3 +575,48 @@ def test_hybrid_drafts_for_free_where_prompt_lookup_matches_and_a_stale_draft_wa
     table.draft_token = 0.0  # drafting priced free (the sampling test's table): a stale draft restarts in a batch
     sched.running = [request(fresh, 0), request(fresh, 0)]
     assert Scheduler._prepare(sched)[0] == [4, 4]
+
+
+def test_drafting_stops_where_its_realized_goodput_disappoints_and_is_retried_later():
+    # `_spec_or_plain`: a drafting plan runs only while its prediction, scaled by how drafting steps realized their
+    # predictions, beats the plain plan's scaled by how plain steps did; `_calibrate` keeps the two apart and
+    # lets the drafting calibration drift back while drafting is off
+    from types import SimpleNamespace
+
+    from specrt.runtime.batch.goodput import plan_packed
+    from specrt.runtime.batch.scheduler import Scheduler
+
+    table = CostTable(batch=[1.0, 1.05], rows=[1.0, 1.02, 1.04, 1.06])
+    sched = SimpleNamespace(costs=table, batched_decode=True, family="fused", _planned=0.0, _drafted=False,
+                            calibration={"fused": 1.0, "packed": 1.0}, spec_calibration={"fused": 1.0, "packed": 1.0})
+    acceptance, max_ks, dcost = [0.9, 0.1], [3, 3], [0.0, 0.0]
+    plan = plan_step(acceptance, max_ks, dcost, table)
+    assert any(plan.ks)
+    assert Scheduler._spec_or_plain(sched, plan, acceptance, dcost, False) is plan
+    # drafting steps realized 60% of their prediction, plain steps all of theirs: the plain plan
+    sched._planned, sched._drafted = plan.goodput, True
+    for _ in range(20):
+        Scheduler._calibrate(sched, 0.6 * plan.goodput)
+    assert sched.spec_calibration["fused"] < 0.7 and sched.calibration["fused"] == 1.0
+    plain = Scheduler._spec_or_plain(sched, plan, acceptance, dcost, False)
+    assert plain.ks == [0, 0] and plain.batched and plain.goodput == pytest.approx(2 / table.t_batch(2))
+    # plain steps as predicted: the drafting calibration drifts back to the plain one, and drafting resumes
+    sched._drafted = False
+    sched._planned = plain.goodput
+    steps = 0
+    while not any(Scheduler._spec_or_plain(sched, plan, acceptance, dcost, False).ks):
+        Scheduler._calibrate(sched, plain.goodput)
+        steps += 1
+        assert steps < 200
+    assert steps > 5  # not at once: a disappointment is remembered for a while
+    # the packed family is judged by its own calibrations, against its own plain plan
+    packed = plan_packed(acceptance, max_ks, dcost, CostTable(batch=[1.0] * 2, rows=[1.0] * 4,
+                                                              packed=[[1.0, 1.01, 1.02, 1.03]] * 2,
+                                                              packed_b=[1, 2], packed_r=[1, 2, 4, 9]))
+    sched.costs = CostTable(batch=[1.0] * 2, rows=[1.0] * 4, packed=[[1.0, 1.01, 1.02, 1.03]] * 2,
+                            packed_b=[1, 2], packed_r=[1, 2, 4, 9])
+    assert any(packed.ks)
+    sched.spec_calibration["packed"] = 0.4  # (2 + 0.9 + 0.81 + 0.73 + 0.1) / 1.03 * 0.4 < 2 / 1.0
+    assert Scheduler._spec_or_plain(sched, packed, acceptance, dcost, True).ks == [0, 0]
+    sched.spec_calibration["packed"] = 1.0
+    assert Scheduler._spec_or_plain(sched, packed, acceptance, dcost, True) is packed
