@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from helpers import make_checkpoint
 
-ARCHS = ("llama", "qwen2", "qwen3", "gemma3", "gpt2")
+ARCHS = ("llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt2")
 PROMPTS = "\n".join(f"def f{i}(x):" for i in range(10)) + "\n"
 
 
