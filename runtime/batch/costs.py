@@ -46,14 +46,14 @@ def cache_key(gen, max_batch: int, pool=None) -> str:
     if isinstance(pool, SlotPool):  # a batch runner: its backend and device, the bundle as compiled (manifest)
         manifest = Path(gen.manifest.root) / "manifest.json"
         st = manifest.stat()
-        ident = [COSTS_VERSION, "slots", pool.batch.name, str(manifest.resolve()), st.st_size, st.st_mtime_ns, gen.threads,
-                 str(gen.target_device), max_batch, pool.pad_limit, onnxruntime.__version__, _cpu_name(),
+        ident = [COSTS_VERSION, "slots", pool.batch.name, str(manifest.resolve()), st.st_size, st.st_mtime_ns,
+                 gen.threads, str(gen.target_device), max_batch, pool.pad_limit, onnxruntime.__version__, _cpu_name(),
                  os.cpu_count()]
     else:
         target = gen.target
         st = Path(target.onnx_path).stat()
-        ident = [COSTS_VERSION, str(Path(target.onnx_path).resolve()), st.st_size, st.st_mtime_ns, target.threads, max_batch,
-                 onnxruntime.__version__, _cpu_name(), os.cpu_count(),
+        ident = [COSTS_VERSION, str(Path(target.onnx_path).resolve()), st.st_size, st.st_mtime_ns, target.threads,
+                 max_batch, onnxruntime.__version__, _cpu_name(), os.cpu_count(),
                  str(getattr(gen.draft, "onnx_path", "")) if gen.draft is not None else "", packed_sizes(max_batch)]
     return hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:24]
 
@@ -97,30 +97,34 @@ def measure_rows(pool, max_rows: int) -> list[float]:
     from specrt.runtime.batch.slots import SlotPool
 
     past = min(PACKED_PAST, pool.capacity - max_rows)
-    runner = None if isinstance(pool, SlotPool) else pool.acquire()
-    prefix = np.zeros(past, np.int64)
+    if isinstance(pool, SlotPool):
+        runner = pool.runners[0]
+
+        def run(ids):
+            pool.run([(0, ids, past, (0, ids.size))])  # the slot's length is set to `past` by the call
+    else:
+        runner = pool.acquire()
+        runner.forward_last(np.zeros(past, np.int64))  # the past, once (not timed)
+
+        def run(ids):
+            runner.truncate(past)  # roll back the previous pass's rows
+            runner.forward(ids)
     out = []
     try:
         for s in range(1, max_rows + 1):
             ids = np.zeros(s, np.int64)
             best = float("inf")
             for rep in range(4):
-                if runner is not None:
-                    runner.truncate(0)
-                    runner.forward_last(prefix)  # the past, not timed
                 t0 = time.perf_counter()
-                if runner is None:
-                    pool.run([(0, ids, past, (0, s))])
-                else:
-                    runner.forward(ids)
+                run(ids)
                 if rep:
                     best = min(best, time.perf_counter() - t0)
             out.append(best)
     finally:
-        if runner is not None:
-            pool.release(runner)
+        if isinstance(pool, SlotPool):
+            runner.reset()
         else:
-            pool.runners[0].reset()
+            pool.release(runner)
     return out
 
 

@@ -53,7 +53,7 @@ LEAVE_MARGIN = 1.05  # ... and the fused family, to move back
 RATIO_DECAY = 0.8  # smoothing of the predicted packed / fused goodput ratio over steps
 MIN_FAMILY_STEPS = 8  # steps in a family before the scheduler may switch again
 CALIBRATION_DECAY = 0.9  # smoothing of each family's realized / predicted goodput
-CALIBRATION_RELAX = 0.02  # per step without drafts, a family's drafting calibration moves this far back to its plain one
+CALIBRATION_RELAX = 0.02  # per plain step: how far a family's drafting calibration moves back to its plain one
 BATCH_METHODS = ("draft", "hybrid", "ngram", "none")
 PROBE_AFTER = 8  # steps without drafting after which a draft-model request drafts one token (`_probe`)
 

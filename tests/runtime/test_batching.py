@@ -244,7 +244,8 @@ def test_speculative_sampling_in_a_batch_follows_the_target_distribution(engines
     base = gen.tokenizer.encode(PROMPTS[0])
     prompt = base + gen.generate(base, 8, method="none").token_ids + base  # the n-gram branch finds matches
     exact = _exact_joint(gen, prompt, SamplingParams(temperature=1.5, top_k=3), 3)
-    saved = _fixed_costs(eng.scheduler, monkeypatch, CostTable(batch=[1.0] * 8, rows=[0.1 + 0.001 * s for s in range(9)]))
+    table = CostTable(batch=[1.0] * 8, rows=[0.1 + 0.001 * s for s in range(9)])
+    saved = _fixed_costs(eng.scheduler, monkeypatch, table)
     n, counts, drafted = 2400, {}, 0
     rng = np.random.default_rng(1)
     try:
@@ -610,11 +611,9 @@ def test_drafting_stops_where_its_realized_goodput_disappoints_and_is_retried_la
         assert steps < 200
     assert steps > 5  # not at once: a disappointment is remembered for a while
     # the packed family is judged by its own calibrations, against its own plain plan
-    packed = plan_packed(acceptance, max_ks, dcost, CostTable(batch=[1.0] * 2, rows=[1.0] * 4,
-                                                              packed=[[1.0, 1.01, 1.02, 1.03]] * 2,
-                                                              packed_b=[1, 2], packed_r=[1, 2, 4, 9]))
     sched.costs = CostTable(batch=[1.0] * 2, rows=[1.0] * 4, packed=[[1.0, 1.01, 1.02, 1.03]] * 2,
                             packed_b=[1, 2], packed_r=[1, 2, 4, 9])
+    packed = plan_packed(acceptance, max_ks, dcost, sched.costs)
     assert any(packed.ks)
     sched.spec_calibration["packed"] = 0.4  # (2 + 0.9 + 0.81 + 0.73 + 0.1) / 1.03 * 0.4 < 2 / 1.0
     assert Scheduler._spec_or_plain(sched, packed, acceptance, dcost, True).ks == [0, 0]
