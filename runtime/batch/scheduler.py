@@ -41,7 +41,7 @@ from specrt.runtime.backends.ort.fused_runner import OrtFusedRunner
 from specrt.runtime.backends.ort.threads import shared_pool
 from specrt.runtime.batch.goodput import CostTable, StepPlan, plan_packed, plan_step
 from specrt.runtime.batch.pool import RegionPool
-from specrt.runtime.batch.sequence import Sequence
+from specrt.runtime.batch.sequence import DRAFT_KIND, Sequence
 from specrt.runtime.loop import pick_token
 from specrt.runtime.proposers.draft_model import DraftModelProposer
 from specrt.runtime.proposers.ngram import NgramProposer
@@ -201,12 +201,13 @@ class Scheduler:
         seqs, cap = self.running, self.gen.max_seq_len
         max_ks = [0 if s.proposer is None else max(0, min(s.max_k, s.remaining - 1, cap - s.n - 1)) for s in seqs]
         # free proposals (n-gram, hybrid's n-gram branch when it matches) cost nothing: make them first, so that k is
-        # capped by what matched, and estimate acceptance per kind of proposal (n-gram: its match size)
+        # capped by what matched, and estimate acceptance per kind of proposal (n-gram: its match size; a draft
+        # model's: DRAFT_KIND, so that hybrid's n-gram judgements do not price its draft model, nor the reverse)
         free = []
         for i, (s, mk) in enumerate(zip(seqs, max_ks)):
             propose = getattr(s.proposer, "free_propose", None) if mk > 0 else None
             f = propose(s.tokens, s.n, mk) if propose is not None else None
-            s.kind = s.proposer.matched if f is not None else None
+            s.kind = s.proposer.matched if f is not None else (DRAFT_KIND if s.draft is not None else None)
             if f is not None:
                 max_ks[i] = f.token_ids.size
             free.append(f)

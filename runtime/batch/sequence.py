@@ -15,6 +15,7 @@ from specrt.runtime.stats import GenerationStats
 PRIOR_ACCEPTANCE = 0.5  # per-token acceptance assumed before a request has drafted (weight PRIOR_WEIGHT drafts)
 PRIOR_WEIGHT = 2.0
 DECAY = 0.9  # per step: recent acceptance counts more
+DRAFT_KIND = "draft"  # the kind of a draft model's proposals (an n-gram proposal's kind is its match size)
 
 
 @dataclasses.dataclass(eq=False)
@@ -47,19 +48,27 @@ class Sequence:
     @property
     def acceptance(self) -> float:
         """Per-token acceptance estimate for this step's kind of proposal (decayed accepted drafts over decayed
-        drafts judged), the request's overall estimate until that kind has been judged."""
-        counts = self.by_kind.get(self.kind)
-        if counts is not None:
-            return counts[0] / counts[1] if counts[1] > 0 else PRIOR_ACCEPTANCE
-        return self.accepted / self.offered if self.offered > 0 else PRIOR_ACCEPTANCE
+        drafts judged); a kind not judged yet: `_kind_start`."""
+        acc, off = self.by_kind.get(self.kind) or self._kind_start()
+        return acc / off if off > 0 else PRIOR_ACCEPTANCE
+
+    def _kind_start(self) -> tuple[float, float]:
+        """The counts (weight PRIOR_WEIGHT) a kind not judged yet starts from: the request's overall rate, or the
+        prior for a draft model's proposals (DRAFT_KIND: hybrid's overall counts are mostly n-gram judgements, made
+        every step for free, and say little about its draft model). Kind None: the overall counts themselves."""
+        if self.kind is None:
+            return self.accepted, self.offered
+        rate = PRIOR_ACCEPTANCE
+        if self.kind != DRAFT_KIND and self.offered > 0:
+            rate = self.accepted / self.offered
+        return rate * PRIOR_WEIGHT, PRIOR_WEIGHT
 
     def observe_acceptance(self, drafted: int, accepted: int) -> None:
         """A step that offered `drafted` drafts (of this step's kind) and kept `accepted`: a rejection ends the run,
         so the drafts judged are accepted + (1 if one was rejected)."""
         judged = accepted + (1 if accepted < drafted else 0)
-        if self.kind is not None:  # a kind not judged yet starts from the request's overall estimate
-            overall = self.accepted / self.offered if self.offered > 0 else PRIOR_ACCEPTANCE
-            acc, off = self.by_kind.get(self.kind, (overall * PRIOR_WEIGHT, PRIOR_WEIGHT))
+        if self.kind is not None:
+            acc, off = self.by_kind.get(self.kind) or self._kind_start()
             self.by_kind[self.kind] = (DECAY * acc + accepted, DECAY * off + judged)
         self.accepted = DECAY * self.accepted + accepted
         self.offered = DECAY * self.offered + judged

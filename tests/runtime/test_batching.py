@@ -9,6 +9,7 @@ import pytest
 from helpers import event_tokens
 
 from specrt.runtime.batch.engine import BatchEngine
+from specrt.runtime.batch.sequence import DRAFT_KIND
 from specrt.runtime.batch.goodput import CostTable, choose_ks, plan_step
 
 PROMPTS = ["hello world", "def f(x): return x + 1\ndef g(x): return", "a b a b a b a b a b", "the quick brown fox",
@@ -571,11 +572,32 @@ def test_hybrid_drafts_for_free_where_prompt_lookup_matches_and_a_stale_draft_wa
     assert max_ks[0] == free[0].token_ids.size and sched.running[0].kind == sched.running[0].proposer.ngram.matched
     assert free[1] is None and max_ks[1] == 0  # no match, and its draft saw nothing: 12 tokens behind
     assert free[2] is None and max_ks[2] == 4 and dcost[2] == 0.01  # its draft is current: it may draft
+    assert sched.running[2].kind == DRAFT_KIND  # its model's proposal: judged apart from its n-gram ones
     sched.running = [request(fresh, 0)]  # alone: a stale draft may catch up (the single-sequence loop does)
     assert Scheduler._prepare(sched)[0] == [4]
     table.draft_token = 0.0  # drafting priced free (the sampling test's table): a stale draft restarts in a batch
     sched.running = [request(fresh, 0), request(fresh, 0)]
     assert Scheduler._prepare(sched)[0] == [4, 4]
+
+
+def test_a_hybrid_requests_draft_model_is_judged_apart_from_its_n_gram_proposals():
+    # hybrid's n-gram branch is judged every step for free, so its judgements outnumber the draft model's: the
+    # model's proposals have their own estimate, which starts from the prior, not from the n-gram record
+    from specrt.runtime.batch.sequence import PRIOR_ACCEPTANCE, Sequence
+
+    seq = Sequence(0, np.zeros(1, np.int64), None, "hybrid", 4, lambda *_: None, None)
+    for _ in range(20):  # 1-token n-gram matches: rejected
+        seq.kind = 1
+        seq.observe_acceptance(4, 0)
+    seq.kind = DRAFT_KIND
+    assert seq.acceptance == PRIOR_ACCEPTANCE  # not the n-gram record (near 0)
+    for _ in range(5):
+        seq.observe_acceptance(4, 4)
+    model = seq.acceptance
+    seq.kind = 1
+    assert model > 0.85 and seq.acceptance < 0.1
+    seq.kind = None  # the overall estimate counts both
+    assert seq.by_kind[1][0] / seq.by_kind[1][1] < seq.acceptance < model
 
 
 def test_drafting_stops_where_its_realized_goodput_disappoints_and_is_retried_later():
