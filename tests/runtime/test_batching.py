@@ -9,8 +9,8 @@ import pytest
 from helpers import event_tokens
 
 from specrt.runtime.batch.engine import BatchEngine
-from specrt.runtime.batch.sequence import DRAFT_KIND
 from specrt.runtime.batch.goodput import CostTable, choose_ks, plan_step
+from specrt.runtime.batch.sequence import DRAFT_KIND
 
 PROMPTS = ["hello world", "def f(x): return x + 1\ndef g(x): return", "a b a b a b a b a b", "the quick brown fox",
            "x", "import os\nimport sys\nimport os\n", "one two three four five six seven eight nine ten", "b a"]
