@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from specrt.bundle.entries import TensorSpec
+from specrt.bundle.graph_io import HEAD_INPUTS, HEAD_OUTPUTS
 from specrt.bundle.parts import DraftHeadEntry
 from specrt.bundle.writer import ManifestDraft
 from specrt.compiler.export import export_module
@@ -27,8 +28,7 @@ from specrt.models.checkpoint import open_checkpoint
 from specrt.models.draft_head import CONFIG, DraftHead, load_head, read_head_config
 
 PREFIX = "head:"
-INPUTS = ("features", "input_ids", "position_ids", "past_key", "past_value")
-OUTPUTS = ("logits", "hidden_states", "new_key", "new_value")
+INPUTS, OUTPUTS = HEAD_INPUTS, HEAD_OUTPUTS
 SHAPES = ((4, 0), (1, 4), (3, 5), (1, 9))  # (new rows S, past P) validated
 
 

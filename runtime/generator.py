@@ -357,10 +357,11 @@ class Generator:
     def _head_proposer(self, params: SamplingParams, rng: np.random.Generator):
         if self.manifest.draft_head is None:
             raise InvalidArgument("method 'head' needs a bundle compiled with --draft head:DIR (specrt train-head)")
-        from specrt.runtime.proposers.head import HeadProposer, HeadRunner
+        from specrt.runtime.backends.head import open_head_runner
+        from specrt.runtime.proposers.head import HeadProposer
 
         if self._head_runner is None:
-            self._head_runner = HeadRunner(self.manifest, self.max_seq_len)
+            self._head_runner = open_head_runner(self.manifest, self.max_seq_len, self.backend, self.target_device)
         return HeadProposer(self._head_runner, params, rng, self.vocab_size)
 
     def _iterate(self, public: str, prompt, max_new_tokens: int | None, request: GenerationRequest | None,

@@ -56,12 +56,13 @@ class BuildOptions:
 
 
 
-def polygraphy_profiles(profiles: dict[str, Any]) -> list[tuple[str, Any]]:
-    """Manifest profiles {phase: {input: {min, opt, max}}} -> [(phase, polygraphy Profile)] in PHASE_ORDER."""
+def polygraphy_profiles(profiles: dict[str, Any], order: tuple[str, ...] = PHASE_ORDER) -> list[tuple[str, Any]]:
+    """Manifest profiles {phase: {input: {min, opt, max}}} -> [(phase, polygraphy Profile)] in `order` (a
+    decoder's PHASE_ORDER; the draft head's profiles.HEAD_PHASES)."""
     from polygraphy.backend.trt import Profile
 
     out = []
-    for phase in PHASE_ORDER:
+    for phase in order:
         if phase not in profiles:
             raise InvalidArgument(f"profiles lack the {phase!r} phase (have {sorted(profiles)})")
         p = Profile()
@@ -87,7 +88,8 @@ def network_from_onnx(trt, onnx_path: Path, logger) -> tuple[Any, Any, Any]:
     return builder, network, parser
 
 
-def config_for_profiles(trt, builder, network, profiles: dict[str, Any], options: BuildOptions):
+def config_for_profiles(trt, builder, network, profiles: dict[str, Any], options: BuildOptions,
+                        order: tuple[str, ...] = PHASE_ORDER):
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace)
     if options.precision == "fp32" and hasattr(trt.BuilderFlag, "TF32"):
@@ -108,11 +110,11 @@ def config_for_profiles(trt, builder, network, profiles: dict[str, Any], options
         blob, cache = b"", config.create_timing_cache(b"")
     if not blob and (cache is None or not config.set_timing_cache(cache, ignore_mismatch=False)):
         raise BackendError("TensorRT create_timing_cache / set_timing_cache failed on an empty cache")
-    for phase, profile in polygraphy_profiles(profiles):
+    for phase, profile in polygraphy_profiles(profiles, order):
         index = config.add_optimization_profile(profile.to_trt(builder, network))
-        if index != PHASE_ORDER.index(phase):
+        if index != order.index(phase):
             raise BackendError(f"TensorRT add_optimization_profile({phase}) returned {index}, "
-                               f"expected {PHASE_ORDER.index(phase)} (invalid min/opt/max shapes?)")
+                               f"expected {order.index(phase)} (invalid min/opt/max shapes?)")
     return config
 
 
@@ -142,7 +144,7 @@ def save_timing_cache(config, path: Path | None) -> None:
 
 
 def engine_entry(role: str, rel_path: str, options: BuildOptions, facts: dict[str, Any],
-                 quantization: dict[str, Any] | None = None) -> EngineEntry:
+                 quantization: dict[str, Any] | None = None, order: tuple[str, ...] = PHASE_ORDER) -> EngineEntry:
     """The manifest record `engines.<role>` (file checksums live in the manifest's `files`); `quantization`:
     what compiler/trt/ptq.py recorded for an int8 / fp8 / int4 engine."""
     return EngineEntry(
@@ -158,7 +160,7 @@ def engine_entry(role: str, rel_path: str, options: BuildOptions, facts: dict[st
         precision=options.precision,
         workspace_bytes=options.workspace,
         builder_optimization_level=options.builder_optimization_level,
-        profiles=PHASE_ORDER,
+        profiles=order,
         quantization=quantization,
     )
 
@@ -188,7 +190,8 @@ def trt_input_graph(onnx_path: Path, scratch: Path, max_batch: int = 1) -> Path:
     return src
 
 
-def build_engine(trt, onnx_path: Path, engine_path: Path, profiles: dict[str, Any], options: BuildOptions) -> None:
+def build_engine(trt, onnx_path: Path, engine_path: Path, profiles: dict[str, Any], options: BuildOptions,
+                 order: tuple[str, ...] = PHASE_ORDER) -> None:
     """fp32 ONNX graph (a Q/DQ graph for int8 / fp8 / int4) -> (half ONNX graph) -> engine file at
     `engine_path`; updates the timing cache."""
     lines: list[str] = []
@@ -200,7 +203,7 @@ def build_engine(trt, onnx_path: Path, engine_path: Path, profiles: dict[str, An
             src = half_onnx_from_fp32(onnx_path, Path(tmp) / f"model.{options.precision}.onnx", half)
         src = trt_input_graph(src, Path(tmp) / "model.trt-input.onnx", options.max_batch)
         builder, network, _parser = network_from_onnx(trt, src, logger)
-        config = config_for_profiles(trt, builder, network, profiles, options)
+        config = config_for_profiles(trt, builder, network, profiles, options, order)
         plan = engine_from_network(builder, network, config, lines)
     save_engine(plan, engine_path)
     save_timing_cache(config, options.timing_cache)

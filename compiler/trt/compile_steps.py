@@ -165,8 +165,31 @@ def trt_extra_steps(options: dict[str, Any], max_seq_len: int, max_draft_tokens:
                                                           o.max_batch)
             build_engine(trt, src, tmp / rel, entry.profiles, o)
             manifest.engines[role] = engine_entry(role, rel, o, facts, quantized.get(role))
+        if manifest.draft_head is not None and manifest.draft_head.precision == "fp32":
+            build_head_engine(trt, tmp, manifest, o, facts)  # a quantized head (MatMulNBits) stays on ONNX Runtime
 
     return steps + [build_engines]
+
+
+def head_build_options(opts):
+    """The draft head's engine options: the bundle's float precision; fp16 beside an int8 / fp8 / int4 target (the
+    head's graph has no Q/DQ nodes; it proposes, so its precision never changes the output)."""
+    return opts if opts.precision in ("fp32", "fp16", "bf16") else dataclasses.replace(opts, precision="fp16")
+
+
+def build_head_engine(trt, tmp: Path, manifest: ManifestDraft, opts, facts: dict[str, Any]) -> None:
+    """`draft_head/head.<precision>.engine` from the head's fp32 graph, with its two profiles
+    (profiles.head_profiles: decode, prefill), recorded as `engines.draft_head`. Only for an fp32 head: one
+    quantized for ONNX Runtime (--quantize / --draft-quantize: MatMulNBits) keeps running there."""
+    from specrt.bundle.graph_io import HEAD_ENGINE_ROLE
+    from specrt.bundle.profiles import HEAD_PHASES, head_profiles
+    from specrt.compiler.trt.build import build_engine, engine_entry
+
+    head = manifest.draft_head
+    o = dataclasses.replace(head_build_options(opts), max_batch=1)
+    rel = f"draft_head/head.{o.precision}.engine"
+    build_engine(trt, tmp / head.onnx, tmp / rel, head_profiles(head, manifest.max_seq_len), o, HEAD_PHASES)
+    manifest.engines[HEAD_ENGINE_ROLE] = engine_entry(HEAD_ENGINE_ROLE, rel, o, facts, order=HEAD_PHASES)
 
 
 def prepare_trt_compile(options: dict[str, Any], *, target: Path, draft: Path | None, output: Path,

@@ -17,56 +17,13 @@ distribution, zero outside V' (mapped to full-vocabulary ids): the rejection rul
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
 
-from specrt.core.errors import BackendUnavailable, InvalidArgument
+from specrt.runtime.backends.head import HeadRunner
 from specrt.runtime.proposers.base import CallClock, Proposal
 from specrt.runtime.sampling import SamplingParams, sample, warp
-
-INPUTS = ("features", "input_ids", "position_ids", "past_key", "past_value")
-
-
-class HeadRunner:
-    """ONNX Runtime session for `draft_head/head.onnx` with its own KV cache [1, capacity, Hkv, D]."""
-
-    def __init__(self, manifest, capacity: int, threads: int = 1) -> None:
-        from specrt.runtime.backends.ort.runner import import_ort, small_session_options
-
-        try:
-            ort = import_ort()
-        except BackendUnavailable as exc:
-            raise BackendUnavailable(f"the draft head runs on ONNX Runtime: {exc}") from None
-        entry = manifest.draft_head
-        opts = small_session_options(ort, threads)  # a few rows per call: one thread, no pool to wake
-        self.session = ort.InferenceSession(str(manifest.path(entry.onnx)), opts, providers=["CPUExecutionProvider"])
-        cfg = json.loads(manifest.path(entry.config).read_text())
-        self.vocab_ids = np.asarray(cfg["vocab_ids"], dtype=np.int64)  # [V'] logit index -> token id
-        shape = (1, capacity, entry.num_kv_heads, entry.head_dim)
-        self.keys = np.zeros(shape, dtype=np.float32)
-        self.values = np.zeros(shape, dtype=np.float32)
-        self.capacity = capacity
-        self.length = 0
-        self._ids = np.empty((1, capacity), dtype=np.int64)
-
-    def truncate(self, length: int) -> None:
-        self.length = min(self.length, length)
-
-    def __call__(self, features: np.ndarray, token_ids: np.ndarray, position: int) -> tuple[np.ndarray, np.ndarray]:
-        """features [S, D], token_ids [S] at positions [position, position + S) -> (logits [S, V'], hidden [S, D])."""
-        p, s = self.length, token_ids.size
-        if p + s > self.capacity:
-            raise InvalidArgument(f"draft head cache full: {p} + {s} rows > capacity {self.capacity}")
-        self._ids[0, :s] = token_ids
-        feeds = dict(zip(INPUTS, (np.ascontiguousarray(features, dtype=np.float32)[None], self._ids[:, :s],
-                                  np.arange(position, position + s, dtype=np.int64)[None],
-                                  self.keys[:, :p], self.values[:, :p])))
-        logits, hidden, k, v = self.session.run(None, feeds)
-        self.keys[:, p:p + s], self.values[:, p:p + s] = k, v
-        self.length = p + s
-        return logits[0], hidden[0]
 
 
 class HeadProposer:

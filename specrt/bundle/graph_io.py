@@ -15,6 +15,12 @@ POSITION_IDS = "position_ids"
 LOGITS = "logits"
 HIDDEN_STATES = "hidden_states"
 
+# The draft head's graph (`draft_head/head.onnx`, compiler/draft_head.py): one layer, so one KV pair unnumbered;
+# its TensorRT engine is stored under `engines.draft_head`.
+HEAD_INPUTS = ("features", INPUT_IDS, POSITION_IDS, "past_key", "past_value")
+HEAD_OUTPUTS = (LOGITS, HIDDEN_STATES, "new_key", "new_value")
+HEAD_ENGINE_ROLE = "draft_head"
+
 
 def past_key(i: int) -> str:
     return f"past_key.{i}"

@@ -90,3 +90,43 @@ def phase_in_profiles(profiles: dict[str, Any], new_tokens: int, past_len: int, 
                        for ph, v in profiles.items())
     what = f"{batch} sequences of " if batched or batch != 1 else ""
     raise ValueError(f"no optimization profile covers {what}S={new_tokens} new tokens at past length {past_len} ({ranges})")
+
+
+# ------------------------------------------------------------------------------------------ the draft head
+HEAD_PHASES = ("decode", "prefill")  # the head engine's profiles, in profile order (decode first: most calls)
+
+
+def head_profiles(head: Any, max_seq_len: int) -> dict[str, Any]:
+    """The draft head's profiles (`draft_head/head.onnx`: features [1,S,D], input_ids / position_ids [1,S],
+    past_key / past_value [1,P,Hkv,D]), a function of the manifest's `draft_head` record and max_seq_len, so
+    nothing but the phase names is stored: `decode` (S = 1: the k - 1 calls on its own features) and `prefill`
+    (S 1..PREFILL_CHUNK_MAX: the prompt's last chunk of features, and the rows committed since its last draft;
+    the TensorRT head runner feeds longer runs in chunks). P covers the head's cache of max_seq_len rows."""
+    kv = (head.num_kv_heads, head.head_dim)
+    top = max_seq_len - 1
+    ranges = {"decode": ((1, 1, 1), (0, max_seq_len // 2, top)),
+              "prefill": ((1, min(16, PREFILL_CHUNK_MAX), min(PREFILL_CHUNK_MAX, max_seq_len)), (0, 0, top))}
+    out: dict[str, Any] = {}
+    for phase in HEAD_PHASES:
+        (s_range, p_range) = ranges[phase]
+        shapes: dict[str, Any] = {}
+        for which, idx in (("min", 0), ("opt", 1), ("max", 2)):
+            s, p = s_range[idx], p_range[idx]
+            shapes.setdefault("features", {})[which] = [1, s, head.hidden_size]
+            shapes.setdefault(graph_io.INPUT_IDS, {})[which] = [1, s]
+            shapes.setdefault(graph_io.POSITION_IDS, {})[which] = [1, s]
+            for name in ("past_key", "past_value"):
+                shapes.setdefault(name, {})[which] = [1, p, *kv]
+        out[phase] = shapes
+    return out
+
+
+def head_phase(profiles: dict[str, Any], rows: int, past_len: int) -> str:
+    """The head profile that covers a call of `rows` new rows at past length P (ValueError if none)."""
+    for phase, shapes in profiles.items():
+        ids, past = shapes[graph_io.INPUT_IDS], shapes["past_key"]
+        if ids["min"][1] <= rows <= ids["max"][1] and past["min"][1] <= past_len <= past["max"][1]:
+            return phase
+    ranges = ", ".join(f"{ph}: S {v[graph_io.INPUT_IDS]['min'][1]}..{v[graph_io.INPUT_IDS]['max'][1]}, "
+                       f"P {v['past_key']['min'][1]}..{v['past_key']['max'][1]}" for ph, v in profiles.items())
+    raise ValueError(f"no draft-head profile covers S={rows} rows at past length {past_len} ({ranges})")

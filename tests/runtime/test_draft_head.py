@@ -90,7 +90,8 @@ def test_sampling_with_oracle_head_accepts_everything(oracle):
 def test_sampled_head_proposal_is_zero_outside_its_vocabulary(oracle_bundle):
     """A reduced head gives probabilities on its V' ids only (the rejection rule treats the rest as q-only)."""
     from specrt.bundle.manifest import read_manifest
-    from specrt.runtime.proposers.head import HeadProposer, HeadRunner
+    from specrt.runtime.backends.head import HeadRunner
+    from specrt.runtime.proposers.head import HeadProposer
     from specrt.runtime.sampling import SamplingParams
 
     manifest = read_manifest(oracle_bundle)

@@ -233,3 +233,51 @@ def test_scheduler_batches_on_tensorrt(llama_target, workdir):
     finally:
         eng.close()
     assert got == alone
+
+
+@pytest.fixture(scope="module")
+def trt_head_bundle(llama_target, workdir):
+    """Target + draft head (fc = [I | I], the target's own layer: untrained) with TensorRT engines, fp32."""
+    import torch
+
+    from specrt.compiler import CompileSpec, EngineSpec, compile_bundle
+    from specrt.models.checkpoint import open_checkpoint
+    from specrt.models.draft_head import DraftHead, save_head
+
+    decoder = open_checkpoint(llama_target).load_decoder(torch.float32)
+    head = workdir / "gpu_head" / "head"
+    save_head(DraftHead(decoder, torch.arange(decoder.config.vocab_size)), head)
+    return compile_bundle(CompileSpec(llama_target, workdir / "gpu_head" / "bundle", f"head:{head}", max_seq_len=128,
+                                      max_draft_tokens=4, force=True,
+                                      engines=EngineSpec("trt", precision="fp32", workspace=1 << 28)))
+
+
+def test_head_engine_matches_onnx_runtime(trt_head_bundle):
+    from specrt.bundle.manifest import read_manifest
+    from specrt.runtime.backends.trt.head_runner import TrtHeadRunner
+    from specrt.runtime.backends.head import HeadRunner
+
+    m = read_manifest(trt_head_bundle)
+    assert m.engines["draft_head"].profiles == ("decode", "prefill")
+    trt_head, ort_head = TrtHeadRunner(m, 128), HeadRunner(m, 128)
+    trt_head.max_rows = 6  # exercise the chunked path too
+    rng = np.random.default_rng(0)
+    position = 0
+    for s in (9, 1, 5, 1):  # the prompt's last chunk (chunked), own features, a verify's rows
+        feats = rng.standard_normal((s, m.draft_head.hidden_size)).astype(np.float32)
+        ids = rng.integers(0, m.draft_head.draft_vocab_size, s)
+        (a_logits, a_hidden), (b_logits, b_hidden) = trt_head(feats, ids, position), ort_head(feats, ids, position)
+        position += s
+        assert np.abs(a_logits - b_logits).max() <= 1e-4 + 1e-3 * np.abs(b_logits).max()
+        assert np.abs(a_hidden - b_hidden).max() <= 1e-4 + 1e-3 * np.abs(b_hidden).max()
+
+
+def test_head_greedy_equals_plain_on_tensorrt(trt_head_bundle):
+    from specrt.runtime import load
+    from specrt.runtime.backends.trt.head_runner import TrtHeadRunner
+
+    gen = load(trt_head_bundle, backend="trt")
+    plain = gen.generate(PROMPT, 32, method="none")
+    spec = gen.generate(PROMPT, 32, method="head", num_speculative_tokens=3)
+    assert spec.token_ids == plain.token_ids
+    assert isinstance(gen._head_runner, TrtHeadRunner)

@@ -13,7 +13,7 @@ The contexts share one scratch buffer (USER_MANAGED allocation; calls never over
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -54,6 +54,17 @@ class TrtEngine:
         """Deserialize and check `role`'s engine (or take `engine_from`'s, when that runner holds the same engine
         file on the same device: one copy of the weights); returns the tensorrt module and the torch dtype of its
         KV."""
+        self.config, self.want_hidden = config, want_hidden
+        self.profiles = manifest.models[role].profiles  # {phase: {input: {min, opt, max}}}
+        trt = self._load_plan(manifest, role, device, self._check_io, engine_from)
+        dtype = {"fp32": self._torch.float32, "fp16": self._torch.float16,
+                 "bf16": self._torch.bfloat16}[self.entry.precision]
+        return trt, dtype
+
+    def _load_plan(self, manifest, role: str, device: str, check_io: Callable[[Any, str], None],
+                   engine_from: "TrtEngine | None" = None):
+        """The engine `engines.<role>` checked against the installed TensorRT and GPU, its I/O checked by
+        `check_io(trt, role)`, a CUDA stream and one execution context per profile the entry lists, in order."""
         import torch
 
         trt = import_trt()
@@ -65,9 +76,7 @@ class TrtEngine:
             raise BundleError(f"the bundle has no TensorRT engine for {role}: recompile with --engines trt")
         self.device = torch.device(device)
         check_engine_entry(role, entry, installed_facts(device))
-        self.config, self.want_hidden, self.entry, self._torch = config, want_hidden, entry, torch
-        self.profiles = manifest.models[role].profiles  # {phase: {input: {min, opt, max}}}
-        dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[entry.precision]
+        self.entry, self._torch = entry, torch
         self._log: list[str] = []
         with torch.cuda.device(self.device):
             self._logger = make_logger(trt, self._log)
@@ -81,10 +90,10 @@ class TrtEngine:
             else:
                 blob = manifest.path(entry.path).read_bytes()
                 self.engine = engine_from_bytes(self._runtime, blob, role, self._log)
-            self._check_io(trt, role)
+            check_io(trt, role)
             self.stream = torch.cuda.Stream(self.device)
             self.contexts = self._create_contexts(trt, list(entry.profiles))
-        return trt, dtype
+        return trt
 
     def _check_io(self, trt, role: str) -> None:
         names = {self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)}
