@@ -57,6 +57,9 @@ def preflight(spec: CompileSpec) -> Preflight:
         steps.append(medusa_step(spec.medusa, spec.target))
     trt_options = e.options() | {"calibration_data": spec.quantize.calibration_data,
                                  "max_ppl_increase": spec.quantize.max_ppl_increase}
+    # a head quantized for ONNX Runtime (MatMulNBits) gets no engine (compiler/trt/compile_steps.py: build_engines)
+    head_engine = head if head is not None and head_quantization(spec.quantize.options()) is None else None
     steps += prepare_trt_compile(trt_options, target=spec.target, draft=draft, output=spec.output,
-                                 max_seq_len=spec.max_seq_len, max_draft_tokens=spec.max_draft_tokens)
+                                 max_seq_len=spec.max_seq_len, max_draft_tokens=spec.max_draft_tokens,
+                                 head=head_engine)
     return Preflight(draft, plan, tuple(steps))

@@ -61,8 +61,9 @@ def check_trt_available(device: str = "cuda:0") -> None:
 
 
 def check_budget_before_build(options: dict[str, Any], target: Path, draft: Path | None, max_seq_len: int,
-                              max_draft_tokens: int) -> dict[str, Any] | None:
-    """With --gpu-memory-budget: plan both models on one GPU from their checkpoints; raise if over."""
+                              max_draft_tokens: int, head: Path | None = None) -> dict[str, Any] | None:
+    """With --gpu-memory-budget: plan both models on one GPU from their checkpoints; raise if over. `head`: a draft
+    head that gets an engine on the target's GPU (with --engines trt, an fp32 head: `build_engines`)."""
     budget = options.get("gpu_memory_budget")
     if budget is None:
         return None
@@ -80,9 +81,27 @@ def check_budget_before_build(options: dict[str, Any], target: Path, draft: Path
         rows.append(model_row(role, dataclasses.asdict(ck.config), int(params * weight_bytes(precision)), precision,
                               max_seq_len, max_draft_tokens, workspace, max_batch=(options.get("max_batch") or 1)
                               if trt else 1))
+        if role == "target" and head is not None and trt:
+            rows.append(head_row_before_build(head, ck.config, precision, max_seq_len, max_draft_tokens, workspace))
     plan = plan_from_rows(rows)
     check_budget(plan, budget)
     return plan
+
+
+def head_row_before_build(head: Path, config, precision: str, max_seq_len: int, max_draft_tokens: int,
+                          workspace: int) -> dict[str, Any]:
+    """The head engine's memory from its directory (head_config.json's V', head.safetensors' trained weights)
+    and the target's config, before anything is built: fp16 beside int8 / fp8 / int4 engines (`head_build_options`)."""
+    from specrt.bundle.graph_io import HEAD_ENGINE_ROLE
+    from specrt.compiler.trt.memory import head_config, head_weight_count
+    from specrt.models.draft_head import WEIGHTS, read_head_config
+
+    prec = precision if precision in ("fp32", "fp16", "bf16") else "fp16"
+    cfg = dataclasses.asdict(config)
+    vocab = len(read_head_config(head)["vocab_ids"])
+    weights, embed = head_weight_count(cfg, safetensors_parameters([Path(head) / WEIGHTS]), vocab)
+    return model_row(HEAD_ENGINE_ROLE, head_config(cfg, vocab), int(weights * weight_bytes(prec)) + 2 * embed, prec,
+                     max_seq_len, max_draft_tokens, workspace)
 
 
 def ptq_config(options: dict[str, Any]) -> PTQConfig | None:
@@ -193,8 +212,9 @@ def build_head_engine(trt, tmp: Path, manifest: ManifestDraft, opts, facts: dict
 
 
 def prepare_trt_compile(options: dict[str, Any], *, target: Path, draft: Path | None, output: Path,
-                        max_seq_len: int, max_draft_tokens: int) -> list[Step]:
-    """Everything `specrt compile` needs before the export starts; returns the extra steps."""
+                        max_seq_len: int, max_draft_tokens: int, head: Path | None = None) -> list[Step]:
+    """Everything `specrt compile` needs before the export starts; returns the extra steps. `head`: a draft head
+    that will get an engine (fp32: not quantized for ONNX Runtime), counted in the --gpu-memory-budget plan."""
     steps = trt_extra_steps(options, max_seq_len, max_draft_tokens, bundle=output)  # validates the options
     if steps:
         check_trt_available()
@@ -202,5 +222,5 @@ def prepare_trt_compile(options: dict[str, Any], *, target: Path, draft: Path | 
         from specrt.compiler.trt.ptq import import_modelopt
 
         import_modelopt()
-    check_budget_before_build(options, target, draft, max_seq_len, max_draft_tokens)
+    check_budget_before_build(options, target, draft, max_seq_len, max_draft_tokens, head)
     return steps

@@ -15,6 +15,10 @@ activations and KV cache of int8 / fp8 / int4 engines, which compute in fp16 bet
                + heads * S * max_seq_len * 4            one layer's attention scores (fp32 softmax)
     total        the sum
 
+A draft head (`draft_head`) is planned as one decoder layer of the target's shape with a V'-row LM head
+(`head_config`); its engine (on the target's GPU) holds the trained weights in the engine precision and the
+target's input embedding in fp16; without an engine it is a CPU row (ONNX Runtime).
+
 It is an estimate (TensorRT's own activation memory depends on tactics), meant to catch plans that
 cannot fit before spending minutes building engines.
 """
@@ -96,9 +100,49 @@ def plan_from_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rows": rows, "per_device": per_device}
 
 
+def head_config(target_config: Mapping[str, Any], draft_vocab_size: int) -> dict[str, Any]:
+    """The decoder-shaped config a draft head's memory is planned with: one layer of the target's architecture
+    and an LM head over its V' tokens (its KV cache and activations follow from these)."""
+    return {**target_config, "num_layers": 1, "vocab_size": draft_vocab_size}
+
+
+def head_weight_count(target_config: Mapping[str, Any], trained: int, draft_vocab_size: int) -> tuple[int, int]:
+    """(weights in the head engine's precision, fp16 embedding weights) of a draft head: the trained fc + layer,
+    the final norm and the V' kept LM-head rows; and the input embedding (the target's whole table, kept in fp16
+    in the head's graph: compiler/draft_head.py)."""
+    hidden = target_config["hidden_size"]
+    return trained + hidden + draft_vocab_size * hidden, target_config["vocab_size"] * hidden
+
+
+def _head_row(manifest, n: int, k: int, devices: Mapping[str, str] | None, precision: str | None,
+              workspace: int | None) -> dict[str, Any] | None:
+    """The draft head's row: on the target's GPU when it has an engine (`engines.draft_head`), else on the CPU
+    (ONNX Runtime; a quantized head keeps running there). Its weights: the graph's data as stored (an engine:
+    scaled to the engine's precision; the fp16 embedding stays 2 bytes per weight, within a 4-byte graph)."""
+    from specrt.bundle.graph_io import HEAD_ENGINE_ROLE
+
+    head = manifest.draft_head
+    if head is None:
+        return None
+    target = manifest.models["target"].decoder_config
+    cfg = head_config(dataclasses.asdict(target), head.draft_vocab_size)
+    files = [manifest.path(p) for p in (head.onnx, head.onnx_data) if p]
+    stored = sum(f.stat().st_size for f in files if f.exists())
+    eng = manifest.engines.get(HEAD_ENGINE_ROLE)
+    if eng is None:  # ONNX Runtime on the CPU: fp32 activations, the graph's bytes as they are
+        return model_row(HEAD_ENGINE_ROLE, cfg, stored, "fp32", n, k, 0, "cpu")
+    prec = precision or eng.precision or "fp32"
+    prec = prec if prec in ("fp32", "fp16", "bf16") else "fp16"  # beside Q/DQ engines the head's is fp16
+    embed = target.vocab_size * target.hidden_size * 2  # the fp16 input embedding, as stored
+    weights = int(max(stored - embed, 0) * weight_bytes(prec) / 4) + embed
+    ws = workspace if workspace is not None else eng.workspace_bytes
+    return model_row(HEAD_ENGINE_ROLE, cfg, weights, prec, n, k, ws, (devices or {}).get("target", "cuda:0"))
+
+
 def memory_plan(manifest, max_seq_len: int | None = None, devices: Mapping[str, str] | None = None,
                 precision: str | None = None, workspace: int | None = None) -> dict[str, Any]:
-    """Plan for a bundle: {"rows": [...], "per_device": {device: bytes}}. `devices`: role -> "cuda:N"."""
+    """Plan for a bundle: {"rows": [...], "per_device": {device: bytes}}. `devices`: role -> "cuda:N".
+    A draft head is a row of its own ("draft_head", `_head_row`)."""
     n = max_seq_len or manifest.max_seq_len
     k = manifest.max_draft_tokens
     rows = []
@@ -111,7 +155,8 @@ def memory_plan(manifest, max_seq_len: int | None = None, devices: Mapping[str, 
         ws = workspace if workspace is not None else (eng.workspace_bytes if eng else None)
         rows.append(model_row(role, dataclasses.asdict(e.decoder_config), weights, prec, n, k, ws,
                               (devices or {}).get(role, "cuda:0")))
-    return plan_from_rows(rows)
+    head = _head_row(manifest, n, k, devices, precision, workspace)
+    return plan_from_rows(rows + ([head] if head is not None else []))
 
 
 def safetensors_parameters(files: Iterable[Path]) -> int:

@@ -159,3 +159,66 @@ def test_a_trt_generator_routes_the_head_to_its_engine(trt_head_bundle):
         pytest.skip("TensorRT is installed here: tests/trt/test_gpu.py runs the head engine")
     with pytest.raises(BackendUnavailable, match="TensorRT"):
         open_head_runner(m, 32, "trt")
+
+
+def test_the_memory_plan_counts_the_head_engine_on_the_targets_gpu(trt_head_bundle, tmp_path):
+    import shutil
+
+    from specrt.bundle.manifest import read_manifest
+    from specrt.compiler.trt.memory import kv_cache_bytes, memory_plan
+
+    bundle, _ = trt_head_bundle
+    m = read_manifest(bundle)
+    rows = {r["model"]: r for r in memory_plan(m, devices={"target": "cuda:1"})["rows"]}
+    head, target = rows[HEAD_ENGINE_ROLE], rows["target"]
+    t = m.models["target"].decoder_config
+    stored = sum((bundle / p).stat().st_size for p in (m.draft_head.onnx, m.draft_head.onnx_data) if p)
+    embed = t.vocab_size * t.hidden_size * 2  # the fp16 input embedding, kept at 2 bytes in the fp16 engine
+    assert head["device"] == "cuda:1" and head["precision"] == "fp16"
+    assert head["weights_bytes"] == (stored - embed) // 2 + embed
+    # one layer's KV cache (the head's own), at the engine's 2 bytes per element
+    one_layer = {"num_layers": 1, "num_kv_heads": m.draft_head.num_kv_heads, "head_dim": m.draft_head.head_dim}
+    assert head["kv_cache_bytes"] == kv_cache_bytes(one_layer, m.max_seq_len, m.max_draft_tokens, 2)
+    assert head["kv_cache_bytes"] * t.num_layers == target["kv_cache_bytes"]
+    assert head["workspace_bytes"] == m.engines[HEAD_ENGINE_ROLE].workspace_bytes
+    # without its engine the head runs on ONNX Runtime: a CPU row, the graph's bytes as stored
+    cpu = tmp_path / "b"
+    shutil.copytree(bundle, cpu)
+    manifest = (cpu / "manifest.json")
+    import json
+
+    data = json.loads(manifest.read_text())
+    del data["engines"][HEAD_ENGINE_ROLE]
+    manifest.write_text(json.dumps(data))
+    rows = {r["model"]: r for r in memory_plan(read_manifest(cpu, verify_checksums=False))["rows"]}
+    assert rows[HEAD_ENGINE_ROLE]["device"] == "cpu" and rows[HEAD_ENGINE_ROLE]["weights_bytes"] == stored
+    assert rows[HEAD_ENGINE_ROLE]["workspace_bytes"] == 0
+
+
+def test_the_budget_check_counts_a_head_that_gets_an_engine(trt_head_bundle, head_dir, llama_target):
+    from specrt.bundle.manifest import read_manifest
+    from specrt.compiler.trt.compile_steps import check_budget_before_build, head_row_before_build
+    from specrt.core.errors import InvalidArgument
+    from specrt.models.checkpoint import open_checkpoint
+
+    bundle, _ = trt_head_bundle
+    m = read_manifest(bundle)
+    # the estimate from the head's directory and the target's config: the compiled fp32 graph's weights
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(bundle / m.draft_head.onnx))
+    weights = sum(numpy_helper.to_array(t).nbytes for t in graph.graph.initializer)
+    est = head_row_before_build(head_dir, open_checkpoint(llama_target).config, "fp32", MAX_SEQ_LEN, 4, 0)
+    assert abs(est["weights_bytes"] - weights) <= 0.01 * weights
+    opts = {"engines": "trt", "precision": "fp16", "workspace": 1 << 20}
+    without = check_budget_before_build(opts | {"gpu_memory_budget": 1 << 40}, llama_target, None, MAX_SEQ_LEN, 4)
+    plan = check_budget_before_build(opts | {"gpu_memory_budget": 1 << 40}, llama_target, None, MAX_SEQ_LEN, 4,
+                                     head_dir)
+    assert [r["model"] for r in plan["rows"]] == ["target", HEAD_ENGINE_ROLE]
+    head = plan["rows"][1]
+    assert plan["per_device"]["cuda:0"] == without["per_device"]["cuda:0"] + head["total_bytes"]
+    between = without["per_device"]["cuda:0"] + head["total_bytes"] // 2
+    check_budget_before_build(opts | {"gpu_memory_budget": between}, llama_target, None, MAX_SEQ_LEN, 4)
+    with pytest.raises(InvalidArgument, match="draft_head: weights"):
+        check_budget_before_build(opts | {"gpu_memory_budget": between}, llama_target, None, MAX_SEQ_LEN, 4,
+                                  head_dir)
