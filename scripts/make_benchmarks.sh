@@ -44,7 +44,8 @@
 #                gives, int8 in the int4 bundle, and int8 beside the fp32 target; or fp32 / int8 / int4) the head's
 #                precision. The section benches the int4 target (plain, ngram, head, hybrid-head; onnxruntime-genai
 #                int4 as the peer) on held-out + fresh chat + code + grounded prompts, and the fp32 target with the
-#                head against its own int4 copy as draft (artifacts/smollm2-selfdraft) on the held-out chat prompts
+#                head against its own int4 copy as draft (artifacts/smollm2-selfdraft), n-gram and hybrid on 27 of
+#                the held-out chat prompts + code + grounded (~15 minutes on 2 cores)
 #   OUT          output directory for JSON and plots (default: benchmarks); BENCHMARKS=path of the Markdown file
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -275,9 +276,10 @@ rm -rf "$HEAD_SELF" && cp -r "$SMOL_SELF" "$HEAD_SELF"
 "$PYTHON" scripts/add_draft_head.py "$HEAD_SELF" "$HEAD_DIR" "$HEAD_TARGET" --precision "${HEAD_PRECISION:-int8}" >&2
 echo "== 5h/6 draft head: $HEAD_SELF (fp32 target, self:int4 draft and the head)" >&2
 head -n 27 "$OUT/head_heldout.jsonl" > "$OUT/head_heldout_half.jsonl"  # half of them: the fp32 rows are slow
-"$SPECRT" bench "$HEAD_SELF" --prompts "$OUT/head_heldout_half.jsonl" --methods draft,head,hybrid-head --k auto \
-  --max-new-tokens 96 --repeats 1 --quiet \
-  --title "Draft head on the fp32 target: the head vs the target's int4 copy as draft (27 open-chat prompts)" \
+cat "$OUT/head_heldout_half.jsonl" "$OUT/head_builtin.jsonl" > "$OUT/head_fp32_prompts.jsonl"
+"$SPECRT" bench "$HEAD_SELF" --prompts "$OUT/head_fp32_prompts.jsonl" --methods ngram,draft,hybrid,head,hybrid-head \
+  --k auto --max-new-tokens 96 --repeats 1 --quiet \
+  --title "Draft head on the fp32 target: head, head + n-gram, n-gram, the int4 copy as draft (self:int4), plain" \
   --json "$OUT/draft_head_fp32.json" --markdown "$OUT/sections/draft_head_fp32.md.tmp"
 { cat "$OUT/sections/draft_head.md.tmp"; echo; sed '1s/^## /### /' "$OUT/sections/draft_head_fp32.md.tmp"; echo
   echo "The head (its metrics.json): \`$("$PYTHON" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$HEAD_DIR/metrics.json")\`"; } \
