@@ -85,6 +85,7 @@ def config_row(config: Config, suite: str, samples: list[Sample], verify: dict[s
     verify_steps = sum(x.verify_steps for x in st)
     spec_steps = len(steps)
     rejections = predict.count_rejections([(d, a) for _, d, a in steps])
+    per_position, position_drafts = predict.acceptance_per_position([(d, a) for _, d, a in steps])
     histogram: list[int] = []
     for x in st:
         histogram.extend([0] * (len(x.accepted_histogram) - len(histogram)))
@@ -124,6 +125,7 @@ def config_row(config: Config, suite: str, samples: list[Sample], verify: dict[s
         "mean_accepted_tokens": tokens_per_step, "mean_drafted_per_step": drafted_per_step,
         "accepted_histogram": histogram, "verify_steps": verify_steps, "drafted_tokens": drafted,
         "accepted_tokens": accepted,
+        "acceptance_per_position": per_position, "drafts_per_position": position_drafts,
         "time_split": {"draft_seconds": draft_s, "verify_seconds": verify_s, "decode_seconds": decode_s,
                        "draft_fraction": _ratio(draft_s, decode_s), "verify_fraction": _ratio(verify_s, decode_s),
                        "other_fraction": _ratio(max(decode_s - draft_s - verify_s, 0.0), decode_s)},
@@ -152,5 +154,5 @@ def build_rows(configs: list[Config], suites: list[str], samples: dict[Config, l
 
 ROW_KEYS = ("method", "k", "simulated_acceptance", "suite", "label", "runs", "tokens_per_second",
             "decode_tokens_per_second", "speedup", "speedup_end_to_end", "acceptance_rate", "acceptance_per_token",
-            "mean_accepted_tokens", "mean_drafted_per_step", "accepted_histogram", "time_split", "cost_ratio",
-            "cost_ratio_measured", "verify_cost_ratio", "predicted_speedup", "efficiency", "identical")
+            "mean_accepted_tokens", "mean_drafted_per_step", "accepted_histogram", "acceptance_per_position",
+            "drafts_per_position", "time_split", "cost_ratio", "cost_ratio_measured", "verify_cost_ratio", "predicted_speedup", "efficiency", "identical")

@@ -65,6 +65,16 @@ def count_rejections(steps: Sequence[tuple[int, int]]) -> int:
     return sum(1 for drafted, accepted in steps if accepted < drafted)
 
 
+def acceptance_per_position(steps: Sequence[tuple[int, int]]) -> tuple[list[float], list[int]]:
+    """Acceptance at each draft position j = 1, 2, ...: of the verify steps that drafted at least j tokens, the
+    share that accepted at least j (the model card's and vLLM's per-position rate; with a fixed k it is
+    accepted-at-j / drafts). Returns (rates, drafts) with drafts[j-1] = the steps that drafted position j."""
+    longest = max((d for d, _ in steps), default=0)
+    drafts = [sum(1 for d, _ in steps if d >= j) for j in range(1, longest + 1)]
+    accepted = [sum(1 for d, a in steps if d >= j and a >= j) for j in range(1, longest + 1)]
+    return [a / n if n else 0.0 for a, n in zip(accepted, drafts)], drafts
+
+
 def cost_ratio(draft_seconds: float, drafted_tokens: int, plain_seconds_per_token: float) -> float:
     """c = seconds of drafting per drafted token / seconds per token of a plain decode step."""
     if drafted_tokens <= 0 or plain_seconds_per_token <= 0:

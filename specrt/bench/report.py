@@ -148,6 +148,26 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+POSITIONS = 8  # columns of the per-position table (adaptive k rarely drafts further)
+
+
+def position_section(result: dict[str, Any]) -> list[str]:
+    """Acceptance per draft position, one row per speculative configuration and suite (results written before
+    the rows carried it have none: no section)."""
+    rows = [r for r in result["results"] if r.get("acceptance_per_position")]
+    if not rows:
+        return []
+    n = min(POSITIONS, max(len(r["acceptance_per_position"]) for r in rows))
+    cells = []
+    for r in rows:
+        rates, drafts = r["acceptance_per_position"], r["drafts_per_position"]
+        cells.append([r["label"], r["suite"], *(f"{rates[j]:.2f} ({drafts[j]})" if j < len(rates) else "-"
+                                                for j in range(n))])
+    return ["### Acceptance per draft position", "",
+            "Of the verify steps that drafted at least j tokens (their count in brackets), the share that accepted at "
+            "least j.", "", _md_table(["config", "suite", *map(str, range(1, n + 1))], cells), ""]
+
+
 def markdown(result: dict[str, Any], title: str = "Benchmark", plot: str | None = None) -> str:
     """A self-contained section (## level): machine, date, exact command, tables, notes."""
     m, s = result["machine"], result["settings"]
@@ -166,6 +186,7 @@ def markdown(result: dict[str, Any], title: str = "Benchmark", plot: str | None 
     for suite in suites_of(result):
         out += [f"### Suite: {suite}", "",
                 _md_table(list(COLUMNS), [row_cells(r) for r in result["results"] if r["suite"] == suite]), ""]
+    out += position_section(result)
     v = result["verify_cost"]
     out += ["### Verify cost V(k)/V(0)", "",
             f"Median of {v['reps']} target passes over k + 1 tokens after {v['past_length']} cached positions.", "",

@@ -54,7 +54,7 @@ def test_bench_cli_subprocess_json_markdown_plot(pair_bundle, tmp_path):
     assert draft4["prediction"] == "formula" and draft4["predicted_speedup"] > 0
     text = md.read_text()
     for needle in ("## Benchmark", "**Machine**", "**Date**", "**Command**", "specrt bench", "### Suite: overall",
-                   "Verify cost", "out.png"):
+                   "Verify cost", "Acceptance per draft position", "| draft k=4 | overall |", "out.png"):
         assert needle in text, needle
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -71,6 +71,16 @@ def test_bench_simulated_acceptance(pair_bundle, tmp_path):
     assert set(rows) == {(0.5, 1), (0.5, 4), (1.0, 1), (1.0, 4)}
     assert rows[(1.0, 4)]["acceptance_rate"] == 1.0 and rows[(1.0, 4)]["cost_ratio"] == 0.0
     assert rows[(1.0, 4)]["predicted_speedup"] == pytest.approx(5.0 / rows[(1.0, 4)]["verify_cost_ratio"])
+    # per draft position: all accepted at acceptance 1.0; at 0.5 each position at most the one before, and
+    # position 1's accepted steps are the histogram's steps that accepted one or more (the last step of a run
+    # may draft fewer than k: only the room left)
+    full, half = rows[(1.0, 4)], rows[(0.5, 4)]
+    assert full["acceptance_per_position"] == [1.0] * 4
+    drafts = full["drafts_per_position"]
+    assert drafts[0] == full["verify_steps"] and all(a >= b for a, b in zip(drafts, drafts[1:])) and drafts[3] > 0
+    rates, drafts = half["acceptance_per_position"], half["drafts_per_position"]
+    assert len(rates) == 4 and all(a >= b for a, b in zip(rates, rates[1:])) and 0 < rates[-1] < rates[0] < 1
+    assert round(rates[0] * drafts[0]) == sum(half["accepted_histogram"][1:])
 
 
 def test_bench_prompts_file_and_peer_hf(pair_bundle, llama_target, llama_draft, tmp_path):

@@ -96,3 +96,11 @@ def test_each_timed_verify_pass_follows_one_of_the_same_shape(pair_generator, mo
     assert sizes[0] == 20 and len(passes) == 3 * 4 * 2  # 3 rounds (1 warm-up) x k in 0,1,2,4 x 2 passes
     assert passes[0::2] == passes[1::2] == [1, 2, 3, 5] * 3
     assert curve["k"] == [0, 1, 2, 4] and curve["ratio"][0] == 1.0 and all(s > 0 for s in curve["seconds"])
+
+
+def test_acceptance_per_position_counts_the_steps_that_reached_each_position():
+    # (drafted, accepted): a step that drafted 1 token does not count at positions 2..
+    rates, drafts = predict.acceptance_per_position([(3, 3), (3, 1), (3, 0), (1, 1), (0, 0)])
+    assert drafts == [4, 3, 3]
+    assert rates == [3 / 4, 1 / 3, 1 / 3]
+    assert predict.acceptance_per_position([]) == ([], [])
