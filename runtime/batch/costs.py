@@ -41,6 +41,7 @@ def cache_key(gen, max_batch: int, pool=None) -> str:
     import onnxruntime
 
     from specrt.runtime.batch.packed import packed_sizes
+    from specrt.runtime.batch.ragged import use_ragged
     from specrt.runtime.batch.slots import SlotPool
 
     if isinstance(pool, SlotPool):  # a batch runner: its backend and device, the bundle as compiled (manifest)
@@ -54,7 +55,8 @@ def cache_key(gen, max_batch: int, pool=None) -> str:
         st = Path(target.onnx_path).stat()
         ident = [COSTS_VERSION, str(Path(target.onnx_path).resolve()), st.st_size, st.st_mtime_ns, target.threads,
                  max_batch, onnxruntime.__version__, _cpu_name(), os.cpu_count(),
-                 str(getattr(gen.draft, "onnx_path", "")) if gen.draft is not None else "", packed_sizes(max_batch)]
+                 str(getattr(gen.draft, "onnx_path", "")) if gen.draft is not None else "",
+                 "ragged" if target.min_rows > 1 and use_ragged() else packed_sizes(max_batch)]
     return hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:24]
 
 

@@ -82,12 +82,20 @@ class RegionPool:
                             (c.num_kv_heads, c.head_dim))
 
     def packed(self):
-        """The packed passes over this pool's regions (`PackedPasses`, runtime/batch/packed.py: graphs of
-        `packed_sizes(max_batch)` slots), built on first use."""
+        """The multi-sequence passes over this pool's regions, built on first use. Both kinds give every call the
+        rows of the call alone. A target whose calls alone have two rows or more (`min_rows`, int4 level 4) gets
+        the ragged graph (one attention node per layer, runtime/batch/ragged.py) where ONNX Runtime supports it;
+        otherwise the packed passes (`PackedPasses`, runtime/batch/packed.py: graphs of `packed_sizes(max_batch)`
+        slots), since a one-token call beside longer ones needs a ragged pass of its own (a one-row product)."""
         if self._packed is None:
-            from specrt.runtime.batch.packed import PackedPasses, packed_sizes
+            from specrt.runtime.batch.ragged import RaggedPass, use_ragged
 
-            self._packed = PackedPasses(self, packed_sizes(self.max_batch), self.threads, self.alternating)
+            if self.runners[0].min_rows > 1 and use_ragged():
+                self._packed = RaggedPass(self, self.threads, self.alternating)
+            else:
+                from specrt.runtime.batch.packed import PackedPasses, packed_sizes
+
+                self._packed = PackedPasses(self, packed_sizes(self.max_batch), self.threads, self.alternating)
         return self._packed
 
     def kv_bytes_per_slot(self) -> int:
