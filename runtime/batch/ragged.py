@@ -91,18 +91,29 @@ class RaggedPass:
         for r, (ids, past, _, attn_rows) in by_region.items():
             k = ids.size
             counted[r] = attn_rows if k < attn_rows and past + attn_rows <= self.pool.capacity else k
-        ones = [r for r, n in counted.items() if n == 1]
-        if ones and len(ones) < len(counted):
-            # A one-row call beside longer ones: the kernel's product would have the chunk's S rows, where the call
-            # alone has one row (another kernel, other bits), so the one-row calls run in a pass of their own
-            # (S = 1). Only a target whose calls alone have one row gets here (or a two-row target's call at the
-            # cache capacity); the scheduler uses this pass for two-row targets (`RegionPool.packed`).
-            first = [c for c in calls if c[0] not in ones]
-            out = dict(zip((c[0] for c in first), [o.copy() for o in self._pass(by_region, counted, first)]))
-            rest = [c for c in calls if c[0] in ones]
-            out.update(zip((c[0] for c in rest), self._pass(by_region, counted, rest)))
-            return [out[c[0]] for c in calls]
-        return self._pass(by_region, counted, calls)
+        groups = self._groups(by_region, counted)
+        if len(groups) == 1:
+            return self._pass(by_region, counted, calls)
+        out = {}
+        for group in groups:  # each group's outputs copied out before the next pass reuses the buffers
+            mine = [c for c in calls if c[0] in group]
+            out.update(zip((c[0] for c in mine), [o.copy() for o in self._pass(by_region, counted, mine)]))
+        return [out[c[0]] for c in calls]
+
+    def _groups(self, by_region: dict, counted: dict) -> list[set]:
+        """The regions of each pass. In one pass every entry has the chunk's S rows (the most any call counts), so a
+        call that cannot take them runs in a later pass with a smaller S: a one-row call beside longer ones (the
+        kernel's product would have S rows where the call alone has one: another kernel, other bits; a one-row
+        target's decode beside verify passes, or a two-row target's call at the last cache position), and a call
+        whose past + S would pass the cache capacity (the kernel refuses it). The call counting the most rows in
+        what is left always fits its own pass, so this ends."""
+        left, groups = set(by_region), []
+        while left:
+            s = max(counted[r] for r in left)
+            group = {r for r in left if (counted[r] > 1 or s == 1) and by_region[r][1] + s <= self.pool.capacity}
+            groups.append(group)
+            left -= group
+        return groups
 
     def _pass(self, by_region: dict, counted: dict, calls: list[tuple]) -> list[np.ndarray]:
         """One run over `calls` (a subset of by_region's regions)."""
@@ -119,9 +130,8 @@ class RaggedPass:
         logit_pos, spans = [], {}
         row = 0
         for b in range(bsz):
-            if b not in mine:  # in the batch without rows: 0 counted rows, its cache untouched
-                seqlens[b] = max(self.pool.runners[b].length, 1) - 1
-                continue
+            if b not in mine:  # in the batch without rows: 0 counted rows, its cache untouched (one cached
+                continue  # token as far as the kernel knows: an idle entry's past + S must fit the capacity too)
             ids_b, past, (first, count), _ = by_region[b]
             k = ids_b.size
             in_rows[b * s_max:b * s_max + k] = np.arange(row, row + k)

@@ -107,3 +107,24 @@ def test_bad_calls_are_refused(fused):
         ragged.run([(0, np.array([1]), 0, (0, 1)), (0, np.array([2]), 1, (0, 1))])
     with pytest.raises(InvalidArgument, match="capacity"):
         ragged.run([(0, np.array([1, 2]), CAPACITY - 1, (0, 1))])
+
+
+def test_two_row_target_at_the_cache_capacity(fused):
+    """A two-row target's one-token call at the last cache position runs unpadded alone (no room for the second
+    row), so beside a longer call it takes a one-row pass of its own; a call whose past + the chunk's rows would
+    pass the capacity takes a shorter pass: each still its call alone."""
+    onnx_path, config = fused
+    alone = OrtFusedRunner(onnx_path, config, CAPACITY, 8, min_rows=2)
+    pool = RegionPool(OrtFusedRunner(onnx_path, config, CAPACITY, 8, min_rows=2), 3)
+    ragged = RaggedPass(pool)
+    rng = np.random.default_rng(7)
+    prompts = [rng.integers(0, config.vocab_size, n) for n in (CAPACITY - 1, 6, CAPACITY - 3)]
+    runners = [pool.acquire() for _ in range(3)]
+    for r, p in zip(runners, prompts):
+        r.forward(p)
+    step = [np.array([11]), np.array([1, 2, 3, 4, 5]), np.array([7, 8])]
+    got = [o.copy() for o in ragged.run([(b, ids, runners[b].length, (0, ids.size), 2) for b, ids in enumerate(step)])]
+    for b, (p, ids) in enumerate(zip(prompts, step)):
+        alone.reset()
+        alone.forward(p)
+        np.testing.assert_array_equal(got[b], alone.forward(ids), err_msg=f"region {b}")
