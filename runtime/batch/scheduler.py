@@ -195,6 +195,11 @@ class Scheduler:
         if not self._drafted:
             plain, spec = self.calibration[self.family], self.spec_calibration[self.family]
             self.spec_calibration[self.family] = spec + CALIBRATION_RELAX * (plain - spec)
+        # the family not in use drifts toward the one in use (unknown lately: assumed to err as it does), so one
+        # early disappointment (steps with prefill work riding along) does not keep it off for the rest of a run
+        other = "packed" if self.family == "fused" else "fused"
+        for t in (self.calibration, self.spec_calibration):
+            t[other] += CALIBRATION_RELAX * (t[self.family] - t[other])
 
     def _prepare(self) -> tuple[list[int], list, list[float]]:
         """(max k, the free n-gram proposal or None, drafting cost) per decoding request, for the step's plan."""

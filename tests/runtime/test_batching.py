@@ -448,6 +448,31 @@ def test_the_family_of_passes_switches_only_for_a_clear_gain():
     assert Scheduler._packed_step_due(sched, ([0, 0], [None, None], [0.0, 0.0]))  # no one-token batched pass
     sched.running = sched.running[:1]
     assert not Scheduler._packed_step_due(sched, ([0], [None], [0.0]))  # one request alone: its own session
+
+
+def test_a_family_left_after_a_disappointment_is_tried_again():
+    # per-session pools (switches rationed): steps in the fused family as predicted move the packed family's
+    # calibrations toward the fused ones, so an early low one (steps with prefill work riding along) does not keep
+    # the packed family off for the rest of the run once its predictions are clearly better
+    from types import SimpleNamespace
+
+    from specrt.runtime.batch.scheduler import MIN_FAMILY_STEPS, Scheduler
+
+    table = CostTable(batch=[1.0] * 4, rows=[1.0] * 4, packed=[[0.5] * 2] * 2, packed_b=[1, 4], packed_r=[1, 2])
+    sched = SimpleNamespace(packed=True, costs=table, running=[SimpleNamespace(acceptance=0.0)] * 4, prefilling=[],
+                            batched_decode=True, min_rows=1, family="fused", family_steps=MIN_FAMILY_STEPS,
+                            packed_ratio=1.0, switch_free=False, _drafted=False, _planned=4.0,
+                            calibration={"fused": 1.0, "packed": 0.3}, spec_calibration={"fused": 1.0, "packed": 0.3})
+    prepared = ([0] * 4, [None] * 4, [0.0] * 4)
+    steps = 0
+    while not Scheduler._packed_step_due(sched, prepared):
+        assert sched.family == "fused"
+        Scheduler._calibrate(sched, 4.0)  # a fused step as predicted
+        steps += 1
+        assert steps < 300
+    assert steps > MIN_FAMILY_STEPS  # not at once: the disappointment is remembered for a while
+    assert sched.calibration["fused"] == 1.0 and 0.3 < sched.calibration["packed"] < 1.0
+    assert 0.3 < sched.spec_calibration["packed"] < 1.0
     sched.prefilling = [SimpleNamespace()]
     assert Scheduler._packed_step_due(sched, ([0], [None], [0.0]))  # ... unless a prompt rides along
 
