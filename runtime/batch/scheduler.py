@@ -496,16 +496,22 @@ class Scheduler:
 
     # ---------------------------------------------------------------------------------- retire
     def _retire(self) -> None:
+        done = []
         for s in list(self.running):
             if s.cancel.is_set() and not s.finished:
                 s.finished = s.stats.finish_reason = "cancelled"
             if s.finished:
                 self.running.remove(s)
-                self._finish(s, s.finished)
+                done.append((s, s.finished))
         for s in list(self.prefilling):
             if s.cancel.is_set():
                 self.prefilling.remove(s)
-                self._finish(s, "cancelled")
+                done.append((s, "cancelled"))
+        # highest region first: freeing a region moves every region above it down one (a fused pool copies their
+        # valid KV rows), so requests that end in the same step are freed without moving one another
+        done.sort(key=lambda d: self.targets.region_of(d[0].target), reverse=True)
+        for s, reason in done:
+            self._finish(s, reason)
         for s in list(self.waiting):
             if s.cancel.is_set():
                 self.waiting.remove(s)

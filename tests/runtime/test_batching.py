@@ -96,6 +96,27 @@ def test_cancel_frees_the_slot_within_a_step(engines):
     assert eng.generate_batch(["hi"], 3, method="none")[0].token_ids
 
 
+def test_requests_ending_in_one_step_free_their_regions_without_moving_each_other(engines, monkeypatch):
+    # a freed region moves every region above it down one (a copy of their KV rows): the scheduler frees the
+    # highest first, so four requests admitted together that end together cost no move, and each is still alone
+    gen, eng = engines["fp32"]
+    pool = eng.scheduler.targets
+    moves = []
+    real_move = pool._move
+    monkeypatch.setattr(pool, "_move", lambda src, dst: (moves.append((src, dst)), real_move(src, dst)))
+    prompts = PROMPTS[:4]
+    alone = [gen.generate(p, 6, method="none") for p in prompts]
+    assert all(r.finish_reason == "length" for r in alone)  # so the batch's four end in the same step
+    got = eng.generate_batch(prompts, 6, method="none")
+    assert [r.token_ids for r in got] == [r.token_ids for r in alone]
+    assert moves == [] and pool.used == 0
+    # one that ends before the others still moves the regions above it (their rows are copied, then decoded on)
+    lengths = [3, 6, 6, 6]
+    subs = [eng.submit(p, max_new_tokens=n, method="none") for p, n in zip(prompts, lengths)]
+    assert [event_tokens(ev) for _, ev in subs] == [r.token_ids[:n] for r, n in zip(alone, lengths)]
+    assert pool.used == 0
+
+
 def test_goodput_never_chooses_speculation_that_loses():
     # a batched pass of 4 costs barely more than one row; a 4-row pass costs like 4 rows: speculation loses
     table = CostTable(batch=[1.0, 1.05, 1.1, 1.15], rows=[1.0, 1.9, 2.8, 3.7])
