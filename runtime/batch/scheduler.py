@@ -188,15 +188,16 @@ class Scheduler:
     def _calibrate(self, realized: float) -> None:
         """Fold this step's realized / predicted goodput into its family's calibration: the drafting one when the
         step drafted, else the plain one, and then the drafting one drifts CALIBRATION_RELAX of the way back to
-        the plain one (not tried lately: drafting is retried once the drift has undone a disappointment)."""
+        the plain one (not tried lately: drafting is retried once the drift has undone a disappointment); the
+        other family's two calibrations drift the same way toward this family's."""
         table = self.spec_calibration if self._drafted else self.calibration
         table[self.family] = (CALIBRATION_DECAY * table[self.family]
                               + (1 - CALIBRATION_DECAY) * realized / self._planned)
         if not self._drafted:
             plain, spec = self.calibration[self.family], self.spec_calibration[self.family]
             self.spec_calibration[self.family] = spec + CALIBRATION_RELAX * (plain - spec)
-        # the family not in use drifts toward the one in use (unknown lately: assumed to err as it does), so one
-        # early disappointment (steps with prefill work riding along) does not keep it off for the rest of a run
+        # unknown lately, the other family is assumed to err as this one does: one early disappointment (steps with
+        # prefill work riding along) does not keep it off for the rest of a run
         other = "packed" if self.family == "fused" else "fused"
         for t in (self.calibration, self.spec_calibration):
             t[other] += CALIBRATION_RELAX * (t[self.family] - t[other])

@@ -469,6 +469,8 @@ def test_the_family_of_passes_switches_only_for_a_clear_gain():
     assert Scheduler._packed_step_due(sched, ([0, 0], [None, None], [0.0, 0.0]))  # no one-token batched pass
     sched.running = sched.running[:1]
     assert not Scheduler._packed_step_due(sched, ([0], [None], [0.0]))  # one request alone: its own session
+    sched.prefilling = [SimpleNamespace()]
+    assert Scheduler._packed_step_due(sched, ([0], [None], [0.0]))  # ... unless a prompt rides along
 
 
 def test_a_family_left_after_a_disappointment_is_tried_again():
@@ -494,8 +496,6 @@ def test_a_family_left_after_a_disappointment_is_tried_again():
     assert steps > MIN_FAMILY_STEPS  # not at once: the disappointment is remembered for a while
     assert sched.calibration["fused"] == 1.0 and 0.3 < sched.calibration["packed"] < 1.0
     assert 0.3 < sched.spec_calibration["packed"] < 1.0
-    sched.prefilling = [SimpleNamespace()]
-    assert Scheduler._packed_step_due(sched, ([0], [None], [0.0]))  # ... unless a prompt rides along
 
 
 def test_packed_plan_never_speculates_at_a_loss():
