@@ -149,6 +149,11 @@ class Scheduler:
             seq.target = self.targets.acquire()
             seq.rng = seq.request.sampling.rng()
             seq.proposer = self._proposer(seq)
+            params = seq.request.sampling
+            if seq.proposer is not None and params.seed is not None and not params.greedy:
+                # which random numbers a step draws depends on its k: a seeded request keeps the k schedule it has
+                # alone (the Generator's count-only policy), whatever the plan would choose for it
+                seq.policy = gen.make_policy(seq.request.num_speculative_tokens, seq.method, seeded=True)
             self.prefilling.append(seq)
 
     def _proposer(self, seq: Sequence):
@@ -209,6 +214,11 @@ class Scheduler:
         # free proposals (n-gram, hybrid's n-gram branch when it matches) cost nothing: make them first, so that k is
         # capped by what matched, and estimate acceptance per kind of proposal (n-gram: its match size; a draft
         # model's: DRAFT_KIND, so that hybrid's n-gram judgements do not price its draft model, nor the reverse)
+        for i, s in enumerate(seqs):
+            if s.policy is not None:  # seeded: the policy's k, asked once per step (`_prepare` may run twice)
+                if s.forced_k is None:
+                    s.forced_k = max(0, min(s.policy.next_k(), max_ks[i]))
+                max_ks[i] = s.forced_k
         free = []
         for i, (s, mk) in enumerate(zip(seqs, max_ks)):
             propose = getattr(s.proposer, "free_propose", None) if mk > 0 else None
@@ -221,7 +231,7 @@ class Scheduler:
             # its catch-up (a prefill of those tokens, the whole prompt on its first draft) would cost more than a
             # batched pass (priced at the one-token draft cost: an upper bound), since it holds every request
             limit = self.costs.t_batch(len(seqs))
-            max_ks = [0 if f is None and s.draft is not None
+            max_ks = [0 if f is None and s.draft is not None and s.policy is None
                       and (s.n - 1 - s.draft.length) * self.costs.draft_token > limit else mk
                       for s, mk, f in zip(seqs, max_ks, free)]
         dcost = [self.costs.draft_token if s.draft is not None and f is None else 0.0 for s, f in zip(seqs, free)]
@@ -319,6 +329,7 @@ class Scheduler:
             plan = planned[2] if planned else plan_step(acceptance, max_ks, dcost, self.costs, self.batched_decode)
         plan = self._spec_or_plain(plan, acceptance, dcost, packed)
         plan = self._probe(seqs, plan, max_ks, free)
+        plan = _seeded(seqs, plan, max_ks)
         self._drafted = any(plan.ks)
         emitted = self._packed_step(seqs, plan.ks, free) if packed else self._passes(seqs, plan, free)
         self._planned = plan.goodput
@@ -451,6 +462,7 @@ class Scheduler:
         s.stats.num_speculative_tokens = k
         if kk:
             s.observe_acceptance(kk, j)
+        _policy_update(s, k, kk, j)
         return self._commit(s, drafts[:j].tolist() + [int(nxt)], j)
 
     def _batched_token(self, seqs: list[Sequence], plan: StepPlan, free: list) -> int:
@@ -461,11 +473,15 @@ class Scheduler:
         for s, row, k, f in zip(seqs, rows, plan.ks, free):
             if s.finished:  # ended by its own pass this step: its row is discarded (its region is released)
                 continue
+            if k and s.policy is not None:  # seeded, its step done by its own pass: a token more would draw a random
+                s.target.truncate(s.n - 1)  # number its run alone does not; the row is discarded
+                continue
             s.stats.target_calls += 1
             nxt = pick_token(row, s.request.sampling, s.rng)
             if k == 0:
                 s.stats.record_step(0, 0, 0, "")
                 s.stats.num_speculative_tokens = 0
+                _policy_update(s, 0, 0, 0)
                 if f is not None and f.token_ids.size:  # the free n-gram draft judged against the token picked
                     s.observe_acceptance(1, int(int(f.token_ids[0]) == nxt))
             emitted += self._commit(s, [nxt], 0)
@@ -526,6 +542,21 @@ class Scheduler:
         s.target = s.draft = s.proposer = None
         s.finished = s.stats.finish_reason = reason
         s.emit([], s)  # the end: an empty chunk with the final stats
+
+
+def _seeded(seqs: list[Sequence], plan: StepPlan, max_ks: list[int]) -> StepPlan:
+    """The plan with every seeded request's k set to its policy's (capped by what its free proposal matched,
+    `_prepare`): its step draws the random numbers of the same step alone. In a batched plan such a request that
+    drafts skips the batched token (`_batched_token`), so each of its steps stays one step of the loop alone."""
+    ks = [mk if s.policy is not None else k for s, k, mk in zip(seqs, plan.ks, max_ks)]
+    return plan if ks == plan.ks else dataclasses.replace(plan, ks=ks)
+
+
+def _policy_update(s: Sequence, k: int, drafted: int, accepted: int) -> None:
+    """A seeded request's step is over: its policy learns from the counts (never timings: CountOnlyAdaptiveK)."""
+    if s.policy is not None:
+        s.policy.update(k, drafted, accepted, 0.0, 0.0)
+        s.forced_k = None
 
 
 def _first(prop, k: int):

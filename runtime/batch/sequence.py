@@ -42,6 +42,11 @@ class Sequence:
     by_kind: dict = dataclasses.field(default_factory=dict)
     kind: Any = None
     idle: int = 0  # decode steps since it last drafted (draft-model requests: `Scheduler._probe`)
+    # seeded sampling: the Generator's k policy for the request (its k schedule a function of its own acceptance
+    # counts, never of timings or of the rest of the batch: the same seed gives the same text as alone), and the k
+    # it chose for the current step (None between steps)
+    policy: Any = None
+    forced_k: int | None = None
     finished: str = ""  # finish reason once done
     started: float = 0.0  # time.perf_counter() at submission
 

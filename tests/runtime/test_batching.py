@@ -83,6 +83,36 @@ def test_batch_call_and_seeded_sampling_without_speculation(engines):
         assert r.token_ids == gen.generate(p, 8, method="none", temperature=0.9, seed=3).token_ids
 
 
+SEEDED = [("a b a b a b a b a b", 3), ("def f(x): return x + 1\ndef g(x): return", 11), ("the quick brown fox", 29)]
+
+
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("int4", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("method,k", [("ngram", "auto"), ("draft", "auto"), ("hybrid", 3)])
+def test_seeded_sampling_in_a_batch_gives_the_text_it_gives_alone(engines, precision, method, k, monkeypatch):
+    # Which random numbers a step draws depends on its k: a seeded request keeps the k schedule it has alone,
+    # whatever the plan (speculation cheap, dear, or the packed pass) and whatever else runs in the batch
+    gen, eng = engines[precision]
+    opts = dict(method=method, temperature=0.9, top_k=20, num_speculative_tokens=k)
+    alone = [gen.generate(p, 14, seed=seed, **opts) for p, seed in SEEDED]
+    assert sum(r.stats.drafted_tokens for r in alone) > 0  # the runs alone speculated
+    cheap = CostTable(batch=[1.0, 1.02, 1.04, 1.06, 1.08, 1.1], rows=[0.1 + 0.001 * s for s in range(9)])
+    dear = CostTable(batch=[1.0, 1.02, 1.04, 1.06, 1.08, 1.1], rows=[5.0 + s for s in range(9)])
+    for table in (cheap, dear, None):
+        saved = _force_packed(eng.scheduler, monkeypatch) if table is None else _fixed_costs(eng.scheduler,
+                                                                                              monkeypatch, table)
+        try:  # beside greedy requests and one unseeded sampling request
+            others = [eng.submit(p, max_new_tokens=n, method="ngram") for p, n in zip(PROMPTS[3:6], LENGTHS[3:6])]
+            others.append(eng.submit("hello world", max_new_tokens=9, method=method, temperature=0.9))
+            subs = [eng.submit(p, max_new_tokens=14, seed=seed, **opts) for p, seed in SEEDED]
+            got = [event_tokens(events) for _, events in subs]
+            for _, events in others:
+                event_tokens(events)
+        finally:
+            eng.scheduler.costs = saved
+        assert got == [r.token_ids for r in alone], (precision, method, "packed" if table is None else table.rows[0])
+    assert eng.scheduler.targets.used == 0
+
+
 def test_cancel_frees_the_slot_within_a_step(engines):
     gen, eng = engines["fp32"]
     stream = eng.stream_tokens("hello world", max_new_tokens=100, method="none")
@@ -606,7 +636,7 @@ def test_hybrid_drafts_for_free_where_prompt_lookup_matches_and_a_stale_draft_wa
         hybrid = HybridProposer(NgramProposer(), SimpleNamespace(name="draft"))
         hybrid.ngram.start(tokens, tokens.size, None)
         return SimpleNamespace(proposer=hybrid, draft=SimpleNamespace(length=draft_length), tokens=tokens,
-                               n=tokens.size, max_k=4, remaining=100, kind=None)
+                               n=tokens.size, max_k=4, remaining=100, kind=None, policy=None)
 
     repeating = np.array([5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7], np.int64)  # "8 9 5 6 ..." follows "5 6 7"
     fresh = np.arange(20, 33, dtype=np.int64)  # nothing repeats
