@@ -7,7 +7,7 @@ Metrics added to /metrics (vLLM's names where it has one for the same thing, bes
 | metric | meaning |
 |---|---|
 | specrt_batch_size, vllm:num_requests_running | sequences in the batch now (decoding + the one in prefill) |
-| vllm:num_requests_waiting | requests admitted by the server but not yet given a slot by the scheduler |
+| vllm:num_requests_waiting | requests waiting to run: in the server's queue (specrt_queue_depth) or the scheduler's |
 | specrt_batch_max | --max-batch |
 | specrt_goodput_tokens_per_second | tokens emitted by decode steps / their seconds, since start |
 | specrt_request_acceptance_rate | histogram of each finished request's accepted / drafted tokens |
@@ -102,8 +102,9 @@ def add_batch_metrics(metrics: Any, engine: Any) -> None:
     r, sched = metrics.registry, engine.scheduler
     Gauge("specrt_batch_size", "Sequences in the batch", registry=r).set_function(lambda: sched.active)
     Gauge("vllm:num_requests_running", "Sequences in the batch", registry=r).set_function(lambda: sched.active)
-    Gauge("vllm:num_requests_waiting", "Requests waiting for a batch slot", registry=r).set_function(
-        lambda: len(sched.waiting))
+    pool = metrics.pool  # as vLLM's: every request not yet running, whichever queue holds it
+    Gauge("vllm:num_requests_waiting", "Requests waiting to run", registry=r).set_function(
+        lambda: pool.waiting + len(sched.waiting))
     Gauge("specrt_batch_max", "Batch slots (--max-batch)", registry=r).set(sched.max_batch)
     Gauge("specrt_packed_pass", "1 when several sequences' passes run as one packed pass (SPECRT_PACKED)",
           registry=r).set(int(sched.packed))

@@ -21,7 +21,7 @@ log = logging.getLogger("specrt.serve")
 
 # field -> the value(s) that are harmless (the OpenAI default); anything else changes results
 UNSUPPORTED = {
-    "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "best_of": (None, 1),
+    "logprobs": (None, False), "top_logprobs": (None, 0), "echo": (None, False), "best_of": (None, 1),
     "suffix": (None, ""), "logit_bias": (None, {}), "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0),
     # tool calling (the model would be expected to answer with a call): not implemented

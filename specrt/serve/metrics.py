@@ -45,6 +45,7 @@ def speculating(stats: Any, window: int) -> bool:
 class ServerMetrics:
     def __init__(self, pool: Any, max_draft_tokens: int = 8) -> None:
         self.window = max_draft_tokens + 1
+        self.pool = pool
         self.registry = r = CollectorRegistry()
         self.requests = Counter("specrt_requests", "HTTP requests by endpoint and status", ["endpoint", "status"],
                                 registry=r)

@@ -21,6 +21,7 @@ from specrt.serve.guards import check_text, check_unsupported
 from specrt.serve.worker import Job
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16
+CHAT_ROLES = ("system", "developer", "user", "assistant")  # developer: OpenAI's newer name of system, rendered as one
 OPENAI_TEMPERATURE = 1.0  # when neither the request nor the bundle's generation_config sets one
 
 
@@ -138,7 +139,14 @@ def prepare_completion(body: Any, gen: Any, config: ServeConfig) -> Prepared:
 def prepare_chat(body: Any, gen: Any, config: ServeConfig, formatter: ChatFormatter) -> Prepared:
     if not body.messages:
         raise bad_request("messages must hold at least one message", "messages")
-    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+    for i, m in enumerate(body.messages):  # as OpenAI: a known role, and content (tool calls are not served)
+        if m.role not in CHAT_ROLES:
+            raise bad_request(f"messages.{i}.role {m.role!r:.40} is not one of {', '.join(CHAT_ROLES)}",
+                              f"messages.{i}.role")
+        if m.content is None:
+            raise bad_request(f"messages.{i} has no content (a string or a list of text parts)",
+                              f"messages.{i}.content")
+    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
     for i, m in enumerate(messages):
         check_text([m["role"], m["content"]], f"messages.{i}")
     try:

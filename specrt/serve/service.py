@@ -190,7 +190,10 @@ class Service:
             choice["delta"] = delta
         else:
             choice["text"] = text or ""
-        return {**self._head(prep, chunk=True), "choices": [choice]}
+        body = {**self._head(prep, chunk=True), "choices": [choice]}
+        if prep.include_usage:  # as OpenAI: null on every chunk but the last one's
+            body["usage"] = None
+        return body
 
     async def _events(self, run: Run, first: Any, prep: Prepared) -> AsyncIterator[bytes]:
         if prep.chat:

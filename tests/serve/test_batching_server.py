@@ -46,6 +46,33 @@ def test_concurrent_clients_share_one_batch(pair_bundle, pair_generator):
         wait_until(lambda: metric(server, "specrt_batch_size") == 0, 20, "the batch to empty")
 
 
+def test_requests_waiting_for_a_slot_count_as_vllm_counts_them(pair_bundle, monkeypatch):
+    # vllm:num_requests_waiting: every request not yet running, here the ones in the server's queue (beyond
+    # --max-batch), not only those inside the scheduler. Steps slowed to 20 ms (a slow model) so that two
+    # requests are still decoding while two more wait.
+    import threading
+    import time
+
+    from specrt.runtime.batch.scheduler import Scheduler
+
+    step = Scheduler.step
+    monkeypatch.setattr(Scheduler, "step", lambda self: (time.sleep(0.02), step(self))[1])
+    with serving(str(pair_bundle), max_batch=2, method="none", served_model_name="tiny", backend="ort") as server:
+        def one(i):
+            httpx.post(f"{server.url}/v1/completions", timeout=120,
+                       json={"model": "tiny", "prompt": PROMPTS[i], "max_tokens": 40, "temperature": 0})
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        waiting = wait_until(lambda: metric(server, "vllm:num_requests_waiting") >= 2
+                             and metric(server, "specrt_queue_depth"), 30, "two requests waiting")
+        assert waiting == 2 and metric(server, "vllm:num_requests_running") == 2
+        for t in threads:
+            t.join()
+        assert metric(server, "vllm:num_requests_waiting") == 0
+
+
 def test_max_batch_auto_batches_where_the_bundle_can_and_falls_back_where_it_cannot(pair_bundle, pair_generator,
                                                                                      monkeypatch):
     import os

@@ -35,12 +35,33 @@ def test_lone_surrogates_are_400(server, path, body, param):
 
 
 @pytest.mark.parametrize("field, value", [("seed", -1), ("seed", 2**64), ("temperature", 5e-324),
-                                          ("logprobs", 1), ("logprobs", True), ("echo", True), ("best_of", 2),
+                                          ("logprobs", 1), ("logprobs", 0), ("logprobs", True), ("echo", True), ("best_of", 2),
                                           ("frequency_penalty", 0.5), ("n", 2)])
 def test_unsupported_or_out_of_range_fields_are_400_naming_the_field(server, field, value):
     r = httpx.post(f"{server.url}/v1/completions", json=COMPLETION | {field: value}, timeout=30)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == field
+
+
+@pytest.mark.parametrize("message, param", [({"role": "wizard", "content": "hi"}, "messages.1.role"),
+                                            ({"role": "user"}, "messages.1.content"),
+                                            ({"role": "user", "content": None}, "messages.1.content")])
+def test_chat_messages_need_a_known_role_and_content(server, message, param):
+    body = {"model": "tiny", "max_tokens": 2, "messages": [{"role": "system", "content": "be brief"}, message]}
+    r = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+
+
+def test_a_developer_message_is_rendered_as_a_system_one(server):
+    def chat(role):
+        body = {"model": "tiny", "max_tokens": 6, "temperature": 0,
+                "messages": [{"role": role, "content": "be brief"}, {"role": "user", "content": "import os"}]}
+        r = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["message"]["content"], r.json()["usage"]["prompt_tokens"]
+
+    assert chat("developer") == chat("system")
 
 
 @pytest.mark.parametrize("field, value", [("logprobs", None), ("echo", False), ("best_of", 1),

@@ -79,6 +79,7 @@ def test_completion_stream_matches(client, pair_generator):
     assert len(finals) == 1 and finals[0].choices[0].finish_reason == ref.finish_reason
     assert finals[0].model_extra["speculative_stats"]["drafted_tokens"] == ref.stats.drafted_tokens
     assert chunks[-1].usage.completion_tokens == len(ref.token_ids)
+    assert all("usage" in c.model_fields_set and c.usage is None for c in chunks[:-1])  # null until the last, as OpenAI
     assert len([c for c in chunks if c.choices and c.choices[0].text]) > 1  # really incremental
 
 
