@@ -65,3 +65,34 @@ def test_serve_subprocess(pair_bundle, pair_generator):
             proc.kill()
             pytest.fail("specrt serve did not shut down on SIGINT")
     assert rc == 0
+
+
+def test_a_second_ctrl_c_quits_at_once_without_tracebacks(pair_bundle):
+    # the first Ctrl-C waits for open connections (graceful); a second one quits now, exit 130, one line
+    import socket
+
+    proc = subprocess.Popen([SPECRT, "serve", str(pair_bundle), "--port", "0", "--threads", "1"],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        port, deadline, seen = None, time.monotonic() + 60, []
+        while port is None and time.monotonic() < deadline and proc.poll() is None:
+            seen.append(proc.stderr.readline())
+            m = re.search(r"on http://127\.0\.0\.1:(\d+)/v1", seen[-1])
+            port = int(m.group(1)) if m else None
+        assert port, "".join(seen)
+        conn = socket.create_connection(("127.0.0.1", port), timeout=10)  # a request still arriving: graceful
+        conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{")  # shutdown waits for it
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        while "Waiting for connections to close" not in seen[-1] and time.monotonic() < deadline:
+            seen.append(proc.stderr.readline())
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=30)
+        rest = proc.stderr.read()
+        conn.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert rc == 130, "".join(seen) + rest
+    assert "forced quit" in rest and "Traceback" not in rest and "terminate" not in rest, rest

@@ -87,12 +87,36 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_batch, max_que
     configure(log_level)  # our per-request line (method, path, status, tokens, duration) replaces uvicorn's
     from specrt.serve.header_timeout import HeaderTimeoutH11
 
+    _Server = _server_class()
     config = uvicorn.Config(app, host=host, port=real_port, log_level=log_level, timeout_graceful_shutdown=30,
                             access_log=False, http=HeaderTimeoutH11)
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        _Server(config).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises the captured Ctrl-C after its graceful shutdown
         pass
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, but a second Ctrl-C during the graceful shutdown quits at once (exit 130): uvicorn's
+        forced exit cancels every task (a traceback each) and lets the interpreter tear down while the batch
+        engine's thread is inside ONNX Runtime, which aborts the process (seen: exit 134, 'terminate called')."""
+
+        def handle_exit(self, sig, frame) -> None:
+            import signal
+
+            if self.should_exit and sig == signal.SIGINT:
+                import os
+                import sys
+
+                sys.stderr.write("forced quit: requests still running were cut off\n")
+                sys.stderr.flush()
+                os._exit(130)
+            super().handle_exit(sig, frame)
+
+    return Server
 
 
 def listen_socket(host: str, port: int):
