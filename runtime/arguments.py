@@ -54,6 +54,11 @@ def prompt_ids(prompt, tokenizer, bos_id: int | None, vocab_size: int, max_seq_l
     if isinstance(prompt, str):
         ids = tokenizer.encode(check_text(prompt, "prompt"))
     else:
+        if not hasattr(prompt, "__iter__"):
+            raise InvalidArgument(f"prompt must be a str or a sequence of token ids, got {type(prompt).__name__}")
+        if any(isinstance(t, str) for t in prompt):
+            raise InvalidArgument("a token-id prompt must hold integers only, got strings: for several prompts at "
+                                  "once use the batch engine (gen.engine().generate_batch(prompts))")
         if any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) for t in prompt):
             raise InvalidArgument("a token-id prompt must hold integers only")
         ids = [int(t) for t in prompt]

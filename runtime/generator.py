@@ -281,6 +281,14 @@ class Generator:
         """Token ids [N] of `prompt` (text or ids), checked against the vocabulary and the context length."""
         return prompt_ids(prompt, self.tokenizer, self.bos_id, self.vocab_size, self.max_seq_len)
 
+    def check_room(self, prompt_ids: np.ndarray, request: GenerationRequest) -> None:
+        """A strict request whose prompt + max_new_tokens passes the context is refused (else it stops there)."""
+        room = self.max_seq_len - int(prompt_ids.size)
+        if request.strict and request.max_new_tokens > room:
+            raise InvalidArgument(
+                f"prompt has {prompt_ids.size} tokens: with max_new_tokens={request.max_new_tokens} it exceeds the "
+                f"bundle's context of {self.max_seq_len} tokens (at most {room} new tokens fit)")
+
     def make_policy(self, k: int | str, method: str, seeded: bool = False):
         """The speculation-length policy for `k` (an int or "auto") and `method` (used by the loop and bench).
 
@@ -377,10 +385,7 @@ class Generator:
         prompt_ids = self.encode_prompt(prompt)
         room = self.max_seq_len - int(prompt_ids.size)
         max_new_tokens = request.max_new_tokens
-        if request.strict and max_new_tokens > room:
-            raise InvalidArgument(
-                f"prompt has {prompt_ids.size} tokens: with max_new_tokens={max_new_tokens} it exceeds the "
-                f"bundle's context of {self.max_seq_len} tokens (at most {room} new tokens fit)")
+        self.check_room(prompt_ids, request)
         state = self.compile_constraint(request.constraint) if request.constraint is not None else None
         return self._run(prompt_ids, max_new_tokens, request.sampling, method, k, request.ngram_sizes, proposer,
                          policy, hooks.get("on_step"), max_new_tokens > room, state, request.forced_tokens)

@@ -97,6 +97,7 @@ class BatchEngine:
             raise InvalidArgument(f"method {method!r} is not available with batching; choose one of "
                                   f"{', '.join(self.scheduler.methods)}")
         ids = self.gen.encode_prompt(prompt)
+        self.gen.check_room(ids, req)
         k = req.num_speculative_tokens
         max_k = self.gen.max_draft_tokens if k == "auto" else k
         events: queue.SimpleQueue = queue.SimpleQueue()
@@ -152,36 +153,61 @@ class BatchEngine:
         """Generate for several prompts at once (batched); returns one GenerationResult per prompt, in order."""
         from specrt.runtime.generator import GenerationResult
 
+        if isinstance(prompts, (str, bytes, bytearray)) or not hasattr(prompts, "__iter__"):
+            from specrt.core.errors import InvalidArgument
+
+            raise InvalidArgument(f"prompts must be a list of prompts (texts or token-id lists), got "
+                                  f"{type(prompts).__name__}; for one prompt use generate or stream_tokens")
+        prompts = list(prompts)
         req = self.gen.request("generate_batch", max_new_tokens, request, **options)
         if not self.batchable(req):  # see stream_tokens: the one-request loop, prompt after prompt
             return [self.gen.generate(p, request=req) for p in prompts]
         subs = [self._sequence(p, req) for p in prompts]
+        watches = [_StopWatch(seq, self.gen.tokenizer) for seq, _ in subs]  # before queuing: it sees every step
         self._inbox.put([seq for seq, _ in subs])  # queued together: admitted in one step, prefilled in one pass
         self._wake.set()
         out = []
-        for seq, events in subs:
-            ids: list[int] = []
-            dec, stopper = IncrementalDecoder(self.gen.tokenizer), StopText(seq.request.stop)
-            text, stopped = [], False
-            for _, chunk in self.events(seq, events):
-                ids.extend(chunk)
-                if not stopped:
-                    piece, stopped = stopper.push(dec.push(chunk))
-                    text.append(piece)
-                    if stopped:  # cut before the first stop string; the request leaves at the next step
-                        seq.cancel.set()
-            if not stopped:
-                piece, stopped = stopper.push(dec.flush())
-                text.append(piece if stopped else piece + stopper.flush())
-            if stopped:
+        for (seq, events), watch in zip(subs, watches):
+            ids = [t for _, chunk in self.events(seq, events) for t in chunk]
+            text = watch.finish()
+            if watch.stopped:
                 seq.stats.finish_reason = "stop"
-            out.append(GenerationResult("".join(text), ids, seq.prompt_ids.tolist(), seq.stats,
-                                        seq.stats.finish_reason))
+            out.append(GenerationResult(text, ids, seq.prompt_ids.tolist(), seq.stats, seq.stats.finish_reason))
         return out
 
     def stream(self, prompt, max_new_tokens: int | None = None, **options: Any) -> Iterator[str]:
         return text_pieces(self.gen.tokenizer, (ids for ids, _ in self.stream_tokens(prompt, max_new_tokens,
                                                                                     **options)))
+
+
+class _StopWatch:
+    """A request's stop strings, watched on the engine's thread as each step emits (so a request that reaches one
+    leaves at the end of that step, whenever its caller reads it): the text cut before the first stop string, and
+    no tokens after that step's."""
+
+    def __init__(self, seq: Sequence, tokenizer) -> None:
+        self.dec, self.stopper = IncrementalDecoder(tokenizer), StopText(seq.request.stop)
+        self.text: list[str] = []
+        self.stopped = False
+        self._emit = seq.emit
+        seq.emit = self._on_step
+
+    def _on_step(self, chunk, seq: Sequence) -> None:
+        if isinstance(chunk, list) and chunk:
+            if self.stopped:  # steps after the stop (none once the request has left): not its output
+                return
+            piece, self.stopped = self.stopper.push(self.dec.push(chunk))
+            self.text.append(piece)
+            if self.stopped:
+                seq.cancel.set()  # retired at the end of this step
+        self._emit(chunk, seq)
+
+    def finish(self) -> str:
+        """The text, once the request has ended."""
+        if not self.stopped:
+            piece, self.stopped = self.stopper.push(self.dec.flush())
+            self.text.append(piece if self.stopped else piece + self.stopper.flush())
+        return "".join(self.text)
 
 
 class EngineClient:

@@ -312,8 +312,9 @@ class Scheduler:
         seq.stats.new_tokens = 1
         self.prefilling.remove(seq)  # the oldest in prefill: its region is d, the first after the running ones
         self._emit(seq, [first])
-        if seq.finished:  # its first token ended it (EOS, max_new_tokens=1): no decode step, as alone
-            self._finish(seq, seq.finished)
+        if seq.finished or seq.cancel.is_set():  # its first token ended it (EOS, max_new_tokens=1, a stop string
+            # its caller saw, a client gone): no decode step, as alone
+            self._finish(seq, seq.finished or "cancelled")
             return
         self.running.append(seq)
 

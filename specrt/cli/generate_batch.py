@@ -19,24 +19,29 @@ from specrt.core.errors import InvalidArgument
 
 def read_prompts(path: Path) -> list[Any]:
     """The file's prompts: str (a prompt) or dict {"chat", "system"} (a chat message), in order."""
+    return [p for _, p in read_located(path)]
+
+
+def read_located(path: Path) -> list[tuple[str, Any]]:
+    """The file's prompts with where each is ("FILE:LINE"), in order."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidArgument(f"cannot read --prompts-file {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise InvalidArgument(f"--prompts-file {path} is not UTF-8 text") from None
-    prompts: list[Any] = []
+    prompts: list[tuple[str, Any]] = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         if path.suffix.lower() != ".jsonl":
-            prompts.append(line)
+            prompts.append((f"{path}:{n}", line))
             continue
         try:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InvalidArgument(f"{path}:{n}: not JSON ({exc.msg}); a .jsonl file has one JSON value per line") from None
-        prompts.append(_entry(value, f"{path}:{n}"))
+        prompts.append((f"{path}:{n}", _entry(value, f"{path}:{n}")))
     if not prompts:
         raise InvalidArgument(f"--prompts-file {path} has no prompts")
     return prompts
@@ -61,23 +66,34 @@ def _entry(value: Any, where: str) -> Any:
                           f"got {type(value).__name__}")
 
 
-def run_file(gen, prompts: list[Any], max_batch, max_new_tokens: int, options: dict) -> tuple[list, float, int]:
-    """(results in order, seconds, the batch size used: 0 = one at a time)."""
+def run_file(gen, prompts: list[Any], max_batch, max_new_tokens: int, options: dict,
+             wheres: list[str] | None = None) -> tuple[list, float, int]:
+    """(results in order, seconds, the batch size used: 0 = one at a time). Every prompt is checked before any
+    runs; an error names the prompt's place (`wheres`, "FILE:LINE")."""
     from specrt.runtime.arguments import check_text
 
+    wheres = wheres or [f"prompt {i + 1}" for i in range(len(prompts))]
+    formatter = None
     if any(isinstance(p, dict) for p in prompts):
-        from specrt.runtime.chat_template import ChatFormatter, chat_prompt_ids
+        from specrt.runtime.chat_template import ChatFormatter
 
         formatter = ChatFormatter.from_manifest(gen.manifest)
-        rendered = []
-        for p in prompts:
+    request = gen.request("generate", max_new_tokens, **options)
+    rendered = []
+    for where, p in zip(wheres, prompts):
+        try:
             if isinstance(p, dict):
+                from specrt.runtime.chat_template import chat_prompt_ids
+
                 check_text(p["chat"], "chat")
                 if p["system"] is not None:
                     check_text(p["system"], "system")
                 p = chat_prompt_ids(gen, p["chat"], p["system"], formatter)
-            rendered.append(p)
-        prompts = rendered
+            gen.check_room(gen.encode_prompt(p), request)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{where}: {exc}") from None
+        rendered.append(p)
+    prompts = rendered
     if max_batch == "auto":
         from specrt.serve.batching import auto_max_batch
 

@@ -33,6 +33,9 @@ def test_concurrency_bench_writes_identical_rows_and_its_section(pair_bundle, tm
 def test_concurrency_bench_refuses_bad_levels_in_one_line(pair_bundle):
     res = CliRunner().invoke(main, ["bench", str(pair_bundle), "--concurrency", "0,2", "--quiet"])
     assert res.exit_code == 2 and "--concurrency values must be >= 1" in res.output
+    for extra, flags in ((["--temperature", "0.8"], "--temperature is"), (["--seed", "3", "--k", "2"], "--k, --seed are")):
+        res = CliRunner().invoke(main, ["bench", str(pair_bundle), "--concurrency", "1", "--quiet", *extra])
+        assert res.exit_code == 2 and f"{flags} not used there" in res.output, res.output
     assert "Traceback" not in res.output
 
 

@@ -75,3 +75,24 @@ def test_prompts_file_excludes_the_single_prompt_options(pair_bundle, tmp_path):
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     r = run_cli("generate", pair_bundle, "--prompts-file", tmp_path / "missing.txt")
     assert r.returncode == 2 and "cannot read --prompts-file" in r.stderr
+
+
+@pytest.mark.parametrize("max_batch", ["3", "0"])
+def test_a_bad_prompt_names_its_line_and_strict_holds_on_the_batch(pair_bundle, tmp_path, max_batch):
+    # the toy bundle's context is 128 tokens: a prompt of 200 ids is too long, one of 120 leaves 8 new tokens
+    long_ids = " ".join(["7"] * 200)
+    path = tmp_path / "p.txt"
+    path.write_text(f"hello world\n\n{long_ids}\nx\n", encoding="utf-8")
+    r = run_cli("generate", pair_bundle, "--prompts-file", path, "--max-new-tokens", 4, "--max-batch", max_batch)
+    assert r.returncode == 2 and f"{path}:3: prompt has" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout == ""  # checked before anything runs
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps("hello world") + "\n" + json.dumps({"prompt": "a " * 118}) + "\n", encoding="utf-8")
+    r = run_cli("generate", pair_bundle, "--prompts-file", path, "--max-new-tokens", 24, "--max-batch", max_batch,
+                "--method", "none", "--strict")
+    assert r.returncode == 2 and f"{path}:2: prompt has" in r.stderr and "exceeds" in r.stderr, r.stderr
+    r = run_cli("generate", pair_bundle, "--prompts-file", path, "--max-new-tokens", 24, "--max-batch", max_batch,
+                "--method", "none", "--temperature", 0)
+    assert r.returncode == 0, r.stderr
+    assert f"{path}:2: warning: stopped at the bundle's context of 128 tokens" in r.stderr
+    assert f"{path}:1: warning" not in r.stderr

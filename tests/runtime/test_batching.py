@@ -164,6 +164,54 @@ def test_stop_strings_cut_the_batch_call(engines):
     assert stop
     res = eng.generate_batch(["hello world"], 16, method="none", stop=[stop])[0]
     assert res.finish_reason == "stop" and res.text == full.text[:full.text.find(stop)]
+    # several requests: each leaves at the step its stop string appears, whenever the caller reads it (the calls
+    # are read in order, after the first request's end); its tokens end with that step
+    prompts = ["hello world", "the quick brown fox", "x", "b a"]
+    alone = [gen.generate(p, 40, method="none") for p in prompts]
+    stops = [a.text[2:4] for a in alone]
+    assert all(stops)
+    for _ in range(3):
+        got = eng.generate_batch(prompts, 40, method="none", stop=stops)
+        for g, a, st in zip(got, alone, stops):
+            cut = a.text.find(st)
+            assert g.finish_reason == "stop" and g.text == a.text[:cut]
+            assert g.token_ids == a.token_ids[:len(g.token_ids)] and g.stats.new_tokens == len(g.token_ids)
+            assert len(g.token_ids) == _stop_step(gen, a.token_ids, st) + 1  # a step is one token here (none)
+
+
+def _stop_step(gen, ids, stop):
+    """The index of the token with which a stream of `ids`, one per step, reaches `stop`."""
+    from specrt.core.tokenizer import IncrementalDecoder, StopText
+
+    dec, stopper = IncrementalDecoder(gen.tokenizer), StopText([stop])
+    for i, t in enumerate(ids):
+        if stopper.push(dec.push([t]))[1]:
+            return i
+    raise AssertionError(f"{stop!r} never reached")
+
+
+def test_the_batch_refuses_what_the_generator_refuses(engines):
+    from specrt.core.errors import InvalidArgument
+
+    gen, eng = engines["fp32"]
+    long = gen.tokenizer.decode([gen.tokenizer.encode("a")[0]] * 120)
+    ids = gen.encode_prompt(long)
+    n = gen.max_seq_len - ids.size + 4  # 4 tokens past the context
+    with pytest.raises(InvalidArgument, match="exceeds the bundle's context") as alone:
+        gen.generate(ids.tolist(), n, method="none", strict=True)
+    for call in (lambda: eng.generate_batch([ids.tolist()], n, method="none", strict=True),
+                 lambda: eng.submit(ids.tolist(), max_new_tokens=n, method="none", strict=True)):
+        with pytest.raises(InvalidArgument) as batched:
+            call()
+        assert str(batched.value) == str(alone.value)
+    assert len(eng.generate_batch([ids.tolist()], n, method="none")[0].token_ids) == gen.max_seq_len - ids.size
+    with pytest.raises(InvalidArgument, match="a list of prompts"):
+        eng.generate_batch("hello world", 4)
+    with pytest.raises(InvalidArgument, match="got NoneType"):
+        eng.submit(None, max_new_tokens=4)
+    with pytest.raises(InvalidArgument, match="batch engine"):
+        gen.generate(["a", "b"], 4)
+    assert eng.scheduler.targets.used == 0
 
 
 def test_request_finished_by_its_prefill_token_gets_no_decode_step(engines):

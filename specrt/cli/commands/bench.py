@@ -66,8 +66,9 @@ def _k(value: str):
 @click.option("--concurrency", "concurrency", default=None, callback=_csv(int, "integers"),
               help="Instead of the k sweep: N clients at once for each N (e.g. 1,2,4,8) on the batching scheduler: "
                    "one at a time vs plain batched vs speculative batched (first of --methods, default ngram); "
-                   "--peer ort-genai adds its batched generation; --repeats interleaved rounds (median); chat "
-                   "prompts unless --suite or --prompts is given. --markdown writes the section.")
+                   "--peer ort-genai adds its batched generation; --repeats interleaved rounds (median); greedy "
+                   "(--k, --temperature, --seed are refused); chat prompts unless --suite or --prompts is given. "
+                   "--markdown writes the section.")
 @click.option("--force", is_flag=True, help="Replace an existing --make-random-target DIR (one specrt wrote).")
 @click.option("--quiet", is_flag=True, help="No progress bar and no table.")
 @click.option("--wide", is_flag=True, help="Every column in the terminal table (default: what fits the terminal).")
@@ -186,6 +187,15 @@ def _concurrency(settings, levels, md_path, json_path, title, quiet, plot_path=N
         raise InvalidArgument(f"--concurrency values must be >= 1, got {','.join(map(str, levels))}")
     if set(settings.peer) - {"ort-genai"}:
         raise InvalidArgument("--concurrency compares with --peer ort-genai only")
+    ctx = click.get_current_context()
+    unused = [flag for name, flag in (("ks", "--k"), ("temperature", "--temperature"), ("seed", "--seed"),
+                                      ("simulate", "--simulate-acceptance"),
+                                      ("ttft_prompt_tokens", "--ttft-prompt-tokens"))
+              if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)]
+    if unused:  # the table measures greedy decoding, k chosen per request and step: refuse what it would ignore
+        raise InvalidArgument(f"--concurrency measures greedy decoding with k chosen per request and step; "
+                              f"{', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not used there: leave "
+                              f"{'it' if len(unused) == 1 else 'them'} out")
     _check_before_measuring(settings, plot_path)
     from specrt.runtime.backends.ort.threads import share_thread_pool
 
@@ -200,7 +210,6 @@ def _concurrency(settings, levels, md_path, json_path, title, quiet, plot_path=N
         p = OrtGenaiPeer(gen, settings)
         peer = (p.og, p.plain, p.eos[0] if p.eos else 0)
     prompts = None
-    ctx = click.get_current_context()
     if settings.prompts_file is not None or ctx.get_parameter_source("suites") != click.core.ParameterSource.DEFAULT:
         from specrt.bench.suites import builtin_prompts, load_prompts
 

@@ -119,10 +119,12 @@ def _generate_file(bundle, prompts_file, max_batch, max_new_tokens, backend, thr
                    options, constraint_args):
     """--prompts-file: every prompt on the batching scheduler, one JSON line each (specrt/cli/generate_batch.py)."""
     from specrt.cli.constraint_options import constraint_from_options
-    from specrt.cli.generate_batch import read_prompts, result_line, run_file
+    from specrt.cli.generate_batch import read_located, result_line, run_file
+    from specrt.cli.generate_output import context_warning
     from specrt.runtime import load
 
-    prompts = read_prompts(prompts_file)  # a bad file fails before anything loads
+    located = read_located(prompts_file)  # a bad file fails before anything loads
+    wheres, prompts = [w for w, _ in located], [p for _, p in located]
     constraint = constraint_from_options(*constraint_args)
     if backend in ("auto", "ort") and max_batch not in (0, 1):
         from specrt.runtime.backends.ort.threads import share_thread_pool
@@ -130,9 +132,14 @@ def _generate_file(bundle, prompts_file, max_batch, max_new_tokens, backend, thr
         share_thread_pool(threads)  # the engine's sessions on one pool, as `specrt serve` (threads.py)
     with loading_status(bundle):
         gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
-    results, seconds, batch = run_file(gen, prompts, max_batch, max_new_tokens, dict(options, constraint=constraint))
+    results, seconds, batch = run_file(gen, prompts, max_batch, max_new_tokens, dict(options, constraint=constraint),
+                                       wheres)
     for i, res in enumerate(results):
         click.echo(result_line(i, res))
+    for where, res in zip(wheres, results):
+        warning = context_warning(res.stats, max_new_tokens, gen.max_seq_len)
+        if warning:
+            click.echo(f"{where}: {warning}", err=True)
     tokens = sum(len(r.token_ids) for r in results)
     how = f"batches of up to {batch}" if batch else "one at a time"
     click.echo(f"{len(results)} prompts, {tokens} tokens in {seconds:.2f} s ({tokens / max(seconds, 1e-9):.1f} tok/s, "
