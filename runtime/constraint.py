@@ -58,7 +58,9 @@ class ConstraintSpec:
                 raise ConstraintError(f"the JSON schema is not valid JSON: {exc}") from None
         if not isinstance(schema, (dict, bool)):
             raise ConstraintError(f"a JSON schema must be a JSON object, got {type(schema).__name__}")
-        return cls("json_schema", json.dumps(schema))
+        if schema is False:
+            raise ConstraintError("the JSON schema false admits no value")
+        return cls("json_schema", json.dumps({} if schema is True else schema))  # true: any JSON value, as {}
 
     @classmethod
     def json_object(cls) -> "ConstraintSpec":
@@ -93,7 +95,14 @@ def grammar_text(spec: ConstraintSpec) -> str:
             return llguidance.LLMatcher.grammar_from_regex(spec.text)
         return llguidance.grammar_from("grammar", spec.text)  # Lark as is; GBNF converted to Lark
     except ValueError as exc:
-        raise ConstraintError(f"cannot compile the {spec.kind}: {exc}") from None
+        raise ConstraintError(f"cannot compile the {spec.kind}: {one_line(exc)}") from None
+
+
+def one_line(error: Any, limit: int = 300) -> str:
+    """The constraint library's message on one line, cut at `limit` characters (its parser errors can carry a
+    dump of the whole grammar, and regex errors draw carets over several lines)."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class ConstraintCompiler:
@@ -110,8 +119,10 @@ class ConstraintCompiler:
 
         matcher = llguidance.LLMatcher(self.tokenizer, grammar_text(spec), log_level=0)
         if matcher.is_error():
-            raise ConstraintError(f"cannot compile the {spec.kind}: {matcher.get_error()}")
-        return Constraint(matcher, self.vocab_size, spec)
+            raise ConstraintError(f"cannot compile the {spec.kind}: {one_line(matcher.get_error())}")
+        constraint = Constraint(matcher, self.vocab_size, spec)
+        constraint.masks([])  # the first mask (it consumes nothing): e.g. {"$ref": "#"} has none
+        return constraint
 
 
 class Constraint:
@@ -135,10 +146,25 @@ class Constraint:
             return []
         return self.matcher.compute_ff_tokens()[:limit]
 
+    def _failed(self, token: int) -> ConstraintError:
+        """A token the masks allowed that the parser then refused, or a mask it could not compute: the parser
+        hit one of its limits (a schema too large or too recursive to follow), which only shows while decoding;
+        or the state has no continuation at all (llguidance: NoExtensionBias)."""
+        if "NoExtensionBias" in (self.matcher.get_error() or ""):
+            return self._dead_end()
+        return ConstraintError(f"the {self.spec.kind} is beyond what the constraint parser can follow here "
+                               f"(at token {token}): {one_line(self.matcher.get_error(), 200)}")
+
+    def _dead_end(self) -> ConstraintError:
+        return ConstraintError(f"the {self.spec.kind} admits no complete output from here (a reference cycle with "
+                               "no way out?)")
+
     def consume(self, token_ids: list[int]) -> None:
         for t in token_ids:
+            if self.matcher.is_stopped() and not self.matcher.is_accepting():  # a committed prefix with no way
+                raise self._dead_end()  # to complete it: the end would be an unfinished output, not a "stop"
             if not self.matcher.consume_token(t):
-                raise RuntimeError(f"token {t} broke the constraint: {self.matcher.get_error()}")
+                raise self._failed(t)
 
     def rollback(self, n: int) -> None:
         if n > 0 and not self.matcher.rollback(n):
@@ -154,8 +180,12 @@ class Constraint:
         bits = self._bits
         m = self.matcher
         for i in range(rows):
+            if i == 0 and m.is_stopped() and not m.is_accepting():  # the committed state is a dead end (rows
+                raise self._dead_end()  # after drafts may be: `consume` refuses them if verification keeps them)
             m.unsafe_compute_mask_ptr(bits[i].ctypes.data, bits[i].nbytes)
+            if m.is_error():
+                raise self._failed(token_ids[i - 1] if i else -1)
             if i < rows - 1 and not m.consume_token(token_ids[i]):
-                raise RuntimeError(f"token {token_ids[i]} broke the constraint: {m.get_error()}")
+                raise self._failed(token_ids[i])
         allowed = np.unpackbits(bits[:rows].view(np.uint8), axis=1, bitorder="little")[:, :self.vocab_size]
         return allowed.view(bool)

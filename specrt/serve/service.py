@@ -51,6 +51,10 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 
 
 def failure(done: Done) -> APIError:
+    from specrt.runtime.constraint import ConstraintError
+
+    if isinstance(done.error, ConstraintError):  # found while decoding: a schema past the parser's limits
+        return APIError(400, str(done.error), param="response_format", code="invalid_response_format")
     if isinstance(done.error, InvalidArgument):
         return APIError(400, str(done.error))
     return APIError(500, f"generation failed: {type(done.error).__name__}: {done.error}", type="server_error")

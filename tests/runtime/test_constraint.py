@@ -79,6 +79,39 @@ def test_bad_constraint_is_a_clear_error(pair_generator, spec, message):
     assert pair_generator.generate(PROMPT, 3, method="none").token_ids  # still usable
 
 
+def test_a_bad_regex_is_one_line(pair_generator):
+    with pytest.raises(ConstraintError) as err:  # the library draws carets under the pattern over several lines
+        pair_generator.compile_constraint(ConstraintSpec.regex("[a-"))
+    assert "\n" not in str(err.value) and "unclosed" in str(err.value)
+
+
+SCHEMA_WITHOUT_END = {"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}, "required": ["a"],
+                      "additionalProperties": False}
+SCHEMA_TOO_LARGE = {"type": "object", "additionalProperties": False, "required": ["f0000", "f0001"],
+                    "properties": {f"f{i:04d}": {"type": "string", "maxLength": 3} for i in range(2500)}}
+
+
+@pytest.mark.parametrize("method", ["none", "ngram"])
+def test_schemas_the_parser_cannot_finish_are_clear_errors_not_unfinished_output(pair_generator, method):
+    # a cycle with no way out: refused at compile time where nothing can be generated ({"$ref": "#"}), else where
+    # decoding reaches the dead end ({"a": ...), instead of an empty or unfinished text ending with "stop"; a schema
+    # past the parser's limits (llguidance: 2000 items per row): a ConstraintError naming the limit, one line
+    with pytest.raises(ConstraintError, match="admits no complete output"):
+        pair_generator.compile_constraint(ConstraintSpec.json_schema({"$ref": "#"}))
+    with pytest.raises(ConstraintError, match="admits no complete output"):
+        pair_generator.generate(PROMPT, 30, method=method, constraint=ConstraintSpec.json_schema(SCHEMA_WITHOUT_END))
+    with pytest.raises(ConstraintError, match="beyond what the constraint parser can follow") as err:
+        pair_generator.generate(PROMPT, 30, method=method, constraint=ConstraintSpec.json_schema(SCHEMA_TOO_LARGE))
+    assert "\n" not in str(err.value) and len(str(err.value)) < 400
+    assert pair_generator.generate(PROMPT, 3, method="none").token_ids  # still usable
+
+
+def test_boolean_schemas():
+    assert ConstraintSpec.json_schema(True) == ConstraintSpec.json_schema({})
+    with pytest.raises(ConstraintError, match="false admits no value"):
+        ConstraintSpec.json_schema(False)
+
+
 def test_bad_constraint_arguments(pair_generator):
     from specrt.core.errors import InvalidArgument
 

@@ -59,6 +59,22 @@ def test_uncompilable_schema_is_400(client, fmt, message):
     assert message in err["message"]
 
 
+def test_a_schema_past_the_parsers_limits_is_400_not_500(client):
+    # found while decoding (llguidance: at most 2000 items per row): 400 invalid_response_format, one short line;
+    # a schema with nothing to generate ({"$ref": "#"}) before anything runs
+    big = {"type": "object", "additionalProperties": False, "required": ["f0000", "f0001"],
+           "properties": {f"f{i:04d}": {"type": "string", "maxLength": 3} for i in range(2500)}}
+    for schema in (big, {"$ref": "#"}):
+        fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=30, response_format=fmt,
+                                           extra_body={"speculative": {"method": "none"}})
+        err = info.value.body
+        assert err["code"] == "invalid_response_format" and err["param"] == "response_format"
+        assert len(err["message"]) < 400 and "\n" not in err["message"]
+    assert client.completions.create(model="tiny", prompt="x", max_tokens=2).choices  # still serving
+
+
 def test_unknown_format_type_is_400(client):
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=5,
