@@ -77,8 +77,10 @@ def export_module(module: nn.Module, args: tuple, path: Path, input_names: list[
                                         input_names=input_names, output_names=output_names,
                                         dynamic_shapes=dynamic_shapes, optimize=False, verbose=False)
             program.save(str(tmp), external_data=True)
-    except Exception as exc:
-        raise ExportError(f"ONNX export of {what} failed: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # torch's messages run over many lines: the first one, cut (SPECRT_DEBUG: all)
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        first = first if len(first) <= 300 else first[:297] + "..."
+        raise ExportError(f"ONNX export of {what} failed: {type(exc).__name__}: {first}") from exc
     model = onnx.load(str(tmp), load_external_data=True)
     model.ir_version = ONNX_IR_VERSION
     for f in (tmp, Path(str(tmp) + ".data")):

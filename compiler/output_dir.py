@@ -140,9 +140,9 @@ def check_output(out: Path, force: bool, inputs: Iterable[Path | None] = (), kin
     out = Path(os.path.abspath(out))
     check_not_overlapping(out, inputs)
     if out.exists() or out.is_symlink():
+        check_replaceable(out, kind)  # what --force could not replace is said first, not "pass --force"
         if not force:
             raise OutputError(f"output directory {out} already exists: pass --force to replace it")
-        check_replaceable(out, kind)
     check_parent_writable(out)
 
 
@@ -234,7 +234,12 @@ def apply_umask(root: Path) -> None:
 
 def commit(tmp: Path, out: Path, force: bool, started_as: tuple[int, int] | None,
            kind: OutputKind = BUNDLE) -> None:
-    """Move the finished bundle `tmp` to `out`, atomically with respect to other compiles."""
+    """Move the finished bundle `tmp` to `out`, atomically with respect to other compiles. Not after a Ctrl-C,
+    even one a library swallowed (specrt/core/interrupt.py): the caller removes `tmp`."""
+    from specrt.core.interrupt import interrupted
+
+    if interrupted():
+        raise KeyboardInterrupt
     apply_umask(tmp)
     with parent_lock(out):
         now = identity(out)
@@ -246,13 +251,16 @@ def commit(tmp: Path, out: Path, force: bool, started_as: tuple[int, int] | None
                 raise OutputError(f"output directory {out} already exists: pass --force to replace it")
             check_replaceable(out, kind)
             trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.rename(out, trash / "bundle")
             try:
-                os.rename(tmp, out)
-            except OSError:
-                os.rename(trash / "bundle", out)  # put the old bundle back
-                raise
-            shutil.rmtree(trash, ignore_errors=True)
+                os.rename(out, trash / "bundle")
+                try:
+                    os.rename(tmp, out)
+                except OSError:
+                    os.rename(trash / "bundle", out)  # put the old bundle back
+                    raise
+            finally:  # empty unless the old bundle could not be put back (then it is kept there)
+                if not (trash / "bundle").exists():
+                    shutil.rmtree(trash, ignore_errors=True)
         else:
             try:
                 os.rename(tmp, out)

@@ -28,9 +28,14 @@ def handle_errors(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from specrt.core.interrupt import install, interrupted
+
+        install()
         try:
             return fn(*args, **kwargs)
         except SpecrtError as exc:
+            if interrupted():  # a Ctrl-C a library turned into another error (an interrupted import)
+                fail("interrupted", 130)
             if os.environ.get("SPECRT_DEBUG"):
                 raise
             # CLI errors name flags (--max-new-tokens), not the API parameters (max_new_tokens).
@@ -43,6 +48,8 @@ def handle_errors(fn: Callable) -> Callable:
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as exc:  # an unexpected failure: still no traceback for the user
+            if interrupted():
+                fail("interrupted", 130)
             if os.environ.get("SPECRT_DEBUG"):
                 raise
             fail(f"{type(exc).__name__}: {exc} (set SPECRT_DEBUG=1 for a traceback)", 1)

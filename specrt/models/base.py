@@ -41,7 +41,9 @@ class Decoder(nn.Module):
         return set(self.state_dict().keys())
 
     def load_hf_state_dict(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Load Hugging Face-named tensors; missing or unexpected keys are an error the caller reports."""
+        """Load Hugging Face-named tensors; missing keys or wrong shapes are an error the caller reports (other keys
+        are not read, as transformers ignores them). A config that ties the embeddings while the weights hold an
+        lm_head.weight of other values is refused: transformers would not tie them, so the outputs would differ."""
         missing = self.hf_state_dict_keys() - set(tensors)
         if missing:
             shown = ", ".join(sorted(missing)[:5])
@@ -55,6 +57,14 @@ class Decoder(nn.Module):
                 )
         self.load_state_dict({k: tensors[k] for k in self.hf_state_dict_keys()}, strict=False)
         self.tie_weights()
+        head = tensors.get("lm_head.weight")
+        if getattr(self.config, "tie_word_embeddings", False) and head is not None:
+            tied = self.lm_head_weight()
+            if tuple(head.shape) != tuple(tied.shape) or not torch.equal(head.to(tied.dtype), tied):
+                raise CheckpointError(
+                    "config.json ties the embeddings (tie_word_embeddings true) but the weights hold an lm_head.weight "
+                    "that differs from them (transformers would not tie them, and its outputs would differ): set "
+                    "\"tie_word_embeddings\": false in config.json, or remove lm_head.weight if it is stale")
 
     def tie_weights(self) -> None:
         pass

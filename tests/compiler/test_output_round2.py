@@ -82,3 +82,63 @@ def test_truncated_resume_file_is_a_clear_error(tmp_path):
     torch.save({"model": {}, "step": 1}, path)  # a torch file of another shape
     with pytest.raises(CheckpointError, match="does not fit"):
         load_checkpoint(path, module, opt)
+
+
+def test_a_failed_replace_leaves_no_trash_directory(tmp_path, monkeypatch):
+    # the old bundle is moved aside into .NAME.old-XXXX before the new one takes its place: if that fails, the old
+    # one is put back and the aside directory removed (it was left behind, empty, for good)
+    from specrt.compiler import output_dir
+
+    out = tmp_path / "b"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    tmp = tmp_path / "new"
+    tmp.mkdir()
+    real = os.rename
+    monkeypatch.setattr(output_dir, "check_replaceable", lambda *a, **k: None)
+
+    def rename(src, dst):
+        if Path(src) == tmp:
+            raise PermissionError(13, "Permission denied")
+        return real(src, dst)
+
+    monkeypatch.setattr(output_dir.os, "rename", rename)
+    with pytest.raises(PermissionError):
+        output_dir.commit(tmp, out, True, output_dir.identity(out))
+    assert (out / "old.txt").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "new"]
+
+
+def test_an_output_force_could_not_replace_does_not_suggest_force(tmp_path, llama_target):
+    from helpers import run_cli
+
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "notes.txt").write_text("mine")
+    (tmp_path / "afile").write_text("x")
+    for out, says in ((tmp_path / "notes", "is not a specrt bundle"), (tmp_path / "afile", "is not a directory")):
+        proc = run_cli("compile", "--target", llama_target, "-o", out, "--max-seq-len", "64")
+        assert proc.returncode == 2 and says in proc.stderr and "pass --force" not in proc.stderr, proc.stderr
+
+
+def test_a_ctrl_c_a_library_swallowed_still_stops_the_commit(tmp_path, monkeypatch):
+    # a KeyboardInterrupt raised inside an import can come out as another error that a caller catches; the
+    # recorded signal still keeps the bundle from being committed and makes the CLI say "interrupted" (130)
+    from specrt.cli.main import handle_errors
+    from specrt.compiler import output_dir
+    from specrt.core import interrupt
+
+    monkeypatch.setattr(interrupt, "_SEEN", __import__("threading").Event())
+    interrupt._SEEN.set()
+    tmp = tmp_path / "new"
+    tmp.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        output_dir.commit(tmp, tmp_path / "b", False, None)
+    assert not (tmp_path / "b").exists()
+
+    @handle_errors
+    def command():
+        raise ImportError("onnxruntime")  # what an interrupted extension import looks like
+
+    with pytest.raises(SystemExit) as exit_:
+        command()
+    assert exit_.value.code == 130
