@@ -251,15 +251,17 @@ def commit(tmp: Path, out: Path, force: bool, started_as: tuple[int, int] | None
                 raise OutputError(f"output directory {out} already exists: pass --force to replace it")
             check_replaceable(out, kind)
             trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            replaced = False
             try:
                 os.rename(out, trash / "bundle")
                 try:
                     os.rename(tmp, out)
+                    replaced = True
                 except OSError:
                     os.rename(trash / "bundle", out)  # put the old bundle back
                     raise
-            finally:  # empty unless the old bundle could not be put back (then it is kept there)
-                if not (trash / "bundle").exists():
+            finally:  # the old bundle, or nothing; kept only if the old bundle could not be put back
+                if replaced or not (trash / "bundle").exists():
                     shutil.rmtree(trash, ignore_errors=True)
         else:
             try:
