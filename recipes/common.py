@@ -116,7 +116,7 @@ def train_loop(module: torch.nn.Module, params: list, loss_fn: Callable[[int], t
     ``module`` holds the trainable state saved in checkpoints.  If ``steps`` is None
     the total is chosen from measured throughput so that training fills
     ``max_minutes`` (the choice is stored in the checkpoint so resumes keep the
-    same schedule).  With ``max_minutes`` the LR schedule also follows the
+    same schedule); ``steps`` given on a resume is the new total (steps already done count).  With ``max_minutes`` the LR schedule also follows the
     fraction of the time budget spent (accumulated over resumes), and training ends
     when the budget is spent, so a slowed-down machine (shared CPU) still gets a
     fully decayed schedule, just with fewer steps.
@@ -129,7 +129,10 @@ def train_loop(module: torch.nn.Module, params: list, loss_fn: Callable[[int], t
     step, extra = 0, {"total_steps": steps, "wall_s": 0.0, "losses": []}
     if ckpt_path.exists():
         step, extra = load_checkpoint(ckpt_path, module, opt)
-        print(f"[{desc}] resumed from {ckpt_path} at step {step}", flush=True)
+        if steps is not None and steps != extra.get("total_steps"):  # the steps asked now win over the saved run's
+            extra["total_steps"] = steps
+        print(f"[{desc}] resumed from {ckpt_path} at step {step}"
+              + (f" (training to step {steps})" if steps is not None else ""), flush=True)
     t_start = time.time()
     last_ckpt = t_start
     wall_prev = extra["wall_s"]

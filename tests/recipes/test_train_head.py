@@ -69,6 +69,9 @@ def test_train_head_resumes_and_refuses_to_overwrite(workdir, tokenizer_path, ca
     assert "resumed from" in capsys.readouterr().out
     assert second["train"]["steps_done"] == 2 and second["train_tokens"] == first["train_tokens"]
     assert second["heldout_acceptance"] == first["heldout_acceptance"]  # the same weights came back
+    third = _train(target, out, prompts, steps=5, force=True)  # resumed with more steps: the new total wins
+    assert "training to step 5" in capsys.readouterr().out
+    assert third["train"]["steps_done"] == 5 and third["train"]["total_steps"] == 5
 
 
 def test_cli_train_head_bad_input_is_one_line(tmp_path, llama_target):
