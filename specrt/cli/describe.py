@@ -93,7 +93,8 @@ def model_summary(e: ModelEntry) -> dict[str, Any]:
         "validation": e.validation,
         "source": e.source if e.source is not None else {"format": "hf"},
         "graphs": {name: {"onnx": g.onnx, "validation_max_abs_diff": (g.validation or e.validation)["max_abs_diff"]}
-                   for name, g in (e.graphs or {"portable": e.graph("portable")}).items()},
+                   for name, g in (e.graphs or {"portable": e.graph("portable")}).items()
+                   if name not in (e.omitted or ())},  # a lean bundle's left-out graphs: listed under "omitted"
     }
     out["lm_head"] = lm_head_share(c)
     fused = (e.graphs or {}).get("fused")
@@ -105,7 +106,7 @@ def model_summary(e: ModelEntry) -> dict[str, Any]:
     if e.omitted:
         out["omitted"] = list(e.omitted)  # graphs a lean bundle left out (compiler/lean.py)
     if e.quantization:
-        out["quantization"] = quantization_summary(e.quantization)
+        out["quantization"] = quantization_summary(e.quantization, e.omitted or ())
     if e.self_draft:
         out["self_draft"] = True
     return out
@@ -151,6 +152,7 @@ def print_summary(summary: dict[str, Any]) -> None:
                           f"{src.get('gguf_architecture')}), sha256 {src['sha256'][:16]}…")
         graphs = ", ".join(f"{name} ({g['onnx']}, max |ORT-PyTorch| {g['validation_max_abs_diff']:.1e})"
                            for name, g in m.get("graphs", {}).items())
+        graphs = graphs or "none kept in this bundle (its quantized graph: below)"
         console.print(f"{role} graphs: {graphs}" + (f"; no fused graph: {m['fused_skipped']}"
                                                     if m.get("fused_skipped") else ""), markup=False)
         if m.get("omitted"):
@@ -225,10 +227,12 @@ def human_size(n: int) -> str:
     return f"{n} B"
 
 
-def quantization_summary(q: QuantizationEntry) -> dict[str, Any]:
+def quantization_summary(q: QuantizationEntry, omitted=()) -> dict[str, Any]:
+    """`omitted`: the entry's graph kinds a lean bundle left out ("quantized.<variant>" for these graphs)."""
     keys = ("type", "block_size", "symmetric", "accuracy_level", "batch_invariant_setting", "reference_onnx",
             "quality", "verify_consistency")
-    return {k: getattr(q, k) for k in keys} | {"onnx": {v: g.onnx for v, g in q.graphs.items()}}
+    return {k: getattr(q, k) for k in keys} | {"onnx": {v: g.onnx for v, g in q.graphs.items()
+                                                        if f"quantized.{v}" not in omitted}}
 
 
 def quality_text(quality: dict[str, dict]) -> str:

@@ -61,6 +61,10 @@ def test_inspect_names_what_was_left_out(lean_int4_bundle):
     proc = run_cli("inspect", lean_int4_bundle, "--json")
     models = json.loads(proc.stdout)["models"]
     assert models["target"]["omitted"] == ["portable", "fused", "quantized.portable"]
+    # the graphs and the quantized files it lists are the ones in the bundle (it listed the left-out ones too)
+    listed = [g["onnx"] for g in models["target"]["graphs"].values()]
+    listed += list(models["target"]["quantization"]["onnx"].values())
+    assert listed and all((lean_int4_bundle / f).is_file() for f in listed), listed
 
 
 def test_auto_backend_on_a_gpu_machine_runs_what_a_lean_bundle_has(lean_int4_bundle, int4_self8_bundle, monkeypatch):
