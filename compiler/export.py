@@ -78,9 +78,9 @@ def export_module(module: nn.Module, args: tuple, path: Path, input_names: list[
                                         dynamic_shapes=dynamic_shapes, optimize=False, verbose=False)
             program.save(str(tmp), external_data=True)
     except Exception as exc:  # torch's messages run over many lines: the first one, cut (SPECRT_DEBUG: all)
-        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-        first = first if len(first) <= 300 else first[:297] + "..."
-        raise ExportError(f"ONNX export of {what} failed: {type(exc).__name__}: {first}") from exc
+        from specrt.core.text import one_line
+
+        raise ExportError(f"ONNX export of {what} failed: {type(exc).__name__}: {one_line(exc)}") from exc
     model = onnx.load(str(tmp), load_external_data=True)
     model.ir_version = ONNX_IR_VERSION
     for f in (tmp, Path(str(tmp) + ".data")):

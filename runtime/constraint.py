@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from specrt.core.errors import InvalidArgument
+from specrt.core.text import flat_line  # llguidance's parser errors dump the grammar; regex errors draw carets
 
 KINDS = ("json_schema", "json_object", "regex", "grammar")
 # compact JSON: no free whitespace between tokens (a model could otherwise emit spaces forever), and more
@@ -95,14 +96,7 @@ def grammar_text(spec: ConstraintSpec) -> str:
             return llguidance.LLMatcher.grammar_from_regex(spec.text)
         return llguidance.grammar_from("grammar", spec.text)  # Lark as is; GBNF converted to Lark
     except ValueError as exc:
-        raise ConstraintError(f"cannot compile the {spec.kind}: {one_line(exc)}") from None
-
-
-def one_line(error: Any, limit: int = 300) -> str:
-    """The constraint library's message on one line, cut at `limit` characters (its parser errors can carry a
-    dump of the whole grammar, and regex errors draw carets over several lines)."""
-    text = " ".join(str(error).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+        raise ConstraintError(f"cannot compile the {spec.kind}: {flat_line(exc)}") from None
 
 
 class ConstraintCompiler:
@@ -119,7 +113,7 @@ class ConstraintCompiler:
 
         matcher = llguidance.LLMatcher(self.tokenizer, grammar_text(spec), log_level=0)
         if matcher.is_error():
-            raise ConstraintError(f"cannot compile the {spec.kind}: {one_line(matcher.get_error())}")
+            raise ConstraintError(f"cannot compile the {spec.kind}: {flat_line(matcher.get_error())}")
         constraint = Constraint(matcher, self.vocab_size, spec)
         constraint.masks([])  # the first mask (it consumes nothing): e.g. {"$ref": "#"} has none
         return constraint
@@ -153,7 +147,7 @@ class Constraint:
         if "NoExtensionBias" in (self.matcher.get_error() or ""):
             return self._dead_end()
         return ConstraintError(f"the {self.spec.kind} is beyond what the constraint parser can follow here "
-                               f"(at token {token}): {one_line(self.matcher.get_error(), 200)}")
+                               f"(at token {token}): {flat_line(self.matcher.get_error(), 200)}")
 
     def _dead_end(self) -> ConstraintError:
         return ConstraintError(f"the {self.spec.kind} admits no complete output from here (a reference cycle with "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 
 def pack(phrases: Iterable[str], width: int, sep: str = "   ") -> list[str]:
@@ -14,3 +14,17 @@ def pack(phrases: Iterable[str], width: int, sep: str = "   ") -> list[str]:
         else:
             lines.append(p)
     return lines
+
+
+def one_line(error: Any, limit: int = 300) -> str:
+    """A library's message (ONNX Runtime's node dumps, torch.export's reports) as its first meaningful line, cut at
+    `limit` characters; the exception's type name when it says nothing."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = lines[0] if lines else type(error).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def flat_line(error: Any, limit: int = 300) -> str:
+    """A message whose later lines matter (a regex error's carets and reason) on one line, cut at `limit`."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."

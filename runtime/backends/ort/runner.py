@@ -17,16 +17,10 @@ import numpy as np
 from specrt.bundle import graph_io
 from specrt.bundle.graph_io import LOGIT_START
 from specrt.core.errors import BackendError, BackendUnavailable
+from specrt.core.text import one_line  # noqa: F401 - re-exported: the ORT backends' error messages
 from specrt.models.config import DecoderConfig
 from specrt.runtime.kv_cache import KVCache
 from specrt.runtime.backends.base import Runner
-
-
-def one_line(exc: Exception, limit: int = 300) -> str:
-    """ONNX Runtime's messages span many lines (node dumps): keep the first meaningful one."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = lines[0] if lines else type(exc).__name__
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def import_ort():
