@@ -169,7 +169,7 @@ class BatchEngine:
         out = []
         for (seq, events), watch in zip(subs, watches):
             ids = [t for _, chunk in self.events(seq, events) for t in chunk]
-            text = watch.finish()
+            text = watch.finish(ids)
             if watch.stopped:
                 seq.stats.finish_reason = "stop"
             out.append(GenerationResult(text, ids, seq.prompt_ids.tolist(), seq.stats, seq.stats.finish_reason))
@@ -190,7 +190,9 @@ class _StopWatch:
         self.text: list[str] = []
         self.stopped = False
         self._emit = seq.emit
-        seq.emit = self._on_step
+        self.watched = bool(seq.request.stop)  # without stop strings nothing is decoded on the engine's thread
+        if self.watched:
+            seq.emit = self._on_step
 
     def _on_step(self, chunk, seq: Sequence) -> None:
         if isinstance(chunk, list) and chunk:
@@ -202,8 +204,10 @@ class _StopWatch:
                 seq.cancel.set()  # retired at the end of this step
         self._emit(chunk, seq)
 
-    def finish(self) -> str:
-        """The text, once the request has ended."""
+    def finish(self, ids: list[int]) -> str:
+        """The text, once the request has ended with `ids`."""
+        if not self.watched:  # decoded here, at once
+            self.text.append(self.dec.push(ids))
         if not self.stopped:
             piece, self.stopped = self.stopper.push(self.dec.flush())
             self.text.append(piece if self.stopped else piece + self.stopper.flush())

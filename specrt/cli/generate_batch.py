@@ -89,10 +89,11 @@ def run_file(gen, prompts: list[Any], max_batch, max_new_tokens: int, options: d
                 if p["system"] is not None:
                     check_text(p["system"], "system")
                 p = chat_prompt_ids(gen, p["chat"], p["system"], formatter)
-            gen.check_room(gen.encode_prompt(p), request)
+            ids = gen.encode_prompt(p)
+            gen.check_room(ids, request)
         except InvalidArgument as exc:
             raise InvalidArgument(f"{where}: {exc}") from None
-        rendered.append(p)
+        rendered.append(ids.tolist())  # encoded once: generating from the ids is generating from the text
     prompts = rendered
     if max_batch == "auto":
         from specrt.serve.batching import auto_max_batch
