@@ -4,6 +4,7 @@ caches belong to their target, and what is written has the umask's permissions."
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -36,9 +37,9 @@ def home(tmp_path, llama_target):
 def train_head(target, out, prompts, **kw):
     from specrt.recipes.train_head import train_head_for_target
 
-    kw = {"steps": 1, "max_minutes": None, "answer_tokens": 10, **kw}
+    kw = {"steps": 1, "max_minutes": None, "answer_tokens": 10, "progress": False, **kw}
     return train_head_for_target(target, out, prompts=prompts, draft_vocab=64, samples=1, batch_size=2, max_rows=16,
-                                 progress=False, **kw)
+                                 **kw)
 
 
 def cli(command: str, home: Path, out: Path, *extra: str):
@@ -141,3 +142,21 @@ def test_steps_zero_and_bad_budgets_are_refused(tmp_path, home):
     res = cli("train-head", home, tmp_path / "h", "--max-minutes", "nan")
     assert res.exit_code == 2 and "--max-minutes must be > 0, got nan" in res.output, res.output
     assert not (tmp_path / "h").exists() and not (tmp_path / "h_run").exists()
+
+
+def test_max_minutes_covers_the_whole_command(tmp_path, home, capsys):
+    """Data that would take minutes to make (60 prompts x 400 tokens) under a 6 s budget: data making stops at its
+    share (the answer under way cut short), training takes the rest, and the command ends within the budget."""
+    prompts = tmp_path / "many.txt"
+    prompts.write_text("\n".join(f"def g{i}(y):" for i in range(60)) + "\n")
+    budget_s = 6.0
+    started = time.time()
+    m = train_head(home / "ckpt", tmp_path / "h", prompts, steps=None, max_minutes=budget_s / 60, answer_tokens=400,
+                   progress=True)
+    took = time.time() - started  # before the fix: 16 s and more (data checked between answers, training >= 12 s)
+    err = capsys.readouterr().err
+    assert "data making stopped at its share of --max-minutes" in err
+    assert m["data_complete"] is False and 0 < m["train_answers"] < 54
+    assert m["train"]["steps_done"] >= 1
+    assert took <= budget_s * 1.5, took
+    assert (tmp_path / "h_run" / "data.partial.pt").exists() and not (tmp_path / "h_run" / "data.pt").exists()
