@@ -109,7 +109,8 @@ def graph_variants(manifest: "Manifest") -> Iterator[tuple[str, str, Any, Any, A
     if manifest.medusa is not None:
         yield "medusa", manifest.medusa.onnx, None, None, None, False
     if manifest.draft_head is not None:
-        yield "draft_head", manifest.draft_head.onnx, None, None, None, False
+        head = manifest.draft_head
+        yield "draft_head", head.onnx, None, None, (head.inputs, head.outputs) if head.outputs else None, False
 
 
 def check_graphs(root: Path, manifest: "Manifest") -> None:
@@ -130,7 +131,9 @@ def check_graphs(root: Path, manifest: "Manifest") -> None:
                                   "recompile the bundle") from None
         facts = scanned[rel]
         check_external_data(facts, key, rel, manifest.files)
-        if entry is None:
+        if entry is None:  # the Medusa heads, the draft head: the I/O they declare (the head's logits: V' wide)
+            if io is not None:
+                check_declared_io(facts, key, rel, io)
             continue
         if io is not None and io[0] is not None and any(s.name == "position_ids" for s in io[0]):
             check_graph_shapes(facts, entry.decoder_config, key, rel)  # the portable layout
