@@ -49,7 +49,7 @@ def check_run_dir(run: Path, inputs: Iterable[Path | None], out: Path) -> None:
     if r == o or o in r.parents:
         raise OutputError(f"run directory {run} {'is' if r == o else 'is inside'} the output {out}, which is replaced "
                           "as a whole: choose a --run-dir outside it")
-    if r.is_symlink() or (r.exists() and not r.is_dir()):
+    if r.exists() and not r.is_dir():
         raise OutputError(f"run directory {run} exists and is not a directory: choose another --run-dir")
     if r.is_dir() and any(r.iterdir()) and not (r / RUN_MARK).is_file():
         raise OutputError(f"run directory {run} exists and was not made by a specrt recipe (no {RUN_MARK}): "

@@ -121,13 +121,13 @@ def _train_into(staging: Path, run: Path, target: Path, texts: list[str], budget
     decoder = ck.load_decoder(torch.float32).eval().requires_grad_(False)
     eos = set(int(e) for e in ck.config.eos_token_ids)
     say = lambda text: _say(progress, f"[train-head] {text} ({budget.elapsed():.0f}s)")  # noqa: E731
+    loaded_s = budget.elapsed()  # converting (a GGUF, once per run directory) and loading the target
     if answers_bundle is not None:
         answers = answers_from_bundle(Path(answers_bundle), ck.config, chat_encoder(tdir), texts, run,
                                       max_new=answer_tokens, samples=samples, seed=seed, max_batch=answer_batch,
                                       progress=lambda d, t: say(f"target answers: prompts {d}/{t}"),
                                       deadline=budget.data_deadline(BUNDLE_ANSWERS_SHARE))
         seqs = dataset_from_answers(decoder, answers, run, deadline=budget.data_deadline(GENERATION_SHARE))
-        wanted = len(answers)
     else:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # one-token steps: a thread pool costs more than it gives (measured above)
@@ -137,7 +137,11 @@ def _train_into(staging: Path, run: Path, target: Path, texts: list[str], budget
                                  progress=lambda d, t: (d % 10 == 0 or d == t) and say(f"target answers {d}/{t}"))
         finally:
             torch.set_num_threads(threads)
-        wanted = len(texts) * (1 + samples)
+    wanted = len(texts) * (1 + samples)
+    if not seqs:
+        raise InvalidArgument(f"no training answers were made within --max-minutes {budget.minutes:g}: converting and "
+                              f"loading the target took {loaded_s:.0f} s of the data's {GENERATION_SHARE:.0%} share "
+                              f"(the converted target is kept in {run}); give more --max-minutes")
     if len(seqs) < wanted or any(s.get("cut") for s in seqs):
         say(f"data making stopped at its share of --max-minutes: {len(seqs)} of {wanted} answers made "
             f"({sum(bool(s.get('cut')) for s in seqs)} cut short); training on those")
@@ -145,7 +149,7 @@ def _train_into(staging: Path, run: Path, target: Path, texts: list[str], budget
     heldout = [s for s in seqs if s["prompt"] in held]
     train = [s for s in seqs if s["prompt"] not in held]
     if not train:
-        raise InvalidArgument("no training answers were made: give more --max-minutes")
+        raise InvalidArgument("no training answers were made (only held-out ones): give more --max-minutes")
     vocab = choose_vocab(train, ck.config.vocab_size, draft_vocab, eos)
     head = DraftHead(decoder, vocab)
     del decoder

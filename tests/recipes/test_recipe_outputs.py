@@ -160,3 +160,12 @@ def test_max_minutes_covers_the_whole_command(tmp_path, home, capsys):
     assert m["train"]["steps_done"] >= 1
     assert took <= budget_s * 1.5, took
     assert (tmp_path / "h_run" / "data.partial.pt").exists() and not (tmp_path / "h_run" / "data.pt").exists()
+
+
+def test_a_budget_spent_before_any_answer_is_one_clear_error(tmp_path, home):
+    from specrt.core.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match=r"no training answers were made within --max-minutes 0\.0005: converting "
+                                              r"and loading the target took"):
+        train_head(home / "ckpt", tmp_path / "h", home / "notes" / "prompts.txt", steps=None, max_minutes=0.0005)
+    assert not (tmp_path / "h").exists()
