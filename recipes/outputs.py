@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from specrt.compiler.output_dir import OutputError, OutputKind, check_not_overlapping, check_output, staged_output
+from specrt.compiler.output_dir import OutputError, OutputKind, check_output, staged_output
 
 RUN_MARK = "specrt-run.json"
 
@@ -39,21 +39,22 @@ def default_run_dir(out: Path, run_dir: str | os.PathLike | None) -> Path:
 
 def check_run_dir(run: Path, inputs: Iterable[Path | None], out: Path) -> None:
     """The run directory's rules (module docstring), before anything is written."""
-    inputs = tuple(inputs)
-    try:
-        check_not_overlapping(run, inputs)
-    except OutputError as exc:
-        raise OutputError(f"run directory: {exc}".replace("choose an output directory", "choose a --run-dir")) \
-            from None
     o, r = Path(os.path.realpath(out)), Path(os.path.realpath(run))
+    for given in inputs:
+        i = Path(os.path.realpath(given))
+        if r == i or i in r.parents or r in i.parents:
+            relation = "is" if r == i else ("is inside" if i in r.parents else "contains")
+            raise OutputError(f"run directory {run} {relation} the input {given}: choose a --run-dir outside every "
+                              "input")
     if r == o or o in r.parents:
         raise OutputError(f"run directory {run} {'is' if r == o else 'is inside'} the output {out}, which is replaced "
                           "as a whole: choose a --run-dir outside it")
     if r.exists() and not r.is_dir():
         raise OutputError(f"run directory {run} exists and is not a directory: choose another --run-dir")
     if r.is_dir() and any(r.iterdir()) and not (r / RUN_MARK).is_file():
-        raise OutputError(f"run directory {run} exists and was not made by a specrt recipe (no {RUN_MARK}): "
-                          "choose another --run-dir (or an empty one)")
+        raise OutputError(f"run directory {run} exists and was not made by a specrt recipe (no {RUN_MARK}: a folder "
+                          "of yours, or the run directory of an older specrt whose caches cannot be checked): choose "
+                          "another --run-dir (or an empty one)")
 
 
 def check_recipe_output(out: Path, force: bool, inputs: Iterable[Path | None], kind: OutputKind,
