@@ -169,3 +169,19 @@ def test_a_budget_spent_before_any_answer_is_one_clear_error(tmp_path, home):
                                               r"and loading the target took"):
         train_head(home / "ckpt", tmp_path / "h", home / "notes" / "prompts.txt", steps=None, max_minutes=0.0005)
     assert not (tmp_path / "h").exists()
+
+
+def test_distill_run_directory_belongs_to_its_data(tmp_path, home):
+    """distill-draft's cached token streams and checkpoint are refused for other text (before: the cached
+    tokens_train.npy of the first text was trained on silently)."""
+    from specrt.recipes.distill import distill_draft
+
+    tiny = dict(layers=1, hidden=16, heads=2, steps=1, seq_len=16, batch_size=2, lr=1e-3, max_minutes=None,
+                progress=False, eval_prompts=0)
+    other = tmp_path / "other.py"
+    other.write_text(Path(os.__file__).read_text())
+    run = tmp_path / "run"
+    distill_draft(home / "ckpt", [home / "notes" / "a.py"], tmp_path / "d1", run_dir=run, **tiny)
+    with pytest.raises(OutputError, match="made for data"):
+        distill_draft(home / "ckpt", [other], tmp_path / "d2", run_dir=run, **tiny)
+    assert not (tmp_path / "d2").exists()
