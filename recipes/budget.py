@@ -2,9 +2,9 @@
 
 The budget starts when the command starts: loading (and converting) the target, making the data, training, the
 held-out measure and saving all count. Making the data stops at its share of the budget, between two decoding
-steps (an answer under way is kept, cut short), and training takes what is left but a reserve for the held-out
-measure and saving, which stop at the end of the budget. Training given a number of steps (`--steps`) is not
-timed: it runs those steps.
+steps (an answer under way is kept, cut short; answers made by a bundle stop between two batches), and training
+takes what is left but a reserve for the held-out measure and saving, which stop at the end of the budget.
+Training given a number of steps (`--steps`) is not timed: it runs those steps.
 """
 
 from __future__ import annotations
