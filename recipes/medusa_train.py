@@ -20,16 +20,16 @@ def train_heads_from_paths(target_dir, data_paths, out_dir, *, num_heads: int = 
                            lr: float = 1e-3, run_dir=None, progress: bool = True, force: bool = False) -> dict:
     """Tokenize `data_paths` with the target's tokenizer, train heads (resumable in `run_dir`, default
     `<out_dir>_run`), hold out the last 5% of tokens, save the heads to `out_dir`, return metrics.
-    `out_dir` follows compile's output rule (compiler/output_dir.py; `force` replaces old heads only)."""
-    from specrt.compiler.output_dir import MEDUSA_HEADS, check_not_overlapping, staged_output
+    `out_dir` and the run directory follow the recipes' output rule (recipes/outputs.py; `force` replaces old heads
+    only; the run directory's checkpoint is refused when made for another target, data or number of heads)."""
+    from specrt.compiler.output_dir import MEDUSA_HEADS
+    from specrt.recipes.outputs import path_digest, recipe_output
 
-    out = Path(out_dir)
-    run = Path(run_dir) if run_dir is not None else out.with_name(out.name + "_run")
     data_paths = list(data_paths)
     inputs = (Path(target_dir), *map(Path, data_paths))
-    with staged_output(out, force, inputs, MEDUSA_HEADS) as staging:
-        check_not_overlapping(run, inputs)
-        run.mkdir(parents=True, exist_ok=True)
+    made_for = {"recipe": "train-medusa", "target": path_digest(target_dir),
+                "data": [path_digest(p) for p in data_paths], "num_heads": num_heads}
+    with recipe_output(out_dir, force, inputs, MEDUSA_HEADS, run_dir, made_for) as (staging, run):
         return _train(target_dir, data_paths, staging, run, num_heads=num_heads, steps=steps,
                       max_minutes=max_minutes, seq_len=seq_len, batch_size=batch_size, lr=lr, progress=progress)
 

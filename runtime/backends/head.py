@@ -7,11 +7,10 @@ one for a generator's backend. The proposer that drives them: runtime/proposers/
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 from specrt.bundle.graph_io import HEAD_INPUTS
+from specrt.bundle.head_config import head_vocab_ids
 from specrt.core.errors import BackendUnavailable, InvalidArgument
 
 INPUTS = HEAD_INPUTS
@@ -26,9 +25,8 @@ class HeadRunner:
     max_rows: int | None = None  # None: any number of rows per call
 
     def __init__(self, manifest, capacity: int, threads: int = 1) -> None:
-        entry = manifest.draft_head
-        cfg = json.loads(manifest.path(entry.config).read_text())
-        self.vocab_ids = np.asarray(cfg["vocab_ids"], dtype=np.int64)  # [V'] logit index -> token id
+        # [V'] logit index -> token id, checked against the manifest and the target (specrt/bundle/head_config.py)
+        self.vocab_ids = np.asarray(head_vocab_ids(manifest), dtype=np.int64)
         self.capacity = capacity
         self.length = 0
         self._open(manifest, capacity, threads)

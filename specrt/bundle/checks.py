@@ -8,8 +8,9 @@
   configs, tokenizer, engines) is listed, so it is checksummed; every listed path resolves (symlinks
   followed) inside the bundle root.
 * Graphs: every variant the runtime can open (portable, fused, quantized, Medusa, draft head) goes through
-  `check_graphs`: listed external data, declared inputs/outputs, the slot's precision (read by graph_scan.py,
-  without the onnx package).
+  `check_graphs`: listed external data, declared inputs/outputs, the slot's precision and the quantization the
+  manifest records (bits, block size, accuracy level: quant_checks.py), read by graph_scan.py without the onnx
+  package.
 * Memory: the KV cache that `max_seq_len` and the decoder config imply must fit in available memory.
 """
 
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 from specrt.core.errors import BundleError, ManifestError
 from specrt.bundle.graph_scan import GraphFacts, GraphScanError, scan_graph
 from specrt.bundle.paths import resolve_inside
+from specrt.bundle.quant_checks import check_head_precision, check_quantized_graph
 
 if TYPE_CHECKING:
     from specrt.bundle.schema import Manifest
@@ -109,7 +111,8 @@ def graph_variants(manifest: "Manifest") -> Iterator[tuple[str, str, Any, Any, A
     if manifest.medusa is not None:
         yield "medusa", manifest.medusa.onnx, None, None, None, False
     if manifest.draft_head is not None:
-        yield "draft_head", manifest.draft_head.onnx, None, None, None, False
+        head = manifest.draft_head
+        yield "draft_head", head.onnx, None, None, (head.inputs, head.outputs) if head.outputs else None, False
 
 
 def check_graphs(root: Path, manifest: "Manifest") -> None:
@@ -130,7 +133,11 @@ def check_graphs(root: Path, manifest: "Manifest") -> None:
                                   "recompile the bundle") from None
         facts = scanned[rel]
         check_external_data(facts, key, rel, manifest.files)
-        if entry is None:
+        if entry is None:  # the Medusa heads, the draft head: the I/O they declare (the head's logits: V' wide)
+            if io is not None:
+                check_declared_io(facts, key, rel, io)
+            if key == "draft_head":
+                check_head_precision(facts, rel, manifest.draft_head)
             continue
         if io is not None and io[0] is not None and any(s.name == "position_ids" for s in io[0]):
             check_graph_shapes(facts, entry.decoder_config, key, rel)  # the portable layout
@@ -138,6 +145,8 @@ def check_graphs(root: Path, manifest: "Manifest") -> None:
             check_declared_io(facts, key, rel, io)
         if variant is not None:
             check_precision(facts, key, rel, variant, quantized)
+        if quantized:
+            check_quantized_graph(facts, key, rel, entry.quantization, f"models.{entry.role}.quantization")
 
 
 def check_external_data(facts: GraphFacts, key: str, rel: str, files: Mapping[str, Any]) -> None:

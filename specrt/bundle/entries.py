@@ -112,13 +112,19 @@ class QuantizationEntry:
 
     ORDER = ("method", "type", "bits", "block_size", "symmetric", "accuracy_level", "min_rows", "batch_invariant_setting",
              "reference_onnx", "graphs", "quality", "calibration_data", "verify_consistency")
+    key: str = dataclasses.field(default="quantization", compare=False, repr=False)  # for messages only
+
+    def __post_init__(self) -> None:
+        from specrt.bundle.quant_checks import check_quantization_values
+
+        check_quantization_values(self, self.key)
 
     @classmethod
     def from_dict(cls, raw: Any, key: str) -> "QuantizationEntry":
         check_dict(raw, key)
         known = {k: raw[k] for k in cls.ORDER if k in raw and k != "graphs"}
         return cls(graphs=graph_variants(raw.get("graphs") or {}, f"{key}.graphs"), **known,
-                   extra=unknown_keys(raw, cls.ORDER))
+                   extra=unknown_keys(raw, cls.ORDER), key=key)
 
     def to_dict(self) -> dict[str, Any]:
         return emit([(k, getattr(self, k)) for k in self.ORDER], keep_null=("calibration_data",), extra=self.extra)

@@ -4,10 +4,12 @@
 few facts per graph: the graph's inputs and outputs (name, element type, fixed sizes), the external-data files
 its initializers name, and how many nodes of each operator type it has. `scan_graph` reads exactly those from
 the protobuf wire format (field numbers from onnx.proto3: ModelProto.graph = 7; GraphProto node 1, initializer
-5, input 11, output 12; NodeProto.op_type 4; TensorProto.external_data 13; ValueInfoProto name 1, type 2;
-TypeProto.tensor_type 1; Tensor elem_type 1, shape 2; TensorShapeProto.dim 1; Dimension dim_value 1), skipping
+5, input 11, output 12; NodeProto.op_type 4, attribute 5; AttributeProto name 1, i 3; TensorProto.external_data
+13; ValueInfoProto name 1, type 2; TypeProto.tensor_type 1; Tensor elem_type 1, shape 2; TensorShapeProto.dim 1;
+Dimension dim_value 1), skipping
 every other field by its length, so weights stored inside the file are never copied. A malformed file raises
-`GraphScanError`.
+`GraphScanError`. The block-quantized nodes (`QUANTIZED_OPS`) also give their integer attributes (bits, block size,
+accuracy level), which `load` checks against the manifest's quantization record (quant_checks.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from collections import Counter
 from pathlib import Path
 
 __all__ = ["GraphFacts", "GraphScanError", "ValueFacts", "scan_graph", "ELEM_TYPES"]
+
+# block-quantized operators and their attribute defaults (ONNX Runtime's ContribOperators.md)
+QUANTIZED_OPS = {"MatMulNBits": {"bits": 4, "block_size": None, "accuracy_level": 0},
+                 "GatherBlockQuantized": {"bits": 4, "block_size": 128, "accuracy_level": None}}
 
 # TensorProto.DataType codes -> the dtype names the manifest uses
 ELEM_TYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 10: "float16",
@@ -47,6 +53,8 @@ class GraphFacts:
     outputs: tuple[ValueFacts, ...]
     external_locations: frozenset[str]  # `location` of every initializer stored outside the file
     op_counts: Counter  # op_type -> number of nodes in the main graph
+    # (op_type, bits, block_size, accuracy_level) -> number of QUANTIZED_OPS nodes with those attributes
+    quantized_nodes: Counter = dataclasses.field(default_factory=Counter)
 
 
 def _varint(buf, pos: int, end: int) -> tuple[int, int]:
@@ -133,11 +141,27 @@ def _external_locations(buf, span) -> list[str]:
     return out
 
 
-def _op_type(buf, span) -> str:
+def _node(buf, span) -> tuple[str, tuple | None]:
+    """(op_type, (bits, block_size, accuracy_level) for a QUANTIZED_OPS node else None)."""
+    op, attrs = "", []
     for field, wire, value in _fields(buf, *span):
         if field == 4 and wire == 2:
-            return _text(buf, value)
-    return ""
+            op = _text(buf, value)
+        elif field == 5 and wire == 2:
+            attrs.append(value)
+    if op not in QUANTIZED_OPS:
+        return op, None
+    found = dict(QUANTIZED_OPS[op])
+    for span_a in attrs:
+        name, number = None, None
+        for f2, w2, v2 in _fields(buf, *span_a):
+            if f2 == 1 and w2 == 2:
+                name = _text(buf, v2)
+            elif f2 == 3 and w2 == 0:
+                number = v2 - (1 << 64) if v2 >= 1 << 63 else v2  # int64, two's complement
+        if name in found and number is not None:
+            found[name] = number
+    return op, (found["bits"], found["block_size"], found["accuracy_level"])
 
 
 def scan_buffer(buf) -> GraphFacts:
@@ -147,19 +171,22 @@ def scan_buffer(buf) -> GraphFacts:
             graph = value
     if graph is None:
         raise GraphScanError("no graph in the model")
-    inputs, outputs, locations, ops = [], [], set(), Counter()
+    inputs, outputs, locations, ops, quantized = [], [], set(), Counter(), Counter()
     for field, wire, value in _fields(buf, *graph):
         if wire != 2:
             continue
         if field == 1:
-            ops[_op_type(buf, value)] += 1
+            op, attrs = _node(buf, value)
+            ops[op] += 1
+            if attrs is not None:
+                quantized[(op, *attrs)] += 1
         elif field == 5:
             locations.update(_external_locations(buf, value))
         elif field == 11:
             inputs.append(_value_info(buf, value))
         elif field == 12:
             outputs.append(_value_info(buf, value))
-    return GraphFacts(tuple(inputs), tuple(outputs), frozenset(locations), ops)
+    return GraphFacts(tuple(inputs), tuple(outputs), frozenset(locations), ops, quantized)
 
 
 def scan_graph(path: str | Path) -> GraphFacts:

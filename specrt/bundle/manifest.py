@@ -16,6 +16,7 @@ from typing import Any, Iterable
 from specrt.core.errors import BundleError, ChecksumMismatch
 from specrt.core.jsonfile import load_json
 from specrt.bundle.checks import check_graphs, check_memory
+from specrt.bundle.head_config import head_vocab_ids
 from specrt.bundle.paths import check_relative, resolve_inside
 from specrt.bundle.schema import FORMAT_NAME, Manifest
 
@@ -89,6 +90,8 @@ def read_manifest(bundle: str | Path, verify_checksums: bool = True) -> Manifest
                     "(corrupted or modified); recompile the bundle"
                 )
     check_graphs(root, manifest)
+    if manifest.draft_head is not None:
+        head_vocab_ids(manifest)
     check_memory(manifest)
     return manifest
 

@@ -31,10 +31,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from specrt.bundle.head_config import FORMAT, TARGET_KEYS, check_head_config
 from specrt.core.errors import CheckpointError
+from specrt.core.jsonfile import load_json
 from specrt.models.base import Decoder
 
-FORMAT = "specrt-draft-head"
 CONFIG = "head_config.json"
 WEIGHTS = "head.safetensors"
 TRAINED = ("fc.", "layer.")  # parameter prefixes the head directory stores
@@ -42,8 +43,7 @@ TRAINED = ("fc.", "layer.")  # parameter prefixes the head directory stores
 
 def target_fingerprint(c) -> dict[str, Any]:
     """The target facts a head depends on (checked when it is compiled against a target)."""
-    return {"architecture": c.architecture, "hidden_size": c.hidden_size, "vocab_size": c.vocab_size,
-            "num_layers": c.num_layers, "num_kv_heads": c.num_kv_heads, "head_dim": c.head_dim}
+    return {key: getattr(c, key) for key in TARGET_KEYS}
 
 
 def _parts(target: Decoder):
@@ -138,15 +138,8 @@ def read_head_config(head_dir: Path) -> dict[str, Any]:
     if not (head_dir / CONFIG).is_file() or not (head_dir / WEIGHTS).is_file():
         raise CheckpointError(f"{head_dir} is not a draft-head directory: needs {CONFIG} and {WEIGHTS} "
                               "(written by `specrt train-head`)")
-    try:
-        cfg = json.loads((head_dir / CONFIG).read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{head_dir / CONFIG} is not valid JSON: {exc}") from None
-    if not isinstance(cfg, dict) or cfg.get("format") != FORMAT or cfg.get("version") != 1:
-        raise CheckpointError(f"{head_dir / CONFIG}: not a {FORMAT} version 1 file")
-    ids = cfg.get("vocab_ids")
-    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
-        raise CheckpointError(f"{head_dir / CONFIG}: vocab_ids must be a non-empty list of token ids")
+    cfg = load_json(head_dir / CONFIG, CheckpointError)
+    check_head_config(cfg, str(head_dir / CONFIG), error=CheckpointError)  # specrt/bundle/head_config.py
     return cfg
 
 
@@ -160,9 +153,8 @@ def load_head(head_dir: Path, target: Decoder) -> tuple[DraftHead, dict[str, Any
     want = target_fingerprint(target.config)
     if cfg.get("target") != want:
         raise CheckpointError(f"this head was trained for the target {cfg.get('target')}; the target is {want}")
-    ids = torch.tensor(cfg["vocab_ids"], dtype=torch.long)
-    if int(ids.min()) < 0 or int(ids.max()) >= target.config.vocab_size or ids.unique().numel() != ids.numel():
-        raise CheckpointError(f"{head_dir}: vocab_ids must be distinct ids below {target.config.vocab_size}")
+    ids = torch.tensor(check_head_config(cfg, str(Path(head_dir) / CONFIG), target=want, error=CheckpointError),
+                       dtype=torch.long)
     head = DraftHead(target, ids)
     tensors = load_file(str(Path(head_dir) / WEIGHTS))
     check_finite(tensors, Path(head_dir))

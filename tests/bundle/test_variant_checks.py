@@ -69,3 +69,28 @@ def test_fp32_graph_in_the_int4_slot_is_refused(int4_bundle, tmp_path):
     rewrite(b, swap)
     with pytest.raises(ManifestError, match="quantization.graphs.fused.*quantized MatMuls"):
         read_manifest(b)
+
+
+def _quant(**fields):
+    return lambda m: m["models"]["draft"]["quantization"].update(fields)
+
+
+@pytest.mark.parametrize("edit, says", [
+    # an int4 graph labelled int8 (type and bits edited together): the graph's nodes say 4 bits
+    (_quant(type="int8", bits=8), "4-bit MatMulNBits nodes but models.draft.quantization.type is 'int8' (8 bits)"),
+    (_quant(type="int8"), "models.draft.quantization.bits is 4 but models.draft.quantization.type is 'int8'"),
+    (_quant(block_size=0), "models.draft.quantization.block_size' must be an integer in [16, 256], got 0"),
+    (_quant(block_size=48), "block_size must be a power of two, got 48"),
+    (_quant(block_size=64), "MatMulNBits nodes of block size 32 but models.draft.quantization.block_size is 64"),
+    (_quant(accuracy_level=1), "accuracy level 4 but models.draft.quantization.accuracy_level is 1"),
+    (_quant(min_rows=0), "min_rows' must be an integer in [1, 16], got 0"),
+])
+def test_quantization_record_must_describe_its_graphs(int4_bundle, tmp_path, edit, says):
+    """The manifest's quantization fields are checked on their own and against the graphs' MatMulNBits nodes
+    (before: a manifest calling an int4 graph int8, or block_size 0, loaded)."""
+    import re
+
+    b = Path(shutil.copytree(int4_bundle, tmp_path / "q"))
+    rewrite(b, edit)
+    with pytest.raises(ManifestError, match=re.escape(says)):
+        read_manifest(b)

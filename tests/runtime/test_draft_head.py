@@ -10,6 +10,8 @@ acceptance, after hybrid's n-gram steps and after steps with k = 0.
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -150,3 +152,63 @@ def test_features_fed_after_steps_the_head_sat_out_are_not_a_per_token_cost():
         prop.observe(n, 0, feats[:1])
     after = prop.propose(tokens, 11, 1)  # six queued rows in one call
     assert after.catch_up_s > 0.03, after.catch_up_s
+
+
+def _tampered(bundle, tmp_path, edit_config=None, edit_manifest=None):
+    """A copy of `bundle` whose head_config.json (and manifest) were edited and re-signed (checksums recomputed)."""
+    import shutil
+
+    from specrt.bundle.manifest import file_entries
+
+    copy = Path(shutil.copytree(bundle, tmp_path / "b"))
+    cfg_path = copy / "draft_head" / "head_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    if edit_config:
+        edit_config(cfg)
+    cfg_path.write_text(json.dumps(cfg))
+    data = json.loads((copy / "manifest.json").read_text())
+    if edit_manifest:
+        edit_manifest(data)
+    data["files"] = file_entries(copy)
+    (copy / "manifest.json").write_text(json.dumps(data))
+    return copy
+
+
+def _set(key, value):
+    return lambda d: d.__setitem__(key, value)
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda c: c.__setitem__("vocab_ids", c["vocab_ids"][:10]), "vocab_ids holds 10 ids but draft_vocab_size is"),
+    (lambda c: (c.__setitem__("vocab_ids", c["vocab_ids"][:10]), c.__setitem__("draft_vocab_size", 10)),
+     "vocab_ids holds 10 ids but the manifest's draft_head.draft_vocab_size is 320"),
+    (lambda c: c["vocab_ids"].__setitem__(3, 10**6), "vocab_ids holds 1000000, outside the target's 320-token"),
+    (lambda c: c["vocab_ids"].__setitem__(3, -1), "vocab_ids holds -1, outside"),
+    (lambda c: c["vocab_ids"].__setitem__(3, 5), "vocab_ids holds 5 twice"),
+    (lambda c: c["vocab_ids"].__setitem__(3, 2.5), "must hold integer token ids, found 2.5"),
+    (lambda c: c["target"].__setitem__("hidden_size", 128), "target.hidden_size is 128 but the head runs on a target "
+                                                           "with hidden_size 64"),
+    (_set("version", 2), "not a specrt-draft-head version 1 file"),
+])
+def test_tampered_head_config_is_refused_at_load(oracle_bundle, tmp_path, edit, says):
+    """A re-signed head_config.json that would index past the head's logits or draft ids outside the vocabulary
+    (before: IndexError on every request, or out-of-range drafts accepted) is refused by load, naming the field."""
+    from specrt.core.errors import ManifestError
+    from specrt.runtime import load
+
+    bad = _tampered(oracle_bundle, tmp_path, edit_config=edit)
+    with pytest.raises(ManifestError, match=re.escape(says)):
+        load(bad, backend="ort")
+
+
+def test_manifest_head_entry_must_match_its_graph_and_target(oracle_bundle, tmp_path):
+    from specrt.bundle.manifest import read_manifest
+    from specrt.core.errors import ManifestError
+
+    def vocab(d):
+        d["draft_head"]["draft_vocab_size"] = 10
+        d["draft_head"]["outputs"][0]["shape"][2] = 10
+
+    bad = _tampered(oracle_bundle, tmp_path, edit_config=_set("draft_vocab_size", 10), edit_manifest=vocab)
+    with pytest.raises(ManifestError, match=r"logits has shape \[1, None, 320\], the manifest declares \[1, 'S', 10\]"):
+        read_manifest(bad)

@@ -37,16 +37,18 @@ def check_target(target: Path) -> None:
 
 
 def _check_inputs(target: Path, data: tuple[Path, ...], output: Path, force: bool, kind: str) -> None:
-    """Inputs exist and `output` may be written (compile's output rule), before anything is loaded."""
+    """Inputs exist and `output` may be written (the recipes' output rule, recipes/outputs.py), before anything is
+    loaded."""
     from specrt.compiler import output_dir
-    from specrt.compiler.output_dir import check_output
+    from specrt.recipes.outputs import check_recipe_output
+
     check_target(target)
     if not data:
         raise InvalidArgument("--data needs at least one text file or directory")
     for p in data:
         if not p.exists():
             raise InvalidArgument(f"--data {p} does not exist")
-    check_output(output, force, (target, *data), getattr(output_dir, kind))
+    check_recipe_output(output, force, (target, *data), getattr(output_dir, kind))
 
 
 @main.command("distill-draft")

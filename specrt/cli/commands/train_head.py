@@ -21,9 +21,12 @@ from specrt.core.errors import InvalidArgument
 @click.option("--answer-tokens", default=128, show_default=True, type=int, help="Longest target answer generated.")
 @click.option("--samples", default=1, show_default=True, type=int,
               help="Sampled answers per prompt besides the greedy one.")
-@click.option("--steps", default=None, type=int, help="Training steps (default: as many as --max-minutes allow).")
+@click.option("--steps", default=None, type=int,
+              help="Training steps, >= 1 (default: as many as --max-minutes allow).")
 @click.option("--max-minutes", default=30.0, show_default=True, type=float,
-              help="Time budget of the whole run (making the data takes at most ~60%).")
+              help="Time budget of the whole command, loading included: making the data stops at 60% of it (the "
+                   "answer under way is cut short; training uses what was made), training takes the rest (with "
+                   "--steps: the steps asked, however long).")
 @click.option("--batch-size", default=8, show_default=True, type=int)
 @click.option("--max-rows", default=256, show_default=True, type=int, help="Longest training window (tokens).")
 @click.option("--lr", default=6e-3, show_default=True, type=float)
@@ -32,7 +35,7 @@ from specrt.core.errors import InvalidArgument
 @click.option("--answer-batch", default=32, show_default=True, type=int,
               help="With --answers-bundle: prompts answered together (more is faster; KV memory per sequence).")
 @click.option("--run-dir", type=click.Path(path_type=Path), help="Cache and resume directory (default OUTPUT_run).")
-@click.option("--force", is_flag=True, help="Replace an existing non-empty output directory.")
+@click.option("--force", is_flag=True, help="Replace an existing -o (only a head directory specrt wrote).")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def train_head_cmd(target, output, prompts, draft_vocab, answer_tokens, samples, steps, max_minutes, batch_size,
@@ -49,11 +52,11 @@ def train_head_cmd(target, output, prompts, draft_vocab, answer_tokens, samples,
                              ("--answer-batch", answer_batch, 1)):
         if value < low:
             raise InvalidArgument(f"{name} must be >= {low}, got {value}")
-    if steps is None and (max_minutes is None or max_minutes <= 0):
-        raise InvalidArgument("give --steps or a positive --max-minutes")
-    from specrt.recipes.train_head import check_output, train_head_for_target
+    from specrt.recipes.outputs import DRAFT_HEAD, check_recipe_output
+    from specrt.recipes.train_head import check_options, output_inputs, train_head_for_target
 
-    check_output(output, force)
+    check_options(draft_vocab, answer_tokens, samples, steps, max_minutes)
+    check_recipe_output(output, force, output_inputs(target, prompts, answers_bundle), DRAFT_HEAD, run_dir)
     try:
         metrics = train_head_for_target(target, output, prompts=prompts, draft_vocab=draft_vocab,
                                         answer_tokens=answer_tokens, samples=samples, steps=steps,
