@@ -69,3 +69,16 @@ def test_click_only_under_specrt_cli(library):
                     for imp in layers.imports(name, is_pkg, path)
                     if imp.target == library or imp.target.startswith(library + ".")})
     assert users and all(u.startswith("specrt.cli.") or u == "specrt.cli" for u in users), users
+
+
+def test_design_md_is_one_page_and_its_map_names_real_folders():
+    """DESIGN.md <= 6 KB (measurements live in docs/design-decisions.md), and every folder its module map names is
+    a folder of the tree holding a row of the layer table."""
+    import re
+
+    text = (ROOT / "DESIGN.md").read_text()
+    assert len(text.encode()) <= 6 * 1024
+    folders = set(re.findall(r"`((?:specrt/)?[a-z_]+(?:/[a-z_]+)*/)`", text))
+    assert "runtime/batch/" in folders and "compiler/" in folders
+    rows = {layers.folder_of(a.name) for a in layers.AREAS}
+    assert not folders - rows, f"DESIGN.md names folders without a row in scripts/layers.py: {folders - rows}"
