@@ -72,7 +72,7 @@ def test_click_only_under_specrt_cli(library):
 
 
 def test_design_md_is_one_page_and_its_map_names_real_folders():
-    """DESIGN.md <= 6 KB (measurements live in docs/design-decisions.md), and every folder its module map names is
+    """DESIGN.md <= 6 KB (measurements live in the docs pages), and every folder its module map names is
     a folder of the tree holding a row of the layer table."""
     import re
 

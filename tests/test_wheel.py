@@ -12,6 +12,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 _spec = importlib.util.spec_from_file_location("wheel_check", ROOT / "scripts" / "wheel_check.py")
@@ -30,6 +32,13 @@ def test_setup_discovers_every_package_of_the_tree():
     assert all(p == "specrt" or p.startswith("specrt.") for p in packages)
 
 
+def _setuptools_too_old() -> bool:
+    import setuptools
+
+    return int(setuptools.__version__.split(".")[0]) < 77
+
+
+@pytest.mark.skipif(_setuptools_too_old(), reason="needs setuptools >= 77 in this environment (the dev extra)")
 def test_the_wheel_holds_every_module(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
