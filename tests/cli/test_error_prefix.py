@@ -33,3 +33,12 @@ def test_python_dash_m_specrt_says_error_in_lower_case(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "specrt", "generate", str(tmp_path / "none"), "--prompt", "x"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("error: bundle "), proc.stderr
+
+
+@pytest.mark.parametrize("name, make", [("demo", "specrt demo --offline"), ("demo-smollm2", "specrt demo"),
+                                        ("my-pair", "create one with `specrt compile`")])
+def test_a_missing_demo_bundle_names_the_command_that_makes_it(tmp_path, name, make):
+    """docs/benchmarks.md's `specrt bench artifacts/demo` before `specrt demo --offline` said `specrt compile`."""
+    res = CliRunner().invoke(main, ["inspect", str(tmp_path / "artifacts" / name)])
+    assert res.exit_code != 0 and res.output.startswith(f"error: bundle {tmp_path / 'artifacts' / name} does not exist")
+    assert make in res.output and len(res.output.strip().splitlines()) == 1, res.output
