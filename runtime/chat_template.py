@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any, Optional, Sequence
 
 from specrt.core.errors import BundleError, InvalidArgument
+from specrt.core.text import lone_surrogate
 from specrt.runtime.template_bounds import (RenderBounds, TemplateBoundExceeded, bounded_filter, bounded_join,
                                             check_args, check_binop, check_format, check_result, render_bounded)
 
@@ -138,6 +139,11 @@ class ChatFormatter:
     def render(self, messages: Sequence[dict[str, str]]) -> tuple[str, bool]:
         if not messages:
             raise InvalidArgument("messages must hold at least one message")
+        for i, m in enumerate(messages):
+            content = m.get("content") if isinstance(m, dict) else None
+            where = lone_surrogate(content) if isinstance(content, str) else None
+            if where is not None:
+                raise InvalidArgument(f"message {i}'s content holds a lone surrogate ({where}): not valid Unicode text")
         if self._compiled is None:
             return plain_template(messages), True
         from jinja2.exceptions import TemplateError
@@ -150,6 +156,10 @@ class ChatFormatter:
             raise
         except (TemplateError, OverflowError, MemoryError, RecursionError) as exc:
             raise InvalidArgument(f"the model's chat template rejected the messages: {exc}") from None
+        where = lone_surrogate(text)
+        if where is not None:  # no tokenizer takes it (a TypeError deep in `tokenizers`)
+            raise InvalidArgument(f"the model's chat template rendered a lone surrogate ({where}), which is not valid "
+                                  "Unicode text: fix the chat_template in the bundle's tokenizer_config.json") from None
         return text, False
 
 

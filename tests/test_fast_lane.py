@@ -3,26 +3,21 @@ directly or through other modules, by a test file that has at least one test out
 Static (ast), so it costs nothing; a module reached only by slow tests, or by none, fails here."""
 
 import ast
-import importlib.util
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("import_graph", ROOT / "scripts" / "import_graph.py")
-graph = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(graph)
+sys.path.insert(0, str(ROOT / "scripts"))
+import layers  # noqa: E402  (scripts/layers.py: the layer table and the one import walker)
 
 # run, not imported: `python -m specrt` (real-process tests in the fast lane run it); the demo pair's training
 # recipe and its model card writer have no test (training the packaged pair takes hours)
 NOT_IMPORTED = {"specrt.__main__", "specrt.recipes.train_demo", "specrt.recipes.model_card"}
 
 
-def named_modules(tree: ast.AST):
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            yield from (a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            yield node.module
-            yield from (f"{node.module}.{a.name}" for a in node.names)
+def named_modules(path: Path):
+    """The absolute imports of a file (layers.imports: the one walker; relative ones are not followed)."""
+    return [imp.target for imp in layers.imports("tests._file", False, path) if not imp.relative]
 
 
 def has_fast_test(tree: ast.Module) -> bool:
@@ -34,7 +29,7 @@ def has_fast_test(tree: ast.Module) -> bool:
 
 
 def reached_by(test_files) -> set[str]:
-    mods = {name: (is_pkg, path) for name, is_pkg, path in graph.modules()}
+    mods = {name: (is_pkg, path) for name, is_pkg, path in layers.modules()}
     reached: set[str] = set()
     frontier: list[str] = []
 
@@ -47,16 +42,13 @@ def reached_by(test_files) -> set[str]:
                 frontier.append(m)
 
     for path in test_files:
-        for name in named_modules(ast.parse(path.read_text())):
+        for name in named_modules(path):
             add(name)
     while frontier:
         m = frontier.pop()
         is_pkg, path = mods[m]
-        for name in graph.imports(m, is_pkg, path):
-            add(name)
-        tree = ast.parse(path.read_text())
-        for name in named_modules(tree):
-            add(name)
+        for imp in layers.imports(m, is_pkg, path):
+            add(imp.target)
         if m == "specrt.cli.main":  # registers every module of specrt.cli.commands by name
             for cmd in (ROOT / "specrt" / "cli" / "commands").glob("*.py"):
                 add(f"specrt.cli.commands.{cmd.stem}")
@@ -72,7 +64,7 @@ def fast_files():
 
 
 def test_every_module_is_reached_by_the_fast_lane():
-    modules = {name for name, _, _ in graph.modules()}
+    modules = {name for name, _, _ in layers.modules()}
     assert len(modules) > 100
     missing = sorted(modules - reached_by(fast_files()) - NOT_IMPORTED)
     assert not missing, f"modules no fast-lane test reaches: {missing}"

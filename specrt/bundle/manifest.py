@@ -65,12 +65,18 @@ def has_demo_mark(root: Path) -> bool:
     return isinstance(data, dict) and "demo" in data
 
 
+# the folders `specrt demo` writes (artifacts/<name>) and the command that makes each
+DEMO_BUNDLES = {"demo": "specrt demo --offline", "demo-smollm2": "specrt demo"}
+
+
 def read_manifest(bundle: str | Path, verify_checksums: bool = True) -> Manifest:
     """The bundle's validated `Manifest`: values, file list, sizes, sha256 (unless `verify_checksums` is
     False), graph shapes and memory. Raises BundleError / ChecksumMismatch / VersionMismatch / ManifestError."""
     root = Path(bundle)
     if not root.is_dir():
-        raise BundleError(f"bundle {root} does not exist (create one with `specrt compile`)")
+        make = DEMO_BUNDLES.get(root.name)  # the docs' examples name the demo's bundles
+        hint = f"`{make}` makes it" if make else "create one with `specrt compile`"
+        raise BundleError(f"bundle {root} does not exist ({hint})")
     manifest = Manifest.from_dict(manifest_json(root), root=root, source=str(root / MANIFEST))
     for rel, meta in manifest.files.items():
         path = resolve_inside(root, check_relative(rel))

@@ -28,3 +28,13 @@ def flat_line(error: Any, limit: int = 300) -> str:
     """A message whose later lines matter (a regex error's carets and reason) on one line, cut at `limit`."""
     text = " ".join(str(error).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def lone_surrogate(text: str) -> str | None:
+    """Where `text` holds a lone surrogate (U+D800..U+DFFF: JSON's "\\ud800" decodes to one), which UTF-8 cannot
+    encode and tokenizers refuse with a TypeError: "U+D800 at character 3"; None for valid text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"U+{ord(text[exc.start]):04X} at character {exc.start}"
+    return None

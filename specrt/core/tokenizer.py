@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from specrt.core.errors import BundleError
+from specrt.core.errors import BundleError, InvalidArgument
+from specrt.core.text import lone_surrogate
 
 
 class Tokenizer:
@@ -23,7 +24,14 @@ class Tokenizer:
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        try:
+            return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        except TypeError:
+            where = lone_surrogate(text) if isinstance(text, str) else None
+            if where is None:
+                raise
+            raise InvalidArgument(f"the text to tokenize holds a lone surrogate ({where}): not valid Unicode "
+                                  "text") from None
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)

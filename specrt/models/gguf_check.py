@@ -30,6 +30,7 @@ OPTIONAL_INTS = ("attention.head_count_kv", "attention.key_length", "attention.v
                  "rope.dimension_count", "attention.sliding_window")
 OPTIONAL_FLOATS = ("rope.freq_base", "attention.layer_norm_rms_epsilon")
 BLOCK = re.compile(r"blk\.(\d+)\.")
+TOKEN_ID = re.compile(r"tokenizer\.ggml\.\w+_token_id")  # bos, eos, unknown, padding, seperator (sic), eot ...
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,18 @@ def _ints(reader: Any, arch: str, path: Path) -> dict[str, int]:
     return out
 
 
+def _token_ids(reader: Any, path: Path) -> None:
+    """Every special token id (`tokenizer.ggml.*_token_id`) names an entry of the file's token list: transformers
+    indexes the list with it (bos_token_id 2^31 was an IndexError)."""
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    count = len(tokens.data) if tokens is not None else 0
+    for key in sorted(k for k in reader.fields if TOKEN_ID.fullmatch(k)):
+        v = _value(reader, key, INT_TYPES, path)
+        if not 0 <= v < count:
+            raise CheckpointError(f"{path.name}: metadata {key} = {v} is out of range: the file lists {count} tokens "
+                                  f"(ids 0 .. {count - 1}): the file is corrupt")
+
+
 def _shape(tensors: dict[str, Any], name: str, path: Path) -> list[int]:
     if name not in tensors:
         raise CheckpointError(f"{path.name}: tensor {name} is missing: every weight must come from the file")
@@ -116,6 +129,7 @@ def check_gguf(path: str | Path) -> GGUFMeta:
     reader = _reader(path)
     arch = _architecture(reader, path)
     ints = _ints(reader, arch, path)
+    _token_ids(reader, path)
     tensors = {t.name: t for t in reader.tensors}
     blocks = {int(m.group(1)) for m in map(BLOCK.match, tensors) if m}
     n = ints["block_count"]

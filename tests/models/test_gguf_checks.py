@@ -35,6 +35,10 @@ CASES = {
     "NaN rope base": (dict(meta={"llama.rope.freq_base": (float("nan"), T.FLOAT32)}), "positive finite"),
     "integer architecture": (dict(meta={"general.architecture": (7, T.UINT32)}), "not a string"),
     "width lies": (dict(meta={"llama.feed_forward_length": (10**6, T.UINT32)}), "disagree"),
+    "bos id 2^31": (dict(meta={"tokenizer.ggml.bos_token_id": (2**31, T.UINT32)}), "bos_token_id = 2147483648 is out"),
+    "eos id past the list": (dict(meta={"tokenizer.ggml.eos_token_id": (320, T.UINT32)}), "lists 320 tokens"),
+    "negative padding id": (dict(meta={"tokenizer.ggml.padding_token_id": (-1, T.INT32)}), "padding_token_id = -1"),
+    "string bos id": (dict(meta={"tokenizer.ggml.bos_token_id": ("1", T.STRING)}), "expected one integer"),
 }
 
 

@@ -63,3 +63,21 @@ def test_bounds_are_validated():
         RenderBounds(max_seconds=0)
     with pytest.raises(ValueError, match="max_chars"):
         RenderBounds(max_chars=10)
+
+
+def test_a_template_rendering_a_lone_surrogate_is_one_clear_error():
+    """A chat_template from JSON may hold "\\ud800": the rendered text then reached `tokenizers`, a TypeError."""
+    fmt = ChatFormatter("{% for m in messages %}{{ m.content }}{% endfor %}\ud800")
+    with pytest.raises(InvalidArgument, match=r"chat template rendered a lone surrogate \(U\+D800 at character 2\)"):
+        fmt.render(MSGS)
+    with pytest.raises(InvalidArgument, match="message 1's content holds a lone surrogate"):
+        ChatFormatter("{{ messages[0].content }}").render([MSGS[0], {"role": "user", "content": "a\udcffb"}])
+
+
+def test_the_tokenizer_refuses_a_lone_surrogate_in_one_line(tokenizer_path):
+    from specrt.core.tokenizer import Tokenizer
+
+    tok = Tokenizer(tokenizer_path)
+    with pytest.raises(InvalidArgument, match=r"lone surrogate \(U\+DCFF at character 3\)"):
+        tok.encode("def\udcff")
+    assert tok.encode("def")  # valid text unaffected
