@@ -52,6 +52,7 @@ class CompilePool:
         self._tasks: collections.deque[_Task] = collections.deque()
         self._ready = threading.Condition(self._lock)
         self._started = False
+        self.running = 0  # compiles running now (abandoned ones included)
 
     def _start(self) -> None:
         old = threading.stack_size(self.stack_bytes)  # applies to threads started from now on, process-wide:
@@ -98,6 +99,7 @@ class CompilePool:
                     self._ready.wait()
                 task = self._tasks.popleft()
                 task.started = True
+                self.running += 1
             timer = threading.Timer(self.seconds, self._expire_run, (task,))
             timer.daemon = True
             timer.start()
@@ -109,6 +111,8 @@ class CompilePool:
                 _settle(task.future, result=result)
             finally:
                 timer.cancel()
+                with self._lock:
+                    self.running -= 1
 
 
 def _settle(future: Future, result: Any = None, exc: Optional[BaseException] = None) -> None:

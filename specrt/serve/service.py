@@ -54,6 +54,12 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
+def _constrained(body: Any) -> bool:
+    """Whether a request has a response_format to check and compile: its preparation (the schema's bounds, in
+    Python) then runs on the compile pool too, never beside plain requests' tokenization."""
+    return body.response_format is not None and body.response_format.type != "text"
+
+
 def failure(done: Done) -> APIError:
     from specrt.runtime.constraint import ConstraintError
 
@@ -90,7 +96,8 @@ class Service:
         self.chat = ChatFormatter.from_manifest(self.generator.manifest)
         self.executor = ThreadPoolExecutor(max_workers=len(generators), thread_name_prefix="specrt-slot")
         self.render_pool = ThreadPoolExecutor(max_workers=RENDER_THREADS, thread_name_prefix="specrt-chat")
-        # waits on the compile threads (runtime/constraint_pool.py), so compiles never hold the default executor
+        # constrained requests' checks, and waits on the compile threads (runtime/constraint_pool.py): never the
+        # default executor, which tokenizes every plain request
         self.compile_pool = ThreadPoolExecutor(max_workers=COMPILE_THREADS, thread_name_prefix="specrt-compile-wait")
 
     def close(self) -> None:
@@ -101,13 +108,16 @@ class Service:
     # ------------------------------------------------------------------------------------- routes
     async def completion(self, request: Request, body: Any) -> Response:
         arrived = time.perf_counter()
-        prep = await asyncio.to_thread(prepare_completion, body, self.generator, self.config)
+        pool = self.compile_pool if _constrained(body) else None  # None: the default executor
+        prep = await asyncio.get_running_loop().run_in_executor(pool, prepare_completion, body, self.generator,
+                                                                self.config)
         return await self._respond(request, prep, arrived, "/v1/completions")
 
     async def chat_completion(self, request: Request, body: Any) -> Response:
         arrived = time.perf_counter()
         prep = await asyncio.get_running_loop().run_in_executor(
-            self.render_pool, prepare_chat, body, self.generator, self.config, self.chat)
+            self.compile_pool if _constrained(body) else self.render_pool, prepare_chat, body, self.generator,
+            self.config, self.chat)
         return await self._respond(request, prep, arrived, "/v1/chat/completions")
 
     # -------------------------------------------------------------------------------- internals
