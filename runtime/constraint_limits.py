@@ -171,7 +171,7 @@ def schema_depth(schema: Any) -> int:
 def check_schema(kind: str, schema: Any) -> None:
     depth = schema_depth(schema)
     if depth > MAX_DEPTH:
-        raise ConstraintLimitError(f"the {kind} nests {depth} levels deep through its $refs; the limit is "
+        raise ConstraintLimitError(f"the {kind} nests {depth} objects/arrays deep through its $refs; the limit is "
                                    f"{MAX_DEPTH} (a chain of $refs that deep crashes the schema compiler)")
 
 

@@ -131,3 +131,18 @@ def test_plain_requests_are_not_held_up_by_compiling_schemas(slot_generators, pa
         # before: 8 compiles on the executor that tokenizes every request, then each holding the slot: the plain
         # request waited for several compiles; now it runs beside them (one slot, free while they compile)
         assert beside < max(compile_s, 4 * alone), (alone, beside, compile_s)
+
+
+def test_a_compile_past_its_time_is_400_and_a_busy_compiler_503(slot_generators, monkeypatch):
+    import specrt.runtime.constraint as constraint
+    from specrt.runtime.constraint_pool import CompilePool
+
+    monkeypatch.setattr(constraint, "COMPILE_POOL", CompilePool(threads=1, seconds=0.05, wait_seconds=0.05))
+    with serving(slot_generators[:1], max_queue=4, served_model_name="tiny") as srv:
+        url = f"{srv.url}/v1/completions"
+        slow = httpx.post(url, json=schema_body(big_schema("slow")), timeout=120)
+        assert slow.status_code == 400 and "took longer than 0.05 s" in slow.json()["error"]["message"], slow.text
+        busy = httpx.post(url, json=schema_body(big_schema("next")), timeout=120)  # the one thread still compiles
+        assert busy.status_code == 503 and busy.json()["error"]["code"] == "compiler_busy", busy.text
+        assert int(busy.headers["retry-after"]) >= 1
+        assert httpx.post(url, json=PLAIN, timeout=120).status_code == 200
