@@ -55,12 +55,19 @@ class CompilePool:
         self.running = 0  # compiles running now (abandoned ones included)
 
     def _start(self) -> None:
-        old = threading.stack_size(self.stack_bytes)  # applies to threads started from now on, process-wide:
-        try:  # restored at once (another thread started meanwhile only gets a larger stack)
-            for i in range(self.threads):
-                threading.Thread(target=self._work, name=f"specrt-compile-{i}", daemon=True).start()
-        finally:
-            threading.stack_size(old)
+        started = 0
+        for size in (self.stack_bytes, self.stack_bytes // 4, 0):  # smaller where address space is limited
+            old = threading.stack_size(size)  # applies to threads started from now on, process-wide: restored
+            try:  # at once (another thread started meanwhile only gets a larger stack)
+                while started < self.threads:
+                    threading.Thread(target=self._work, name=f"specrt-compile-{started}", daemon=True).start()
+                    started += 1
+                break
+            except RuntimeError:  # "can't start new thread": no room for that stack
+                continue
+            finally:
+                threading.stack_size(old)
+        self.stack_used = size
         self._started = True
 
     def submit(self, fn: Callable[[], Any], what: str = "constraint") -> Future:
