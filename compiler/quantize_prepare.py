@@ -27,14 +27,9 @@ OPTION_NAMES = ("quantize", "draft_quantize", "quant_block_size", "quant_symmetr
 def read_calibration(path: Path | None) -> str | None:
     if path is None:
         return None
-    if not path.is_file():
-        raise InvalidArgument(f"--calibration-data {path}: no such file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InvalidArgument(f"--calibration-data {path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise InvalidArgument(f"--calibration-data {path}: {exc.strerror or exc}") from None
+    from specrt.core.textfile import CALIBRATION_MAX_BYTES, read_user_text
+
+    text = read_user_text(path, "--calibration-data", CALIBRATION_MAX_BYTES)
     if not text.strip():
         raise InvalidArgument(f"--calibration-data {path} is empty: give a text file to measure quality on")
     return text

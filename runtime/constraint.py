@@ -21,16 +21,15 @@ from typing import Any
 import numpy as np
 
 from specrt.core.errors import InvalidArgument
+from specrt.runtime import constraint_limits
+from specrt.runtime.constraint_limits import ConstraintError  # noqa: F401 - its public home is this module
 from specrt.core.text import flat_line  # llguidance's parser errors dump the grammar; regex errors draw carets
+from specrt.runtime.constraint_pool import COMPILE_POOL, COMPILED, TOKENIZERS
 
 KINDS = ("json_schema", "json_object", "regex", "grammar")
 # compact JSON: no free whitespace between tokens (a model could otherwise emit spaces forever), and more
 # bytes are forced (drafted for free)
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
-
-
-class ConstraintError(InvalidArgument):
-    """A schema, regex or grammar that the constraint library cannot compile (the message says why)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,14 +48,19 @@ class ConstraintSpec:
             raise InvalidArgument(f"constraint text must be a str, got {type(self.text).__name__}")
         if self.kind != "json_object" and not self.text.strip():
             raise InvalidArgument(f"an empty {self.kind} constraint")
+        constraint_limits.check(self.kind, self.text)  # before any native code sees it (a deep one crashes it)
 
     @classmethod
     def json_schema(cls, schema: dict[str, Any] | str) -> "ConstraintSpec":
         if isinstance(schema, str):
+            constraint_limits.check_size("JSON schema", schema)
+            constraint_limits.check_text_nesting("JSON schema", schema)  # json.loads would raise RecursionError
             try:
                 schema = json.loads(schema)
             except json.JSONDecodeError as exc:
                 raise ConstraintError(f"the JSON schema is not valid JSON: {exc}") from None
+        else:
+            constraint_limits.check_value_nesting("JSON schema", schema)  # json.dumps would raise RecursionError
         if not isinstance(schema, (dict, bool)):
             raise ConstraintError(f"a JSON schema must be a JSON object, got {type(schema).__name__}")
         if schema is False:
@@ -100,23 +104,38 @@ def grammar_text(spec: ConstraintSpec) -> str:
 
 
 class ConstraintCompiler:
-    """The bundle's tokenizer as llguidance sees it (built once per Generator, ~1 s) and a compile step."""
+    """The bundle's tokenizer as llguidance sees it (built once per tokenizer in a process, ~1 s) and a compile
+    step: on the compile threads, bounded in time, cached per constraint (runtime/constraint_pool.py)."""
 
     def __init__(self, tokenizer_json: str, vocab_size: int, eos_ids: list[int]) -> None:
+        import hashlib
+
         import llguidance
 
         self.vocab_size = vocab_size  # the target's logits width (may exceed the tokenizer's)
-        self.tokenizer = llguidance.LLTokenizer(tokenizer_json, n_vocab=vocab_size, eos_token=eos_ids)
+        self.key = (hashlib.sha256(tokenizer_json.encode("utf-8")).hexdigest(), vocab_size, tuple(eos_ids))
+        self.tokenizer = TOKENIZERS.get(self.key)
+        if self.tokenizer is None:
+            self.tokenizer = llguidance.LLTokenizer(tokenizer_json, n_vocab=vocab_size, eos_token=eos_ids)
+            TOKENIZERS.put(self.key, self.tokenizer)
 
     def compile(self, spec: ConstraintSpec) -> "Constraint":
+        """A fresh parser state for `spec`: a copy of the cached compiled one, else compiled now on a compile
+        thread (ConstraintError when it cannot be; CompileTimeout / CompilerBusy past the pool's limits)."""
+        matcher = COMPILED.get((self.key, spec))
+        if matcher is None:
+            matcher = COMPILE_POOL.run(lambda: self._matcher(spec), spec.kind)
+            COMPILED.put((self.key, spec), matcher)
+        return Constraint(matcher.deep_copy(), self.vocab_size, spec)
+
+    def _matcher(self, spec: ConstraintSpec) -> Any:
         import llguidance
 
         matcher = llguidance.LLMatcher(self.tokenizer, grammar_text(spec), log_level=0)
         if matcher.is_error():
             raise ConstraintError(f"cannot compile the {spec.kind}: {flat_line(matcher.get_error())}")
-        constraint = Constraint(matcher, self.vocab_size, spec)
-        constraint.masks([])  # the first mask (it consumes nothing): e.g. {"$ref": "#"} has none
-        return constraint
+        Constraint(matcher, self.vocab_size, spec).masks([])  # the first mask (it consumes nothing, and builds
+        return matcher  # the lexer, which may take long): e.g. {"$ref": "#"} has none
 
 
 class Constraint:

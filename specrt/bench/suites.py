@@ -66,10 +66,9 @@ def builtin_prompts(suites: list[str], per_suite: int) -> list[Prompt]:
 
 def load_prompts(path: Path, suites: list[str] | None = None) -> list[Prompt]:
     """Lines of {"prompt": ..., "suite": ...} (suite defaults to "custom"); blank lines are skipped."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InvalidArgument(f"cannot read prompts file {path}: {exc.strerror or exc}") from None
+    from specrt.core.textfile import PROMPTS_MAX_BYTES, read_user_text
+
+    lines = read_user_text(path, "--prompts", PROMPTS_MAX_BYTES).splitlines()
     out = []
     for no, line in enumerate(lines, 1):
         if not line.strip():
@@ -78,6 +77,8 @@ def load_prompts(path: Path, suites: list[str] | None = None) -> list[Prompt]:
             item = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InvalidArgument(f"{path}:{no}: not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise InvalidArgument(f"{path}:{no}: nested too deeply") from None
         if not isinstance(item, dict) or not isinstance(item.get("prompt"), str):
             raise InvalidArgument(f'{path}:{no}: expected {{"prompt": "...", "suite": "..."}}')
         suite = str(item.get("suite") or "custom")

@@ -9,10 +9,11 @@ from specrt.runtime.constraint import ConstraintSpec
 
 
 def _read(path: Path, option: str) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidArgument(f"{option}: cannot read {path}: {exc}") from None
+    """A regular file of at most the constraint size bound (a FIFO, /dev/zero or a huge file: one line)."""
+    from specrt.core.textfile import read_user_text
+    from specrt.runtime.constraint_limits import MAX_BYTES
+
+    return read_user_text(path, option, MAX_BYTES)
 
 
 def constraint_from_options(json_schema: Path | None, json_object: bool, regex: str | None,

@@ -23,13 +23,11 @@ def read_prompts(path: Path) -> list[Any]:
 
 
 def read_located(path: Path) -> list[tuple[str, Any]]:
-    """The file's prompts with where each is ("FILE:LINE"), in order."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidArgument(f"cannot read --prompts-file {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise InvalidArgument(f"--prompts-file {path} is not UTF-8 text") from None
+    """The file's prompts with where each is ("FILE:LINE"), in order. A regular UTF-8 file of at most
+    PROMPTS_MAX_BYTES (core/textfile.py); an empty prompt is refused as the server refuses it."""
+    from specrt.core.textfile import PROMPTS_MAX_BYTES, read_user_text
+
+    text = read_user_text(path, "--prompts-file", PROMPTS_MAX_BYTES)
     prompts: list[tuple[str, Any]] = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -41,6 +39,8 @@ def read_located(path: Path) -> list[tuple[str, Any]]:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InvalidArgument(f"{path}:{n}: not JSON ({exc.msg}); a .jsonl file has one JSON value per line") from None
+        except RecursionError:
+            raise InvalidArgument(f"{path}:{n}: nested too deeply; a line is a JSON string or a flat object") from None
         prompts.append((f"{path}:{n}", _entry(value, f"{path}:{n}")))
     if not prompts:
         raise InvalidArgument(f"--prompts-file {path} has no prompts")
@@ -49,6 +49,8 @@ def read_located(path: Path) -> list[tuple[str, Any]]:
 
 def _entry(value: Any, where: str) -> Any:
     if isinstance(value, str):
+        if not value:
+            raise InvalidArgument(f"{where}: the prompt is empty (the server refuses empty prompts too)")
         return value
     if isinstance(value, dict):
         unknown = set(value) - {"prompt", "chat", "system"}
@@ -61,6 +63,8 @@ def _entry(value: Any, where: str) -> Any:
         for key in ("prompt", "chat", "system"):
             if key in value and not isinstance(value[key], str):
                 raise InvalidArgument(f"{where}: \"{key}\" must be a string")
+        if value.get("prompt") == "":
+            raise InvalidArgument(f"{where}: \"prompt\" is empty (the server refuses empty prompts too)")
         return value["prompt"] if "prompt" in value else {"chat": value["chat"], "system": value.get("system")}
     raise InvalidArgument(f"{where}: a line is a JSON string or an object with \"prompt\" or \"chat\", "
                           f"got {type(value).__name__}")

@@ -68,8 +68,9 @@ def _speculation(body: Any, config: ServeConfig) -> dict[str, Any]:
 
 
 def _constraint(body: Any, gen: Any) -> dict[str, Any]:
-    """`response_format` -> {"constraint": ConstraintSpec} (or {}), compiled once here so that a schema the
-    library cannot compile is a 400 before anything streams."""
+    """`response_format` -> {"constraint": ConstraintSpec} (or {}), checked against the bounds of
+    runtime/constraint_limits.py (size, nesting, depth through $ref): cheap, in Python, before admission. The
+    compile itself comes after admission, on the compile threads (Service._compile)."""
     from specrt.runtime.constraint import ConstraintSpec
 
     fmt = body.response_format
@@ -83,7 +84,6 @@ def _constraint(body: Any, gen: Any) -> dict[str, Any]:
                 raise bad_request("response_format of type 'json_schema' needs a 'json_schema' object with a "
                                   "'schema'", "response_format.json_schema")
             spec = ConstraintSpec.json_schema(fmt.json_schema.json_schema)
-        gen.compile_constraint(spec)
     except InvalidArgument as exc:
         raise bad_request(str(exc), "response_format", code="invalid_response_format") from None
     return {"constraint": spec}

@@ -4,6 +4,9 @@ Validation happens before a slot is taken; prompt tokenization runs in a thread,
 templates render in their own small pool (`RENDER_THREADS`), each render bounded in time and size
 (`specrt.runtime.template_bounds`: a hit bound is a 400), so slow templates never hold the threads that
 plain completions use.
+A request with a `response_format` is admitted first (a place in the queue, or 429 at once), then its schema is
+compiled on the compile threads (runtime/constraint_pool.py: bounded in number, stack and time; never the threads
+that serve plain requests), and only then does it wait for a slot: a compiling request holds no slot.
 A request waits for a slot in the bounded queue (429 beyond it); once it has one, the first event
 (first token or an error) is awaited before the response starts, so argument errors are real 400s
 even for `stream: true`.
@@ -31,6 +34,7 @@ from specrt.serve.worker import Delta, Done
 
 
 RENDER_THREADS = 2  # chat-template renders at a time (each bounded: RenderBounds.max_seconds)
+COMPILE_THREADS = 2  # response_format compiles at a time (as many as runtime/constraint_pool.py's threads)
 
 
 def spec_stats(stats: Any) -> dict[str, Any]:
@@ -50,11 +54,29 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
+def _constrained(body: Any) -> bool:
+    """Whether a request has a response_format to check and compile: its preparation (the schema's bounds, in
+    Python) then runs on the compile pool too, never beside plain requests' tokenization."""
+    return body.response_format is not None and body.response_format.type != "text"
+
+
 def failure(done: Done) -> APIError:
     from specrt.runtime.constraint import ConstraintError
 
-    if isinstance(done.error, ConstraintError):  # found while decoding: a schema past the parser's limits
-        return APIError(400, str(done.error), param="response_format", code="invalid_response_format")
+    return constraint_failure(done.error) if isinstance(done.error, ConstraintError) else _other_failure(done)
+
+
+def constraint_failure(error: BaseException) -> APIError:
+    """A schema that failed to compile, past the compile limits, or found while decoding to be past the parser's
+    limits: 400; the compile threads busy: 503, retry."""
+    from specrt.runtime.constraint_pool import CompilerBusy
+
+    if isinstance(error, CompilerBusy):
+        return APIError(503, str(error), type="server_error", code="compiler_busy", headers={"Retry-After": "1"})
+    return APIError(400, str(error), param="response_format", code="invalid_response_format")
+
+
+def _other_failure(done: Done) -> APIError:
     if isinstance(done.error, InvalidArgument):
         return APIError(400, str(done.error))
     return APIError(500, f"generation failed: {type(done.error).__name__}: {done.error}", type="server_error")
@@ -74,27 +96,34 @@ class Service:
         self.chat = ChatFormatter.from_manifest(self.generator.manifest)
         self.executor = ThreadPoolExecutor(max_workers=len(generators), thread_name_prefix="specrt-slot")
         self.render_pool = ThreadPoolExecutor(max_workers=RENDER_THREADS, thread_name_prefix="specrt-chat")
+        # constrained requests' checks, and waits on the compile threads (runtime/constraint_pool.py): never the
+        # default executor, which tokenizes every plain request
+        self.compile_pool = ThreadPoolExecutor(max_workers=COMPILE_THREADS, thread_name_prefix="specrt-compile-wait")
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.render_pool.shutdown(wait=False, cancel_futures=True)
+        self.compile_pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------------------------- routes
     async def completion(self, request: Request, body: Any) -> Response:
         arrived = time.perf_counter()
-        prep = await asyncio.to_thread(prepare_completion, body, self.generator, self.config)
+        pool = self.compile_pool if _constrained(body) else None  # None: the default executor
+        prep = await asyncio.get_running_loop().run_in_executor(pool, prepare_completion, body, self.generator,
+                                                                self.config)
         return await self._respond(request, prep, arrived, "/v1/completions")
 
     async def chat_completion(self, request: Request, body: Any) -> Response:
         arrived = time.perf_counter()
         prep = await asyncio.get_running_loop().run_in_executor(
-            self.render_pool, prepare_chat, body, self.generator, self.config, self.chat)
+            self.compile_pool if _constrained(body) else self.render_pool, prepare_chat, body, self.generator,
+            self.config, self.chat)
         return await self._respond(request, prep, arrived, "/v1/chat/completions")
 
     # -------------------------------------------------------------------------------- internals
-    async def _acquire(self, request: Request) -> Optional[Any]:
+    async def _acquire(self, request: Request, admitted: bool = False) -> Optional[Any]:
         """A free generator, or None when the client left while waiting in the queue."""
-        acquire = asyncio.ensure_future(self.pool.acquire())
+        acquire = asyncio.ensure_future(self.pool.acquire(admitted))
         gone = asyncio.ensure_future(wait_disconnect(request))
         try:
             await asyncio.wait({acquire, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -108,8 +137,7 @@ class Service:
         try:
             return acquire.result()
         except QueueFull as exc:
-            raise APIError(429, f"server busy: {exc}; retry later", type="rate_limit_error", code="queue_full",
-                           headers={"Retry-After": str(self.config.retry_after_s)}) from None
+            raise self._busy(exc) from None
 
     def _observer(self, prep: Prepared, arrived: float, endpoint: str, state: Optional[dict] = None):
         m = self.metrics
@@ -132,8 +160,31 @@ class Service:
 
         return observe
 
+    async def _compile(self, spec: Any) -> None:
+        """Admitted (a queue place, or 429 now), compile `spec` on the compile threads; the slot's generator then
+        takes a copy of the compiled constraint from the cache (ConstraintCompiler.compile)."""
+        from specrt.runtime.constraint import ConstraintError
+
+        try:
+            self.pool.admit()
+        except QueueFull as exc:
+            raise self._busy(exc) from None
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.compile_pool, self.generator.compile_constraint, spec)
+        except ConstraintError as exc:
+            raise constraint_failure(exc) from None
+        finally:
+            self.pool.unadmit()
+
+    def _busy(self, exc: QueueFull) -> APIError:
+        return APIError(429, f"server busy: {exc}; retry later", type="rate_limit_error", code="queue_full",
+                        headers={"Retry-After": str(self.config.retry_after_s)})
+
     async def _respond(self, request: Request, prep: Prepared, arrived: float, endpoint: str) -> Response:
-        gen = await self._acquire(request)
+        spec = prep.job.request.constraint
+        if spec is not None:
+            await self._compile(spec)
+        gen = await self._acquire(request, admitted=spec is not None)
         if gen is None:
             return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
         run = Run(self.pool, gen, prep.job, self.executor, self._observer(prep, arrived, endpoint,

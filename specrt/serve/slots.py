@@ -2,6 +2,7 @@
 
     pool = SlotPool(generators, max_queue=64)
     gen = await pool.acquire()        # waits in FIFO order; raises QueueFull beyond max_queue waiters
+    pool.admit(); ...; pool.unadmit(); gen = await pool.acquire(admitted=True)   # work before the slot (a compile)
     run = Run(pool, gen, job, executor)   # the model work runs in a worker thread, never on the loop
     async for event in run: ...       # Delta / Done events, handed over with call_soon_threadsafe
     run.cancel.set()                  # the worker stops between two steps; its slot is then released
@@ -33,7 +34,8 @@ class SlotPool:
             raise ValueError(f"max_queue must be >= 0, got {max_queue}")
         self.generators = list(generators)
         self.max_queue = max_queue
-        self.waiting = 0
+        self.waiting = 0  # requests waiting for a slot
+        self.admitted = 0  # admitted, not yet waiting (compiling their response_format): each holds a queue place
         self._free: asyncio.Queue | None = None  # created on the serving loop
 
     @property
@@ -55,12 +57,25 @@ class SlotPool:
                 self._free.put_nowait(gen)
         return self._free
 
-    async def acquire(self) -> Any:
+    def admit(self) -> None:
+        """Take a place for a request that has work to do before it needs a slot (release with `unadmit`, then
+        `acquire(admitted=True)`): QueueFull when no slot and no queue place is left for it."""
+        free = self._queue().qsize() - self.waiting - self.admitted  # slots nobody is waiting for
+        if free <= 0 and self.waiting + self.admitted >= self.max_queue:
+            raise QueueFull(f"all {self.size} slots are busy and {self.waiting + self.admitted} requests are waiting")
+        self.admitted += 1
+
+    def unadmit(self) -> None:
+        self.admitted -= 1
+
+    async def acquire(self, admitted: bool = False) -> Any:
+        """A free generator, in FIFO order; QueueFull beyond max_queue waiters (not for an `admitted` request:
+        its place was taken by `admit`)."""
         free = self._queue()
         if self.waiting == 0 and not free.empty():
             return free.get_nowait()
-        if self.waiting >= self.max_queue:
-            raise QueueFull(f"all {self.size} slots are busy and {self.waiting} requests are waiting")
+        if not admitted and self.waiting + self.admitted >= self.max_queue:
+            raise QueueFull(f"all {self.size} slots are busy and {self.waiting + self.admitted} requests are waiting")
         self.waiting += 1
         try:
             return await free.get()
