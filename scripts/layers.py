@@ -60,8 +60,9 @@ SUB = (
 )
 AREAS = TOP + SUB
 ROOT_PACKAGE = "specrt"  # version constants and `python -m specrt`: imports of it are always allowed
-# one exception to the layers: the decoder config dataclass (no torch) is part of the manifest's contract
-EXCEPTIONS = {BUNDLE: ("specrt.models.config",)}
+# exceptions to the layers: the decoder config dataclass and the head config validator (no torch) are part of
+# the manifest's contract
+EXCEPTIONS = {BUNDLE: ("specrt.models.config", "specrt.models.head_config")}
 
 
 def package_dirs(root: Path = ROOT) -> dict[str, Path]:

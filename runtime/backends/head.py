@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from specrt.bundle.graph_io import HEAD_INPUTS
-from specrt.bundle.head_config import head_vocab_ids
+from specrt.bundle.head_vocab import head_vocab_ids
 from specrt.core.errors import BackendUnavailable, InvalidArgument
 
 INPUTS = HEAD_INPUTS
@@ -25,7 +25,7 @@ class HeadRunner:
     max_rows: int | None = None  # None: any number of rows per call
 
     def __init__(self, manifest, capacity: int, threads: int = 1) -> None:
-        # [V'] logit index -> token id, checked against the manifest and the target (specrt/bundle/head_config.py)
+        # [V'] logit index -> token id, checked against the manifest and the target (specrt/models/head_config.py)
         self.vocab_ids = np.asarray(head_vocab_ids(manifest), dtype=np.int64)
         self.capacity = capacity
         self.length = 0

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 from specrt.core.errors import BundleError, ChecksumMismatch
 from specrt.core.jsonfile import load_json
 from specrt.bundle.checks import check_graphs, check_memory
-from specrt.bundle.head_config import head_vocab_ids
+from specrt.bundle.head_vocab import head_vocab_ids
 from specrt.bundle.paths import check_relative, resolve_inside
 from specrt.bundle.schema import FORMAT_NAME, Manifest
 

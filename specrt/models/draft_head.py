@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from specrt.bundle.head_config import FORMAT, TARGET_KEYS, check_head_config
+from specrt.models.head_config import FORMAT, TARGET_KEYS, check_head_config
 from specrt.core.errors import CheckpointError
 from specrt.core.jsonfile import load_json
 from specrt.models.base import Decoder
@@ -139,7 +139,7 @@ def read_head_config(head_dir: Path) -> dict[str, Any]:
         raise CheckpointError(f"{head_dir} is not a draft-head directory: needs {CONFIG} and {WEIGHTS} "
                               "(written by `specrt train-head`)")
     cfg = load_json(head_dir / CONFIG, CheckpointError)
-    check_head_config(cfg, str(head_dir / CONFIG), error=CheckpointError)  # specrt/bundle/head_config.py
+    check_head_config(cfg, str(head_dir / CONFIG), error=CheckpointError)  # specrt/models/head_config.py
     return cfg
 
 

@@ -3,20 +3,17 @@
 The file maps the head's logit index i to the full-vocabulary token id `vocab_ids[i]`, and records the target the
 head was trained for. `check_head_config` is the one validator: `specrt compile --draft head:DIR` runs it on the
 head directory (specrt/models/draft_head.py, CheckpointError), `load` on the bundle's copy against the manifest's
-`draft_head` entry and its target (ManifestError), and the head's runner reads the ids through it
-(`head_vocab_ids`). A wrong file is refused naming the field and both values, before any request could index past
+`draft_head` entry and its target (ManifestError, through specrt/bundle/head_vocab.py's `head_vocab_ids`, which
+the head's runner reads the ids through). A wrong file is refused naming the field and both values, before any request could index past
 the head's logits or draft a token outside the vocabulary.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from specrt.core.errors import ManifestError
 from specrt.core.jsonfile import load_json
-
-if TYPE_CHECKING:
-    from specrt.bundle.schema import Manifest
 
 FORMAT = "specrt-draft-head"
 VERSION = 1
@@ -70,22 +67,6 @@ def check_head_config(cfg: Any, where: str, *, target: dict | None = None, draft
 def target_facts(config: Any) -> dict[str, Any]:
     """TARGET_KEYS of a decoder config (the target a head runs on)."""
     return {key: getattr(config, key) for key in TARGET_KEYS}
-
-
-def head_vocab_ids(manifest: "Manifest") -> list[int]:
-    """The bundle's draft-head vocabulary ids, checked against its manifest entry and its target (ManifestError)."""
-    entry = manifest.draft_head
-    if entry is None:
-        raise ManifestError("the bundle has no draft head (compile one with --draft head:DIR)")
-    where = f"bundle file {entry.config} (draft_head.config)"
-    cfg = load_json(manifest.path(entry.config), lambda msg: ManifestError(f"{msg}; recompile the bundle"))
-    target = manifest.models["target"].decoder_config
-    for name in ("hidden_size", "num_kv_heads", "head_dim"):
-        if getattr(entry, name) != getattr(target, name):
-            raise ManifestError(f"manifest key draft_head.{name} is {getattr(entry, name)} but the target's "
-                                f"decoder_config.{name} is {getattr(target, name)}: the head belongs to another model; "
-                                "recompile the bundle")
-    return check_head_config(cfg, where, target=target_facts(target), draft_vocab_size=entry.draft_vocab_size)
 
 
 def _short(value: Any) -> str:
