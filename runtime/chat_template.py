@@ -135,7 +135,10 @@ class ChatFormatter:
             return cls()
         return cls(template, _token_text(cfg.get("bos_token")), _token_text(cfg.get("eos_token")))
 
-    def render(self, messages: Sequence[dict[str, str]]) -> tuple[str, bool]:
+    def render(self, messages: Sequence[dict[str, Any]], tools: Optional[list[dict[str, Any]]] = None
+               ) -> tuple[str, bool]:
+        """`tools` (OpenAI tool definitions) reach the template as its `tools` variable, as in transformers'
+        `apply_chat_template(..., tools=...)`; the plain template ignores them."""
         if not messages:
             raise InvalidArgument("messages must hold at least one message")
         if self._compiled is None:
@@ -145,7 +148,7 @@ class ChatFormatter:
         try:
             text = render_bounded(self.bounds, self._compiled.generate(
                 messages=list(messages), add_generation_prompt=True, bos_token=self.bos_token,
-                eos_token=self.eos_token))
+                eos_token=self.eos_token, **({"tools": list(tools)} if tools else {})))
         except TemplateBoundExceeded:
             raise
         except (TemplateError, OverflowError, MemoryError, RecursionError) as exc:

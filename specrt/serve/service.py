@@ -133,6 +133,10 @@ class Service:
         return observe
 
     async def _respond(self, request: Request, prep: Prepared, arrived: float, endpoint: str) -> Response:
+        if prep.several:  # n > 1, several prompts, or tool calls to parse
+            from specrt.serve.choice_responses import respond_choices
+
+            return await respond_choices(self, request, prep, arrived, endpoint)
         gen = await self._acquire(request)
         if gen is None:
             return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
