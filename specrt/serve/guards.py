@@ -27,6 +27,8 @@ UNSUPPORTED = {
     # OpenAI's legacy function calling (tools / tool_choice are served: serve/tools.py)
     "functions": (None, []), "function_call": (None, "none"),
     "min_p": (None, 0, 0.0), "min_tokens": (None, 0), "prediction": (None,),
+    # outputs this server cannot produce (audio, web search)
+    "audio": (None,), "modalities": (None, ["text"]), "web_search_options": (None,),
 }
 
 
