@@ -80,7 +80,8 @@ def _chunk(service: Any, prep: Any, index: int, delta: Optional[dict[str, Any]] 
     return body
 
 
-async def _events(service: Any, run: ChoiceRun, first: tuple[int, Any], prep: Any) -> AsyncIterator[bytes]:
+async def _events(service: Any, run: ChoiceRun, first: tuple[int, Any], prep: Any,
+                  state: dict[str, Any]) -> AsyncIterator[bytes]:
     from specrt.serve.service import failure, usage
 
     if prep.chat:
@@ -101,6 +102,7 @@ async def _events(service: Any, run: ChoiceRun, first: tuple[int, Any], prep: An
                 break
             for c in choices_of[j]:
                 completion += event.completion_tokens
+                state["completion_tokens"] = completion  # for the access log line
                 finish = event.finish_reason
                 if prep.tools is not None:
                     fields, finish = _answer(prep, "".join(held.get(j, [])), finish)
@@ -156,7 +158,7 @@ async def respond_choices(service: Any, request: Request, prep: Any, arrived: fl
         run.stop()
         raise failure(first[1])
     if prep.stream:
-        return EventStream(_events(service, run, first, prep), lambda: None if run.finished else run.stop())
+        return EventStream(_events(service, run, first, prep, state), lambda: None if run.finished else run.stop())
     collect = asyncio.ensure_future(_collect(run, first))
     gone = asyncio.ensure_future(wait_disconnect(request))
     try:

@@ -95,3 +95,18 @@ def test_choices_decode_together_on_the_batch(pair_bundle, pair_generator):
         assert [c.text for c in resp.choices] == wants
         resp = client.completions.create(model="tiny", prompt=[PROMPT, OTHER], max_tokens=10, temperature=0)
         assert [c.text for c in resp.choices] == greedy
+
+
+def test_a_client_leaving_a_stream_of_choices_frees_every_slot(server, client):
+    from conftest import metric, wait_until
+    import httpx
+
+    cancelled = metric(server, "specrt_request_finish_total", finish_reason="cancelled")
+    stream = client.completions.create(model="tiny", prompt=PROMPT, n=4, max_tokens=100, temperature=1.0, stream=True)
+    next(iter(stream))
+    stream.close()
+    wait_until(lambda: httpx.get(f"{server.url}/health", timeout=10).json()["busy"] == 0, 30, "free slots")
+    # the choices running when it left were stopped, not decoded to the end for nobody
+    wait_until(lambda: metric(server, "specrt_request_finish_total", finish_reason="cancelled") > cancelled, 30,
+               "cancelled choices")
+    assert client.completions.create(model="tiny", prompt=PROMPT, n=2, max_tokens=4, temperature=0).choices
