@@ -79,6 +79,10 @@ def test_forced_schemas_accept_calls_and_only_calls():
     for bad in ([], [{"name": "rm", "arguments": {}}], [{"name": "get_weather", "arguments": {}}]):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, required)
+    content, calls = calls_from_text(plan(tool_choice="required"), '[{"name":"now","arguments":{}},'
+                                     '{"name":"get_weather","arguments":{"city":"x"}}]')
+    assert content is None and [c["function"]["name"] for c in calls] == ["now", "get_weather"]
+    assert json.loads(calls[1]["function"]["arguments"]) == {"city": "x"}
     single = plan(tool_choice="required", parallel_tool_calls=False).schema()
     jsonschema.validate({"name": "now", "arguments": {}}, single)
     named = plan(tool_choice={"type": "function", "function": {"name": "get_weather"}})
