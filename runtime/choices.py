@@ -8,13 +8,13 @@
 Choice i is the request with seed `choice_seed(seed, i)` = (seed + i) mod 2**63 (`GenerationRequest.for_choice`):
 reproducible, and choice 0 is the request itself. Greedy choices would all be the same text, so the prompt is decoded
 once and the n results are copies of it. On a Generator the choices run one after the other; on a `BatchEngine` as
-n sequences of the batch (each prefills the prompt: the batch pool shares no prefill rows yet).
+n sequences of the batch, admitted together: the prompt is prefilled once and its KV rows copied to the
+others (runtime/batch/shared_prompt.py; fused CPU pools).
 """
 
 from __future__ import annotations
 
 import copy
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from specrt.runtime.request import MAX_CHOICES, GenerationRequest, RequestFieldError, _is_int
@@ -35,8 +35,7 @@ def generate_choices(gen: Any, prompt: str | Sequence[int], n: int, *, request: 
     reqs = [req.for_choice(i) for i in range(n)]
     if engine is None:
         return [_run(gen, None, prompt, r) for r in reqs]
-    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="specrt-choice") as pool:  # submitted at once: batched
-        return list(pool.map(lambda r: _run(gen, engine, prompt, r), reqs))
+    return engine.generate_batch([prompt] * n, requests=reqs)  # admitted together: one prefill (shared_prompt.py)
 
 
 def _run(gen: Any, engine: Any, prompt: Any, req: GenerationRequest) -> Any:

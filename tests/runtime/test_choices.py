@@ -31,11 +31,43 @@ def test_generate_choices_on_a_generator(pair_generator):
         generate_choices(pair_generator, PROMPT, 17)
 
 
-def test_generate_choices_on_the_batch(pair_generator):
-    kw = dict(max_new_tokens=10, temperature=0.9, method="ngram", num_speculative_tokens=3)
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_generate_choices_on_the_batch_share_one_prefill(pair_generator, method):
+    kw = dict(max_new_tokens=10, temperature=0.9, method=method, num_speculative_tokens=3)
     engine = pair_generator.engine(max_batch=4)
     try:
         results = generate_choices(engine, PROMPT, 3, seed=5, **kw)
+        sharing = engine.scheduler.sharing
     finally:
         engine.close()
     assert [r.text for r in results] == [pair_generator.generate(PROMPT, seed=5 + i, **kw).text for i in range(3)]
+    # the fused CPU pool: choices 1 and 2 copied choice 0's prompt rows; a batch runner (ort-portable) prefills each
+    assert sharing.tokens == (2 * len(pair_generator.tokenizer.encode(PROMPT)) if sharing.enabled else 0)
+
+
+def test_identical_prompts_share_one_prefill_also_from_a_running_sequence(pair_generator, monkeypatch):
+    prompts = [PROMPT, "import os\n", PROMPT, PROMPT]
+    alone = [pair_generator.generate(p, 12).text for p in prompts]
+    engine = pair_generator.engine(max_batch=4)
+    try:
+        assert [r.text for r in engine.generate_batch(prompts, 12)] == alone  # admitted together: wait for one prefill
+        together = engine.scheduler.sharing.tokens
+        if not engine.scheduler.sharing.enabled:  # a batch runner: no row copy between its slots
+            assert together == 0
+            return
+        steps = engine.stream_tokens(PROMPT, 110)  # long: still decoding when the second arrives
+        first = next(steps)[0]
+        second = engine.generate_batch([PROMPT], 12)[0].text  # its rows are copied from the running first
+        rest = [t for ids, _ in steps for t in ids]
+        copied = engine.scheduler.sharing.tokens - together
+    finally:
+        engine.close()
+    n = len(pair_generator.tokenizer.encode(PROMPT))
+    assert together == 2 * n and copied == n
+    assert second == alone[0] and pair_generator.tokenizer.decode(first + rest) == pair_generator.generate(PROMPT, 110).text
+    monkeypatch.setenv("SPECRT_SHARED_PREFILL", "0")
+    engine = pair_generator.engine(max_batch=4)
+    try:
+        assert [r.text for r in engine.generate_batch(prompts, 12)] == alone and engine.scheduler.sharing.tokens == 0
+    finally:
+        engine.close()
