@@ -8,7 +8,7 @@ import collections
 import openai
 import pytest
 
-from conftest import K, serving, openai_client
+from conftest import K, metric, serving, openai_client
 
 PROMPT = "def main(args):\n    "
 OTHER = "import os\n"
@@ -95,6 +95,11 @@ def test_choices_decode_together_on_the_batch(pair_bundle, pair_generator):
         assert [c.text for c in resp.choices] == wants
         resp = client.completions.create(model="tiny", prompt=[PROMPT, OTHER], max_tokens=10, temperature=0)
         assert [c.text for c in resp.choices] == greedy
+        # long enough that the choices meet in the batch: the later ones copy the prompt's rows (one prefill)
+        wants = [pair_generator.generate(PROMPT, 80, temperature=1.0, seed=9 + i, **spec).text for i in range(4)]
+        resp = client.completions.create(model="tiny", prompt=PROMPT, n=4, max_tokens=80, temperature=1.0, seed=9)
+        assert [c.text for c in resp.choices] == wants
+        assert metric(srv, "specrt_shared_prompt_tokens") > 0
 
 
 def test_a_client_leaving_a_stream_of_choices_frees_every_slot(server, client):
