@@ -171,7 +171,10 @@ def prepare_chat(body: Any, gen: Any, config: ServeConfig, formatter: ChatFormat
         if m.role == "tool" and m.tool_call_id is None:
             raise bad_request(f"messages.{i} (role 'tool') needs the tool_call_id it answers",
                               f"messages.{i}.tool_call_id")
-    plan = parse_tools(body.model_extra or {}, formatter)
+    extra = body.model_extra or {}
+    if extra.get("tools") and extra.get("tool_choice") != "none":
+        formatter = formatter.with_tools()  # a checkpoint's separate tool_use template, as transformers picks it
+    plan = parse_tools(extra, formatter)
     if plan is not None and plan.choice != "auto" and body.response_format is not None \
             and body.response_format.type != "text":
         raise bad_request("response_format cannot be combined with a forced tool call (tool_choice 'required' or "

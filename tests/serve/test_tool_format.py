@@ -127,3 +127,13 @@ def test_tool_choice_none_and_no_tools_ignore_them():
     assert parse_tools({}, ChatFormatter()) is None
     with pytest.raises(APIError, match="does not render tools"):  # auto (the default) on SmolLM2's template
         parse_tools({"tools": TOOLS}, ChatFormatter(SMOLLM2))
+
+
+def test_a_separate_tool_use_template_is_picked_for_tools(tmp_path):
+    config = tmp_path / "tokenizer_config.json"
+    config.write_text(json.dumps({"chat_template": [{"name": "default", "template": SMOLLM2},
+                                                    {"name": "tool_use", "template": HERMES}]}))
+    formatter = ChatFormatter.from_tokenizer_config(config)
+    assert formatter.template_source == SMOLLM2 and formatter.with_tools().template_source == HERMES
+    assert parse_tools({"tools": TOOLS}, formatter.with_tools()).parse_format == "hermes"
+    assert ChatFormatter(HERMES).with_tools().template_source == HERMES  # one template: itself
