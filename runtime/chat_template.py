@@ -37,11 +37,14 @@ def _token_text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _pick_template(raw: Any) -> Optional[str]:
+def _pick_template(raw: Any, name: str = "default") -> Optional[str]:
+    """The named template of a checkpoint that has several (`tool_use`: None when it has no such one)."""
     if isinstance(raw, str):
-        return raw
+        return raw if name == "default" else None
     if isinstance(raw, list):  # [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
         named = {t.get("name"): t.get("template") for t in raw if isinstance(t, dict)}
+        if name != "default":
+            return named.get(name)
         return named.get("default") or next(iter(named.values()), None)
     return None
 
@@ -85,6 +88,7 @@ class ChatFormatter:
         self.template_source = template
         self.bos_token, self.eos_token = bos_token, eos_token
         self.bounds = bounds
+        self.tool_template: Optional[str] = None  # a checkpoint's separate `tool_use` template, if any
         self._compiled = None
         if template is not None:
             from jinja2.exceptions import TemplateError
@@ -115,7 +119,22 @@ class ChatFormatter:
         template = _pick_template(cfg.get("chat_template"))
         if template is None:
             return cls()
-        return cls(template, _token_text(cfg.get("bos_token")), _token_text(cfg.get("eos_token")))
+        return cls._with_tool_template(cls(template, _token_text(cfg.get("bos_token")), _token_text(cfg.get(
+            "eos_token"))), cfg)
+
+    @staticmethod
+    def _with_tool_template(formatter: "ChatFormatter", cfg: dict) -> "ChatFormatter":
+        formatter.tool_template = _pick_template(cfg.get("chat_template"), "tool_use")
+        return formatter
+
+    def with_tools(self) -> "ChatFormatter":
+        """The formatter of a request with tools: the checkpoint's `tool_use` template when it has one (what
+        transformers' `apply_chat_template(..., tools=...)` picks), else this one."""
+        if self.tool_template is None:
+            return self
+        if getattr(self, "_tools_formatter", None) is None:
+            self._tools_formatter = ChatFormatter(self.tool_template, self.bos_token, self.eos_token, self.bounds)
+        return self._tools_formatter
 
     @classmethod
     def from_manifest(cls, manifest) -> "ChatFormatter":
@@ -134,9 +153,13 @@ class ChatFormatter:
             raise BundleError(f"cannot read the bundle's chat template ({where}): {exc}") from None
         if template is None:
             return cls()
-        return cls(template, _token_text(cfg.get("bos_token")), _token_text(cfg.get("eos_token")))
+        formatter = cls(template, _token_text(cfg.get("bos_token")), _token_text(cfg.get("eos_token")))
+        return cls._with_tool_template(formatter, cfg) if not where.endswith(".jinja") else formatter
 
-    def render(self, messages: Sequence[dict[str, str]]) -> tuple[str, bool]:
+    def render(self, messages: Sequence[dict[str, Any]], tools: Optional[list[dict[str, Any]]] = None
+               ) -> tuple[str, bool]:
+        """`tools` (OpenAI tool definitions) reach the template as its `tools` variable, as in transformers'
+        `apply_chat_template(..., tools=...)`; the plain template ignores them."""
         if not messages:
             raise InvalidArgument("messages must hold at least one message")
         for i, m in enumerate(messages):
@@ -151,7 +174,7 @@ class ChatFormatter:
         try:
             text = render_bounded(self.bounds, self._compiled.generate(
                 messages=list(messages), add_generation_prompt=True, bos_token=self.bos_token,
-                eos_token=self.eos_token))
+                eos_token=self.eos_token, **({"tools": list(tools)} if tools else {})))
         except TemplateBoundExceeded:
             raise
         except (TemplateError, OverflowError, MemoryError, RecursionError) as exc:

@@ -34,6 +34,14 @@ DEFAULT_K: int | str = "auto"
 DEFAULT_MAX_NEW_TOKENS = 128
 MAX_STOP_STRINGS = 16
 SAMPLING_KEYS = ("temperature", "top_k", "top_p")  # read from generation_config.json when a request omits them
+MAX_CHOICES = 16  # choices of one request (n, times the prompts of a /v1/completions batch)
+SEED_RANGE = 2**63
+
+
+def choice_seed(seed: int | None, index: int) -> int | None:
+    """The seed of choice `index` of a request with n > 1: (seed + index) mod 2**63, as vLLM derives its n child
+    requests' seeds; no seed stays None (every choice draws fresh entropy)."""
+    return None if seed is None else (int(seed) + int(index)) % SEED_RANGE
 
 
 class RequestFieldError(InvalidArgument):
@@ -136,6 +144,12 @@ class GenerationRequest:
 
     def replace(self, **changes: Any) -> "GenerationRequest":
         return dataclasses.replace(self, **changes)
+
+    def for_choice(self, index: int) -> "GenerationRequest":
+        """This request as choice `index` of n (seed from `choice_seed`; choice 0 is the request itself)."""
+        if not _is_int(index) or index < 0:
+            raise RequestFieldError("n", f"a choice index must be an integer >= 0, got {index!r}")
+        return self if index == 0 or self.seed is None else self.replace(seed=choice_seed(self.seed, index))
 
     def with_defaults(self, defaults: Mapping[str, Any], fallback_temperature: float = 0.0) -> "GenerationRequest":
         """Fill omitted sampling fields: the bundle's generation_config values (`defaults`), else

@@ -149,8 +149,12 @@ class BatchEngine:
             self._wake.set()
 
     def generate_batch(self, prompts: Seq, max_new_tokens: int | None = None, *,
-                       request: GenerationRequest | None = None, **options: Any) -> list:
-        """Generate for several prompts at once (batched); returns one GenerationResult per prompt, in order."""
+                       request: GenerationRequest | None = None, requests: Seq | None = None, **options: Any) -> list:
+        """Generate for several prompts at once (batched); returns one GenerationResult per prompt, in order.
+        `requests`: one GenerationRequest per prompt instead of one for all (e.g. the n choices of a request, each
+        with its seed: runtime/choices.py)."""
+        if requests is not None:
+            return self._generate_each(prompts, max_new_tokens, list(requests))
         from specrt.runtime.generator import GenerationResult
 
         if isinstance(prompts, (str, bytes, bytearray)) or not hasattr(prompts, "__iter__"):
@@ -165,6 +169,29 @@ class BatchEngine:
         subs = [self._sequence(p, req) for p in prompts]
         watches = [_StopWatch(seq, self.gen.tokenizer) for seq, _ in subs]  # before queuing: it sees every step
         self._inbox.put([seq for seq, _ in subs])  # queued together: admitted in one step, prefilled in one pass
+        self._wake.set()
+        out = []
+        for (seq, events), watch in zip(subs, watches):
+            ids = [t for _, chunk in self.events(seq, events) for t in chunk]
+            text = watch.finish(ids)
+            if watch.stopped:
+                seq.stats.finish_reason = "stop"
+            out.append(GenerationResult(text, ids, seq.prompt_ids.tolist(), seq.stats, seq.stats.finish_reason))
+        return out
+
+    def _generate_each(self, prompts: Seq, max_new_tokens: int | None, requests: list) -> list:
+        from specrt.core.errors import InvalidArgument
+        from specrt.runtime.generator import GenerationResult
+
+        prompts = list(prompts)
+        if len(requests) != len(prompts):
+            raise InvalidArgument(f"requests must hold one request per prompt: {len(requests)} for {len(prompts)}")
+        reqs = [self.gen.request("generate_batch", max_new_tokens, r) for r in requests]
+        if not all(self.batchable(r) for r in reqs):
+            return [self.gen.generate(p, request=r) for p, r in zip(prompts, reqs)]
+        subs = [self._sequence(p, r) for p, r in zip(prompts, reqs)]
+        watches = [_StopWatch(seq, self.gen.tokenizer) for seq, _ in subs]
+        self._inbox.put([seq for seq, _ in subs])  # queued together: admitted in one step
         self._wake.set()
         out = []
         for (seq, events), watch in zip(subs, watches):

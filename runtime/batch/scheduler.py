@@ -42,6 +42,7 @@ from specrt.runtime.backends.ort.threads import shared_pool
 from specrt.runtime.batch.goodput import CostTable, StepPlan, plan_packed, plan_step
 from specrt.runtime.batch.pool import RegionPool
 from specrt.runtime.batch.sequence import DRAFT_KIND, Sequence
+from specrt.runtime.batch.shared_prompt import PromptSharing
 from specrt.runtime.loop import pick_token
 from specrt.runtime.proposers.draft_model import DraftModelProposer
 from specrt.runtime.proposers.ngram import NgramProposer
@@ -79,6 +80,7 @@ class Scheduler:
 
             self.targets = slot_pool(gen, max_batch)
         self.drafts = RegionPool(gen.draft, max_batch) if fused and isinstance(gen.draft, OrtFusedRunner) else None
+        self.sharing = PromptSharing(self.targets)  # one prefill per prompt (shared_prompt.py)
         self.waiting: collections.deque[Sequence] = collections.deque()
         self.prefilling: list[Sequence] = []
         self.running: list[Sequence] = []
@@ -154,7 +156,16 @@ class Scheduler:
                 # which random numbers a step draws depends on its k: a seeded request keeps the k schedule it has
                 # alone (the Generator's count-only policy), whatever the plan would choose for it
                 seq.policy = gen.make_policy(seq.request.num_speculative_tokens, seq.method, seeded=True)
+            self.sharing.on_admit(seq, self.running + self.prefilling)
             self.prefilling.append(seq)
+
+    def _complete_shared(self) -> None:
+        """Sequences whose prompt rows were copied from a donor (shared_prompt.py) complete their prefill once they
+        are the oldest in prefill (their region is then the first after the running ones)."""
+        while self.prefilling and self.prefilling[0].shared_last is not None:
+            seq = self.prefilling[0]
+            last, seq.shared_last = seq.shared_last, None
+            self._prefill_done(seq, last)
 
     def _proposer(self, seq: Sequence):
         eos = self.gen.eos_ids
@@ -176,6 +187,7 @@ class Scheduler:
     def step(self) -> None:
         t0, tokens0 = time.perf_counter(), self.step_tokens
         self._admit()
+        self._complete_shared()
         prepared = self._prepare() if self.running else None
         self._planned, self._plans, self._drafted = 0.0, None, False
         if prepared is not None and self._packed_step_due(prepared):
@@ -282,7 +294,7 @@ class Scheduler:
         """This step's prompt chunks: the prompt-token budget spent on the requests in prefill, oldest first."""
         chunks, budget = [], self.prefill_chunk
         for seq in self.prefilling:
-            if budget <= 0:
+            if budget <= 0 or self.sharing.blocked(seq):
                 break
             ids = seq.prompt_ids[seq.prefilled:seq.prefilled + budget]
             budget -= ids.size
@@ -304,6 +316,7 @@ class Scheduler:
 
     def _prefill_done(self, seq: Sequence, last: np.ndarray) -> None:
         """The prompt is in the cache: pick the first token from its last row's logits; decode from the next step."""
+        self.sharing.on_prefilled(seq, last)
         first = pick_token(last, seq.request.sampling, seq.rng)
         seq.tokens[seq.n] = first
         seq.n += 1
@@ -536,6 +549,7 @@ class Scheduler:
                 self._finish(s, "cancelled", release=False)
 
     def _finish(self, s: Sequence, reason: str, release: bool = True) -> None:
+        self.sharing.on_finish(s)
         if release:
             self.targets.release(s.target)
             if s.draft is not None:

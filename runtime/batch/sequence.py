@@ -48,6 +48,12 @@ class Sequence:
     policy: Any = None
     forced_k: int | None = None
     finished: str = ""  # finish reason once done
+    # one prefill per prompt (shared_prompt.py): the sequence whose prefill it waits for, those waiting for its own,
+    # its last prompt row's logits [V] once prefilled, and the donor's when its rows were copied (until it completes)
+    donor: Any = None
+    followers: list = dataclasses.field(default_factory=list)
+    prompt_last: np.ndarray | None = None
+    shared_last: np.ndarray | None = None
     started: float = 0.0  # time.perf_counter() at submission
 
     @property

@@ -12,6 +12,7 @@ Metrics added to /metrics (vLLM's names where it has one for the same thing, bes
 | specrt_goodput_tokens_per_second | tokens emitted by decode steps / their seconds, since start |
 | specrt_request_acceptance_rate | histogram of each finished request's accepted / drafted tokens |
 | specrt_kv_bytes_per_slot | KV memory of one slot (target + draft), preallocated |
+| specrt_shared_prompt_tokens | prompt tokens copied from a sequence of the batch with the same prompt, not prefilled |
 """
 
 from __future__ import annotations
@@ -110,6 +111,8 @@ def add_batch_metrics(metrics: Any, engine: Any) -> None:
           registry=r).set(int(sched.packed))
     Gauge("specrt_goodput_tokens_per_second", "Decode-step tokens per second since start", registry=r).set_function(
         lambda: sched.step_tokens / sched.step_seconds if sched.step_seconds else 0.0)
+    Gauge("specrt_shared_prompt_tokens", "Prompt tokens copied from a sequence with the same prompt instead of "
+          "prefilled (n > 1, identical prompts), since start", registry=r).set_function(lambda: sched.sharing.tokens)
     kv = sched.targets.kv_bytes_per_slot() + (sched.drafts.kv_bytes_per_slot() if sched.drafts else 0)
     Gauge("specrt_kv_bytes_per_slot", "KV cache bytes per slot (target + draft)", registry=r).set(kv)
     acceptance = Histogram("specrt_request_acceptance_rate", "Accepted / drafted tokens per finished request",

@@ -2,7 +2,7 @@
 
 | status | when | type / code |
 |---|---|---|
-| 400 | invalid JSON, wrong field types, out-of-range values, unknown model, n != 1 | invalid_request_error |
+| 400 | invalid JSON, wrong field types, out-of-range values, unknown model, n outside [1, 16] | invalid_request_error |
 | 401 | missing or wrong API key (when the server has one) | invalid_request_error / invalid_api_key |
 | 404 | unknown path | invalid_request_error / not_found |
 | 413 | body larger than the limit (1 MiB by default) | invalid_request_error / request_too_large |
@@ -49,7 +49,7 @@ def bad_request(message: str, param: Optional[str] = None, code: Optional[str] =
 
 # what a field of a union type accepts (pydantic reports one error per member; one sentence reads better)
 EXPECTED = {
-    "prompt": "a string, a list of one string, a list of token ids or a list of one list of token ids",
+    "prompt": "a string, a list of strings, a list of token ids or a list of token-id lists",
     "temperature": "a number", "top_p": "a number", "stop": "a string or a list of strings",
     "content": "a string or a list of text parts", "num_speculative_tokens": "an integer or 'auto'",
 }

@@ -24,9 +24,11 @@ UNSUPPORTED = {
     "logprobs": (None, False), "top_logprobs": (None, 0), "echo": (None, False), "best_of": (None, 1),
     "suffix": (None, ""), "logit_bias": (None, {}), "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0),
-    # tool calling (the model would be expected to answer with a call): not implemented
-    "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
+    # OpenAI's legacy function calling (tools / tool_choice are served: serve/tools.py)
+    "functions": (None, []), "function_call": (None, "none"),
     "min_p": (None, 0, 0.0), "min_tokens": (None, 0), "prediction": (None,),
+    # outputs this server cannot produce (audio, web search)
+    "audio": (None,), "modalities": (None, ["text"]), "web_search_options": (None,),
 }
 
 

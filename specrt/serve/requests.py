@@ -8,6 +8,7 @@ OpenAI's defaults: temperature 1, top_p 1; max_tokens 16 for completions and "th
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 import uuid
 from typing import Any, Optional
@@ -15,13 +16,16 @@ from typing import Any, Optional
 from specrt.core.errors import InvalidArgument
 from specrt.runtime.chat_template import ChatFormatter
 from specrt.serve.config import ServeConfig
-from specrt.runtime.request import GenerationRequest, RequestFieldError
+from specrt.runtime.request import MAX_CHOICES, GenerationRequest, RequestFieldError
 from specrt.serve.errors import APIError, bad_request
 from specrt.serve.guards import check_text, check_unsupported
+from specrt.serve.choices import check_n, plan_jobs
+from specrt.serve.tool_format import chat_messages, template_features
+from specrt.serve.tools import parse_tools, tool_constraint
 from specrt.serve.worker import Job
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16
-CHAT_ROLES = ("system", "developer", "user", "assistant")  # developer: OpenAI's newer name of system, rendered as one
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")  # developer: OpenAI's newer name of system
 OPENAI_TEMPERATURE = 1.0  # when neither the request nor the bundle's generation_config sets one
 
 
@@ -33,6 +37,16 @@ class Prepared:
     include_usage: bool
     request_id: str
     created: int
+    # several choices (choices.py): the jobs decoded, the job of each choice index, prompt tokens of all prompts
+    jobs: list[Job] = dataclasses.field(default_factory=list)
+    choice_jobs: list[int] = dataclasses.field(default_factory=list)
+    prompt_tokens: int = 0
+    tools: Any = None  # a tools.ToolPlan: the answer is parsed for tool calls
+
+    @property
+    def several(self) -> bool:
+        """Answered by choice_responses.py: several choices, or tool calls to parse."""
+        return len(self.choice_jobs) > 1 or self.tools is not None
 
 
 def _encode(gen: Any, prompt: Any, add_special_tokens: bool = True) -> list[int]:
@@ -44,19 +58,23 @@ def _encode(gen: Any, prompt: Any, add_special_tokens: bool = True) -> list[int]
         raise bad_request(str(exc), "prompt") from None
 
 
-def _prompt_ids(gen: Any, prompt: Any) -> list[int]:
+def _prompts(gen: Any, prompt: Any) -> list[list[int]]:
+    """One prompt or several (a list of strings or of token-id lists, as OpenAI accepts): their token ids."""
     check_text(prompt, "prompt")
     if isinstance(prompt, list):
         if not prompt:
             raise bad_request("prompt must not be empty", "prompt")
         if isinstance(prompt[0], (str, list)):
-            if len(prompt) != 1:
-                raise bad_request(f"batched prompts are not supported (got {len(prompt)}): send one prompt "
-                                  "per request", "prompt")
-            prompt = prompt[0]
+            if len(prompt) > MAX_CHOICES:
+                raise bad_request(f"at most {MAX_CHOICES} prompts per request, got {len(prompt)}", "prompt")
+            for i, one in enumerate(prompt):
+                if len(one) == 0:
+                    raise bad_request(f"prompt {i} is empty" if len(prompt) > 1 else "prompt must not be empty",
+                                      "prompt")
+            return [_encode(gen, one) for one in prompt]
     if isinstance(prompt, (str, list)) and len(prompt) == 0:
         raise bad_request("prompt must not be empty", "prompt")
-    return _encode(gen, prompt)
+    return [_encode(gen, prompt)]
 
 
 def _speculation(body: Any, config: ServeConfig) -> dict[str, Any]:
@@ -92,13 +110,14 @@ def _constraint(body: Any, gen: Any) -> dict[str, Any]:
 _PARAMS = {"method": "speculative.method", "num_speculative_tokens": "speculative.num_speculative_tokens"}
 
 
-def _request(body: Any, gen: Any, config: ServeConfig, max_tokens: int) -> GenerationRequest:
+def _request(body: Any, gen: Any, config: ServeConfig, max_tokens: int, tool_spec: Any = None) -> GenerationRequest:
     """The typed request (runtime/request.py): one validation; omitted sampling fields from the bundle's
     generation_config, else OpenAI's defaults (temperature 1, top_p 1)."""
     try:
         req = GenerationRequest(max_new_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
                                 top_k=body.top_k, seed=body.seed, stop=() if body.stop is None else body.stop,
-                                **_speculation(body, config), **_constraint(body, gen))
+                                **_speculation(body, config),
+                                **({"constraint": tool_spec} if tool_spec is not None else _constraint(body, gen)))
         req = req.with_defaults(gen.sampling_defaults, fallback_temperature=OPENAI_TEMPERATURE)
         req.check_for(gen.max_draft_tokens, gen.methods)
     except RequestFieldError as exc:
@@ -106,16 +125,16 @@ def _request(body: Any, gen: Any, config: ServeConfig, max_tokens: int) -> Gener
     return req
 
 
-def _job(body: Any, gen: Any, config: ServeConfig, prompt_ids: list[int], max_tokens: Optional[int],
-         default_max_tokens: int, chat: bool) -> Prepared:
+def _job(body: Any, gen: Any, config: ServeConfig, prompts: list[list[int]], max_tokens: Optional[int],
+         default_max_tokens: int, chat: bool, tools: Any = None) -> Prepared:
     check_unsupported(body)
     check_text(body.stop, "stop")
-    if body.n != 1:
-        raise bad_request(f"n={body.n} is not supported: this server returns exactly one choice (n=1)", "n")
+    n = check_n(body.n, len(prompts))
     if body.model is not None and body.model != config.served_model_name:
         raise APIError(400, f"unknown model {body.model!r}; this server serves {config.served_model_name!r}",
                        param="model", code="model_not_found")
     context = gen.max_seq_len
+    prompt_ids = max(prompts, key=len)  # the longest prompt bounds max_tokens
     if max_tokens is None:
         max_tokens = default_max_tokens
     elif max_tokens < 1:
@@ -124,35 +143,63 @@ def _job(body: Any, gen: Any, config: ServeConfig, prompt_ids: list[int], max_to
         raise bad_request(f"this model's maximum context length is {context} tokens, but {len(prompt_ids)} prompt "
                           f"tokens + max_tokens={max_tokens} = {len(prompt_ids) + max_tokens}; lower max_tokens "
                           "or shorten the prompt", "max_tokens", code="context_length_exceeded")
-    job = Job(prompt_ids, _request(body, gen, config, max_tokens))
+    tool_spec = tool_constraint(tools, gen) if tools is not None else None
+    jobs, choice_jobs = plan_jobs(prompts, _request(body, gen, config, max_tokens, tool_spec), n)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-    return Prepared(job, chat, body.stream, include_usage, rid, int(time.time()))
+    return Prepared(jobs[0], chat, body.stream, include_usage, rid, int(time.time()), jobs, choice_jobs,
+                    sum(len(p) for p in prompts), tools)
 
 
 def prepare_completion(body: Any, gen: Any, config: ServeConfig) -> Prepared:
-    ids = _prompt_ids(gen, body.prompt)
-    default = min(COMPLETION_DEFAULT_MAX_TOKENS, gen.max_seq_len - len(ids))
-    return _job(body, gen, config, ids, body.max_tokens, default, chat=False)
+    refuse_tools(body)
+    prompts = _prompts(gen, body.prompt)
+    default = min(COMPLETION_DEFAULT_MAX_TOKENS, gen.max_seq_len - max(len(p) for p in prompts))
+    return _job(body, gen, config, prompts, body.max_tokens, default, chat=False)
 
 
 def prepare_chat(body: Any, gen: Any, config: ServeConfig, formatter: ChatFormatter) -> Prepared:
     if not body.messages:
         raise bad_request("messages must hold at least one message", "messages")
-    for i, m in enumerate(body.messages):  # as OpenAI: a known role, and content (tool calls are not served)
+    for i, m in enumerate(body.messages):  # as OpenAI: a known role, and content (or an assistant's tool calls)
         if m.role not in CHAT_ROLES:
             raise bad_request(f"messages.{i}.role {m.role!r:.40} is not one of {', '.join(CHAT_ROLES)}",
                               f"messages.{i}.role")
-        if m.content is None:
+        if m.content is None and not (m.role == "assistant" and m.tool_calls):
             raise bad_request(f"messages.{i} has no content (a string or a list of text parts)",
                               f"messages.{i}.content")
-    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
+        if m.role == "tool" and m.tool_call_id is None:
+            raise bad_request(f"messages.{i} (role 'tool') needs the tool_call_id it answers",
+                              f"messages.{i}.tool_call_id")
+    extra = body.model_extra or {}
+    if extra.get("tools") and extra.get("tool_choice") != "none":
+        formatter = formatter.with_tools()  # a checkpoint's separate tool_use template, as transformers picks it
+    plan = parse_tools(extra, formatter)
+    if plan is not None and plan.choice != "auto" and body.response_format is not None \
+            and body.response_format.type != "text":
+        raise bad_request("response_format cannot be combined with a forced tool call (tool_choice 'required' or "
+                          "a named function): the call's arguments follow the function's parameters schema",
+                          "response_format")
+    features = template_features(formatter)
+    messages = chat_messages(body.messages, plan, features)
     for i, m in enumerate(messages):
-        check_text([m["role"], m["content"]], f"messages.{i}")
+        check_text([m["role"], m["content"], json.dumps(m.get("tool_calls"), ensure_ascii=False)], f"messages.{i}")
+    rendered_tools = plan.tools if plan is not None and "tools" in features else None
+    if rendered_tools:
+        check_text(json.dumps(rendered_tools, ensure_ascii=False), "tools")
     try:
-        text, add_special = formatter.render(messages)
+        text, add_special = formatter.render(messages, tools=rendered_tools)
     except InvalidArgument as exc:
         raise bad_request(str(exc), "messages") from None
     ids = _encode(gen, text, add_special)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    return _job(body, gen, config, ids, max_tokens, gen.max_seq_len - len(ids), chat=True)
+    return _job(body, gen, config, [ids], max_tokens, gen.max_seq_len - len(ids), chat=True, tools=plan)
+
+
+def refuse_tools(body: Any) -> None:
+    """Tools belong to chat: /v1/completions refuses them (a completion has no tool-call format)."""
+    extra = body.model_extra or {}
+    for field in ("tools", "tool_choice", "parallel_tool_calls"):
+        if extra.get(field) not in (None, [], "none"):
+            raise bad_request(f"{field} is only served on /v1/chat/completions (a completion has no tool calls)",
+                              field, code="unsupported_parameter")

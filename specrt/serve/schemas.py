@@ -74,7 +74,7 @@ class SamplingFields(BaseModel):
 
 
 class CompletionRequest(SamplingFields):
-    # a string, a list of one string, token ids, or a list of one list of token ids
+    # a string, a list of strings, token ids, or a list of token-id lists (several prompts: one choice each)
     prompt: Union[StrictStr, list[StrictStr], list[StrictInt], list[list[StrictInt]]]
 
 
@@ -90,6 +90,9 @@ class ChatMessage(BaseModel):
 
     role: StrictStr
     content: Union[StrictStr, list[TextPart], None] = None
+    tool_calls: Optional[list[dict[str, Any]]] = None  # an assistant's calls (checked in tool_format.py)
+    tool_call_id: Optional[StrictStr] = None  # role "tool": the call it answers
+    name: Optional[StrictStr] = None
 
     def text(self) -> str:
         if self.content is None:

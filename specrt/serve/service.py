@@ -181,9 +181,13 @@ class Service:
                         headers={"Retry-After": str(self.config.retry_after_s)})
 
     async def _respond(self, request: Request, prep: Prepared, arrived: float, endpoint: str) -> Response:
-        spec = prep.job.request.constraint
+        spec = prep.job.request.constraint  # response_format, or a forced tool call's parameters schema
         if spec is not None:
             await self._compile(spec)
+        if prep.several:  # n > 1, several prompts, or tool calls to parse
+            from specrt.serve.choice_responses import respond_choices
+
+            return await respond_choices(self, request, prep, arrived, endpoint)
         gen = await self._acquire(request, admitted=spec is not None)
         if gen is None:
             return Response(status_code=499)  # nginx's "client closed request"; nobody reads it

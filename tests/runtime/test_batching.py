@@ -765,3 +765,24 @@ def test_drafting_stops_where_its_realized_goodput_disappoints_and_is_retried_la
     assert Scheduler._spec_or_plain(sched, packed, acceptance, dcost, True).ks == [0, 0]
     sched.spec_calibration["packed"] = 1.0
     assert Scheduler._spec_or_plain(sched, packed, acceptance, dcost, True) is packed
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+@pytest.mark.parametrize("packed", [False, True])
+def test_identical_prompts_share_one_prefill_and_keep_their_output(engines, precision, packed, monkeypatch):
+    # runtime/batch/shared_prompt.py: the prompt is prefilled over several steps (3 tokens a step); the sequences with
+    # the same prompt wait for it, copy its rows, and still give what each gives alone (int4: two-row decode calls);
+    # packed: the prompt chunks ride in the packed passes of the requests already decoding
+    gen, eng = engines[precision]
+    sched = eng.scheduler
+    monkeypatch.setattr(sched, "prefill_chunk", 3)
+    prompts = [PROMPTS[1], PROMPTS[0], PROMPTS[1], PROMPTS[1], PROMPTS[2]]
+    alone = [gen.generate(p, 12, method="ngram").token_ids for p in prompts]
+    before = sched.sharing.tokens
+    saved = _force_packed(sched, monkeypatch) if packed else sched.costs
+    try:
+        assert [r.token_ids for r in eng.generate_batch(prompts, 12, method="ngram")] == alone
+    finally:
+        sched.costs = saved
+    assert sched.sharing.tokens - before == 2 * len(gen.encode_prompt(PROMPTS[1]))
+    assert sched.targets.used == 0

@@ -40,12 +40,15 @@ def assert_error(resp, status, param=None, code=None, contains=""):
     ({"top_k": -1}, "top_k", ">= 0"),
     ({"prompt": ""}, "prompt", "empty"),
     ({"prompt": []}, "prompt", "empty"),
-    ({"prompt": ["a", "b"]}, "prompt", "batched"),
+    ({"prompt": ["a"] * 17}, "prompt", "at most 16 prompts"),
+    ({"prompt": ["a", ""]}, "prompt", "prompt 1 is empty"),
+    ({"prompt": ["a"] * 4, "n": 5}, "n", "20 choices"),
     ({"prompt": [5, 100000]}, "prompt", "outside the vocabulary"),
     ({"prompt": "x " * 200}, "prompt", "max_seq_len=128"),
     ({"prompt": 12}, "prompt", "expected a string"),
     ({"model": "gpt-4"}, "model", "unknown model"),
-    ({"n": 2}, "n", "n=2"),
+    ({"n": 17}, "n", "[1, 16]"),
+    ({"n": 0}, "n", "[1, 16]"),
     ({"stream": "yes"}, "stream", "stream"),
     ({"stop": ""}, "stop", "empty"),
     ({"stop": 3}, "stop", "a string or a list of strings"),
@@ -68,7 +71,7 @@ def test_bad_completion_fields(server, change, param, contains):
     ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
     ({"max_tokens": 0}, "max_tokens"),
     ({"max_completion_tokens": 500}, "max_tokens"),
-    ({"n": 3}, "n"),
+    ({"n": 17}, "n"),
 ])
 def test_bad_chat_fields(server, change, param):
     assert_error(post(server, {**CHAT, **change}, "/v1/chat/completions"), 400, param)

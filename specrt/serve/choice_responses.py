@@ -1,0 +1,178 @@
+"""OpenAI responses of requests with several choices or with tools (choices.py runs them).
+
+Non-streamed: one `choices` entry per choice index, `usage` summed over the choices (prompt tokens once per prompt),
+`speculative_stats` summed over the decoded sequences. Streamed: chunks carry their choice's `index`; each choice
+ends with its own chunk carrying `finish_reason` and that sequence's `speculative_stats`. With tools the answer is
+parsed once complete (tool_format.py), so a streamed tool request sends its content or its `tool_calls` in one chunk
+at the end (then the finish chunk).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncIterator, Optional
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from specrt.serve.choices import ChoiceRun, job_view
+from specrt.serve.errors import error_body
+from specrt.serve.sse import DONE, EventStream, sse
+from specrt.serve.worker import Done
+
+
+def merged_stats(stats: list[Any]) -> dict[str, Any]:
+    """`service.spec_stats` of several sequences: counts summed, rates recomputed from the sums."""
+    from specrt.serve.service import spec_stats
+
+    ran = [s for s in stats if s is not None]
+    out = spec_stats(ran[0] if ran else None)
+    if len(ran) > 1:
+        for key in ("drafted_tokens", "accepted_tokens", "verify_steps", "forced_tokens", "forced_accepted"):
+            out[key] = sum(getattr(s, key) for s in ran)
+        out["acceptance_rate"] = out["accepted_tokens"] / out["drafted_tokens"] if out["drafted_tokens"] else 0.0
+        out["mean_accepted_tokens"] = (1 + out["accepted_tokens"] / out["verify_steps"]) if out["verify_steps"] \
+            else 0.0
+    return out
+
+
+def _answer(prep: Any, text: str, finish: str) -> tuple[dict[str, Any], str]:
+    """(message fields, finish_reason) of one chat choice: content, or tool calls parsed from the text."""
+    if prep.tools is None:
+        return {"content": text}, finish
+    from specrt.serve.tool_format import calls_from_text
+
+    content, calls = calls_from_text(prep.tools, text)
+    if not calls:
+        return {"content": text}, finish
+    return {"content": content, "tool_calls": calls}, "tool_calls"
+
+
+def final_body(service: Any, prep: Any, texts: dict[int, str], dones: dict[int, Done]) -> dict[str, Any]:
+    choices = []
+    for c, j in enumerate(prep.choice_jobs):
+        finish = dones[j].finish_reason
+        choice: dict[str, Any] = {"index": c, "logprobs": None}
+        if prep.chat:
+            fields, finish = _answer(prep, texts[j], finish)
+            choice["message"] = {"role": "assistant", **fields}
+        else:
+            choice["text"] = texts[j]
+        choice["finish_reason"] = finish
+        choices.append(choice)
+    from specrt.serve.service import usage
+
+    completion = sum(dones[j].completion_tokens for j in prep.choice_jobs)
+    return {**service._head(prep, chunk=False), "choices": choices, "usage": usage(prep.prompt_tokens, completion),
+            "speculative_stats": merged_stats([dones[j].stats for j in sorted(dones)])}
+
+
+def _chunk(service: Any, prep: Any, index: int, delta: Optional[dict[str, Any]] = None, text: str = "",
+           finish: Optional[str] = None) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": index, "logprobs": None, "finish_reason": finish}
+    if prep.chat:
+        choice["delta"] = delta or {}
+    else:
+        choice["text"] = text
+    body = {**service._head(prep, chunk=True), "choices": [choice]}
+    if prep.include_usage:
+        body["usage"] = None
+    return body
+
+
+async def _events(service: Any, run: ChoiceRun, first: tuple[int, Any], prep: Any,
+                  state: dict[str, Any]) -> AsyncIterator[bytes]:
+    from specrt.serve.service import failure, usage
+
+    if prep.chat:
+        for c in range(len(prep.choice_jobs)):
+            yield sse(_chunk(service, prep, c, {"role": "assistant", "content": ""}))
+    choices_of: dict[int, list[int]] = {}
+    for c, j in enumerate(prep.choice_jobs):
+        choices_of.setdefault(j, []).append(c)
+    held: dict[int, list[str]] = {}  # with tools: each sequence's text until it is complete
+    completion = 0
+    j, event = first
+    while True:
+        if isinstance(event, Done):
+            if event.error is not None:
+                run.stop()
+                err = failure(event)
+                yield sse(error_body(err.message, err.type, err.param, err.code))
+                break
+            for c in choices_of[j]:
+                completion += event.completion_tokens
+                state["completion_tokens"] = completion  # for the access log line
+                finish = event.finish_reason
+                if prep.tools is not None:
+                    fields, finish = _answer(prep, "".join(held.get(j, [])), finish)
+                    if fields.get("tool_calls"):
+                        fields["tool_calls"] = [{"index": k, **call} for k, call in enumerate(fields["tool_calls"])]
+                    yield sse(_chunk(service, prep, c, {k: v for k, v in fields.items() if v is not None}))
+                last = _chunk(service, prep, c, None, "", finish)
+                last["speculative_stats"] = merged_stats([event.stats])
+                yield sse(last)
+            if run.finished:
+                if prep.include_usage:
+                    yield sse({**service._head(prep, chunk=True), "choices": [],
+                               "usage": usage(prep.prompt_tokens, completion)})
+                break
+        elif event.text:
+            if prep.tools is not None:
+                held.setdefault(j, []).append(event.text)
+            else:
+                for c in choices_of[j]:
+                    yield sse(_chunk(service, prep, c, {"content": event.text}, event.text))
+        j, event = await run.next()
+    yield DONE
+
+
+async def _collect(run: ChoiceRun, first: tuple[int, Any]) -> tuple[dict[int, str], dict[int, Done]]:
+    parts: dict[int, list[str]] = {}
+    dones: dict[int, Done] = {}
+    j, event = first
+    while True:
+        if isinstance(event, Done):
+            dones[j] = event
+            if event.error is not None or run.finished:
+                break
+        else:
+            parts.setdefault(j, []).append(event.text)
+        j, event = await run.next()
+    return {j: "".join(parts.get(j, [])) for j in dones}, dones
+
+
+async def respond_choices(service: Any, request: Request, prep: Any, arrived: float, endpoint: str) -> Response:
+    """The response to a request with several choices or tools (service._respond's counterpart)."""
+    from specrt.serve.service import failure, wait_disconnect
+
+    state = request.scope.setdefault("state", {})
+    observers = [service._observer(job_view(prep, job), arrived, endpoint) for job in prep.jobs]
+    gen = await service._acquire(request)  # the first slot: a 429 when the queue is full
+    if gen is None:
+        return Response(status_code=499)
+    run = ChoiceRun(service, prep.jobs, observers)
+    run.start(gen)
+    first = await run.next()
+    if isinstance(first[1], Done) and first[1].error is not None:
+        run.stop()
+        raise failure(first[1])
+    if prep.stream:
+        return EventStream(_events(service, run, first, prep, state), lambda: None if run.finished else run.stop())
+    collect = asyncio.ensure_future(_collect(run, first))
+    gone = asyncio.ensure_future(wait_disconnect(request))
+    try:
+        await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not collect.done():  # the client left: stop generating for nobody
+        run.stop()
+        collect.cancel()
+        return Response(status_code=499)
+    texts, dones = collect.result()
+    failed = next((d for d in dones.values() if d.error is not None), None)
+    if failed is not None:
+        run.stop()
+        raise failure(failed)
+    state["completion_tokens"] = sum(dones[j].completion_tokens for j in prep.choice_jobs)
+    return JSONResponse(final_body(service, prep, texts, dones))
