@@ -66,13 +66,17 @@ def failure(done: Done) -> APIError:
     return constraint_failure(done.error) if isinstance(done.error, ConstraintError) else _other_failure(done)
 
 
-def constraint_failure(error: BaseException) -> APIError:
+def constraint_failure(error: BaseException, tools: bool = False) -> APIError:
     """A schema that failed to compile, past the compile limits, or found while decoding to be past the parser's
-    limits: 400; the compile threads busy: 503, retry."""
+    limits: 400 naming `response_format` (or `tools`, for a forced tool call's schema); the compile threads busy:
+    503, retry."""
     from specrt.runtime.constraint_pool import CompilerBusy
 
     if isinstance(error, CompilerBusy):
         return APIError(503, str(error), type="server_error", code="compiler_busy", headers={"Retry-After": "1"})
+    if tools:
+        return APIError(400, f"cannot decode under the tool parameters schema: {error}", param="tools",
+                        code="invalid_tool_schema")
     return APIError(400, str(error), param="response_format", code="invalid_response_format")
 
 
@@ -160,7 +164,7 @@ class Service:
 
         return observe
 
-    async def _compile(self, spec: Any) -> None:
+    async def _compile(self, spec: Any, tools: bool = False) -> None:
         """Admitted (a queue place, or 429 now), compile `spec` on the compile threads; the slot's generator then
         takes a copy of the compiled constraint from the cache (ConstraintCompiler.compile)."""
         from specrt.runtime.constraint import ConstraintError
@@ -172,7 +176,7 @@ class Service:
         try:
             await asyncio.get_running_loop().run_in_executor(self.compile_pool, self.generator.compile_constraint, spec)
         except ConstraintError as exc:
-            raise constraint_failure(exc) from None
+            raise constraint_failure(exc, tools) from None
         finally:
             self.pool.unadmit()
 
@@ -183,7 +187,7 @@ class Service:
     async def _respond(self, request: Request, prep: Prepared, arrived: float, endpoint: str) -> Response:
         spec = prep.job.request.constraint  # response_format, or a forced tool call's parameters schema
         if spec is not None:
-            await self._compile(spec)
+            await self._compile(spec, tools=prep.tools is not None)
         if prep.several:  # n > 1, several prompts, or tool calls to parse
             from specrt.serve.choice_responses import respond_choices
 
