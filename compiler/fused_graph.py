@@ -166,11 +166,14 @@ def _attention(g: _GraphBuilder, x: str, attn, i: int, c: DecoderConfig) -> str:
     window = c.layer_window(i)
     cos, sin = rope_cache_names(window is not None)
     extra = {"local_window_size": window} if window is not None else {}
+    tree_ins = []
+    if getattr(g, "tree", None) is not None:  # position_ids + attention_bias (compiler/fused_tree.py)
+        tree_ins, extra = g.tree.attention_inputs(window)
     if c.attn_logit_softcapping:
         extra["softcap"] = float(c.attn_logit_softcapping)
     out = g.op("GroupQueryAttention",
                qkv_inputs + [graph_io.past_key(i), graph_io.past_value(i), SEQLENS_K, TOTAL_SEQUENCE_LENGTH,
-                             cos, sin],
+                             cos, sin] + tree_ins,
                n_out=3, domain=MS, name=f"{p}.gqa", outputs=[f"{p}/out", present_key(i), present_value(i)],
                num_heads=c.num_heads, kv_num_heads=c.num_kv_heads, scale=attention_scale(c), do_rotary=1,
                **extra)[0]
@@ -223,9 +226,10 @@ def rope_caches(c: DecoderConfig, max_seq_len: int, rope=None) -> tuple[np.ndarr
     return _t(freqs.cos()), _t(freqs.sin())
 
 
-def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False):
+def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False, tree: bool = True):
     """The fused graph as an in-memory onnx.ModelProto (weights as initializers); `screen`: with the screened
-    greedy LM head (compiler/lm_head_screen.py) and its `lm_head_full` input."""
+    greedy LM head (compiler/lm_head_screen.py) and its `lm_head_full` input; `tree`: with the token-tree input
+    (compiler/fused_tree.py)."""
     from onnx import TensorProto, helper
 
     c = decoder.config
@@ -240,6 +244,10 @@ def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False):
         cos, sin = rope_caches(c, max_seq_len, c.local_rope)
         g.weight(rope_cache_names(True)[0], cos)
         g.weight(rope_cache_names(True)[1], sin)
+    if tree:
+        from specrt.compiler.fused_tree import TreeInputs
+
+        g.tree = TreeInputs(g, c)
     body = decoder.model
     embed = g.weight("embed_tokens.weight", _t(body.embed_tokens.weight))
     x = g.op("Gather", [embed, graph_io.INPUT_IDS], name="embed_tokens")
@@ -273,9 +281,15 @@ def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False):
     dtypes = {"int64": TensorProto.INT64, "int32": TensorProto.INT32, "float32": TensorProto.FLOAT,
               "bool": TensorProto.BOOL}
     inputs, outputs = fused_io(c, screen)
+    graph_inputs = [helper.make_tensor_value_info(d["name"], dtypes[d["dtype"]], d["shape"]) for d in inputs]
+    if tree:
+        from specrt.compiler.fused_tree import tree_mask_input
+
+        value, default = tree_mask_input()
+        graph_inputs.append(value)
+        g.inits.append(default)
     graph = helper.make_graph(
-        g.nodes, f"{c.architecture}-fused",
-        [helper.make_tensor_value_info(d["name"], dtypes[d["dtype"]], d["shape"]) for d in inputs],
+        g.nodes, f"{c.architecture}-fused", graph_inputs,
         [helper.make_tensor_value_info(d["name"], dtypes[d["dtype"]], d["shape"]) for d in outputs],
         g.inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET), helper.make_opsetid(MS, 1)],

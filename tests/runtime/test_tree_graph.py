@@ -1,0 +1,99 @@
+"""Token trees verified in one pass (docs/trees.md): every node's logits equal those of its root-to-node path run
+as a plain chain, on the fused graph of every architecture that has one and on the PyTorch reference; the KV rows
+of an accepted path, compacted, continue exactly like a plain sequence."""
+
+import numpy as np
+import pytest
+
+from helpers import make_checkpoint
+
+from specrt.compiler.fused_graph import fused_onnx_from_decoder
+from specrt.models.checkpoint import open_checkpoint
+from specrt.runtime.backends.ort.fused_runner import OrtFusedRunner
+from specrt.runtime.tree import ancestor_mask, depths
+
+CAPACITY = 64
+
+
+def random_tree(rng, nodes: int) -> np.ndarray:
+    parents = np.empty(nodes, dtype=np.int64)
+    for i in range(nodes):
+        parents[i] = rng.integers(-1, i) if i else -1
+    return parents
+
+
+def path_of(parents: np.ndarray, row: int) -> list[int]:
+    """Rows root..row (row 0 the root)."""
+    rows = [row]
+    while rows[-1]:
+        rows.append(int(parents[rows[-1] - 1]) + 1)
+    return rows[::-1]
+
+
+@pytest.fixture(scope="module", params=("llama", "qwen3", "gemma3"))
+def fused(request, workdir, tokenizer_path):
+    ckpt = make_checkpoint(workdir / "tree" / request.param, request.param, tokenizer_path, layers=2, seed=3)
+    decoder = open_checkpoint(ckpt).load_decoder()
+    path = fused_onnx_from_decoder(decoder, workdir / "tree" / f"{request.param}.onnx", CAPACITY)
+    return decoder, path
+
+
+def runner_of(decoder, path) -> OrtFusedRunner:
+    return OrtFusedRunner(path, decoder.config, CAPACITY, max_short_tokens=16, threads=1)
+
+
+def check_tree_against_chains(runner, prompt, tokens, parents, tol=1e-4):
+    runner.reset()
+    runner.prefill(prompt)
+    past = runner.length
+    got = runner.forward(tokens, parents).copy()
+    for row in range(tokens.size):
+        rows = path_of(parents, row)
+        runner.truncate(past)
+        chain = runner.forward(tokens[rows])[-1]
+        assert np.abs(got[row] - chain).max() <= tol, (row, rows, np.abs(got[row] - chain).max())
+    runner.truncate(past)
+
+
+def test_fused_tree_logits_equal_each_path_as_a_chain(fused):
+    decoder, path = fused
+    runner = runner_of(decoder, path)
+    assert runner.supports_tree
+    rng = np.random.default_rng(0)
+    v = decoder.config.vocab_size
+    # past lengths on both sides of Gemma 3's window (6), several random trees
+    for past, nodes in ((3, 5), (12, 5), (20, 5), (9, 3)):
+        prompt = rng.integers(0, v, past).astype(np.int64)
+        parents = random_tree(rng, nodes)
+        tokens = rng.integers(0, v, nodes + 1).astype(np.int64)
+        check_tree_against_chains(runner, prompt, tokens, parents)
+
+
+def test_compacted_path_continues_like_a_plain_sequence(fused):
+    decoder, path = fused
+    runner = runner_of(decoder, path)
+    rng = np.random.default_rng(1)
+    v = decoder.config.vocab_size
+    prompt = rng.integers(0, v, 10).astype(np.int64)
+    parents = np.array([-1, -1, 1, 0, 2], dtype=np.int64)  # rows 1, 2 children of the root; 3 <- 2; 4 <- 1; 5 <- 3
+    tokens = rng.integers(0, v, parents.size + 1).astype(np.int64)
+    accepted = path_of(parents, 5)  # rows 0, 2, 3, 5
+    nxt = rng.integers(0, v, 3).astype(np.int64)
+    runner.prefill(prompt)
+    past = runner.length
+    runner.forward(tokens, parents)
+    runner.keep_path(past, accepted[1:])
+    runner.truncate(past + len(accepted))
+    got = runner.forward(nxt).copy()
+    runner.reset()
+    runner.prefill(prompt)
+    runner.forward(tokens[accepted])
+    expected = runner.forward(nxt)
+    assert np.abs(got - expected).max() <= 1e-4
+
+
+def test_default_is_the_chain_and_masks_are_ancestors():
+    parents = np.array([-1, 0, 0, -1, 3])
+    mask = ancestor_mask(parents)
+    assert mask.tolist()[3] == [True, True, False, True, False, False]
+    assert depths(parents).tolist() == [0, 1, 2, 2, 1, 2]
