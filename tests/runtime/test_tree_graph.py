@@ -97,3 +97,28 @@ def test_default_is_the_chain_and_masks_are_ancestors():
     mask = ancestor_mask(parents)
     assert mask.tolist()[3] == [True, True, False, True, False, False]
     assert depths(parents).tolist() == [0, 1, 2, 2, 1, 2]
+
+
+@pytest.fixture(scope="module")
+def portable(target_only_bundle, llama_target):
+    """The session's toy bundle (compiled once): its cleaned portable graph has the tree input."""
+    return open_checkpoint(llama_target).load_decoder(), target_only_bundle / "target" / "model.onnx"
+
+
+@pytest.mark.parametrize("backend", ("ort-portable", "torch"))
+def test_portable_and_torch_tree_logits_equal_each_path_as_a_chain(portable, backend):
+    from specrt.runtime.backends.ort.runner import OrtRunner
+    from specrt.runtime.backends.pytorch.runner import TorchRunner
+
+    decoder, path = portable
+    if backend == "torch":
+        runner = TorchRunner(path, decoder.config, CAPACITY, threads=1)
+    else:
+        runner = OrtRunner(path, decoder.config, CAPACITY, max_short_tokens=16, threads=1)
+    assert runner.supports_tree
+    rng = np.random.default_rng(2)
+    v = decoder.config.vocab_size
+    for past, nodes in ((4, 6), (15, 9), (30, 3)):
+        prompt = rng.integers(0, v, past).astype(np.int64)
+        check_tree_against_chains(runner, prompt, rng.integers(0, v, nodes + 1).astype(np.int64),
+                                  random_tree(rng, nodes))
