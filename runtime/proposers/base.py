@@ -77,6 +77,16 @@ class Proposal:
         else:
             raise ValueError(f"proposal kind must be {POINT_MASS!r} or {SAMPLED!r}, got {self.kind!r}")
 
+    def chain(self) -> "Proposal":
+        """This proposal as a chain: a tree's path of first children (runtime/tree.py), with its probs rows."""
+        if self.parents is None:
+            return self
+        from specrt.runtime.tree import first_chain
+
+        idx = first_chain(self.parents)
+        return dataclasses.replace(self, token_ids=self.token_ids[idx], parents=None,
+                                   probs=self.probs[idx] if self.probs is not None else None)
+
     @classmethod
     def point_mass(cls, token_ids: np.ndarray, calls: int = 0, catch_up_s: float = 0.0,
                    parents: np.ndarray | None = None) -> "Proposal":
