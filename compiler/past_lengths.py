@@ -30,6 +30,12 @@ def has_past_lengths(model) -> bool:
     return any(i.name == PAST_LENGTHS for i in model.graph.input)
 
 
+def graph_has_input(onnx_path: Path, name: str) -> bool:
+    import onnx
+
+    return any(i.name == name for i in onnx.load(str(onnx_path), load_external_data=False).graph.input)
+
+
 def add_past_lengths_default(onnx_path: Path) -> bool:
     """Give the graph's `past_lengths` input its default in place (unless it has it). Returns whether the graph
     has the input at all (False, file untouched: a graph exported without it)."""
