@@ -35,13 +35,12 @@ from specrt.bundle import graph_io
 from specrt.bundle.graph_io import (LM_HEAD_FULL, LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key,
                                     present_value)
 from specrt.compiler.export import ONNX_IR_VERSION, ONNX_OPSET
+from specrt.compiler.graph_builder import GraphBuilder as _GraphBuilder
 from specrt.compiler.onnx_io import save_onnx
 
 MS = "com.microsoft"
 FUSED_FAMILIES = ("llama", "qwen", "gemma3")
 GQA_HEAD_DIM_MULTIPLE = 16  # ONNX Runtime's CPU GroupQueryAttention kernel requires it
-
-
 
 
 def fused_unsupported_reason(c: DecoderConfig) -> str | None:
@@ -71,37 +70,6 @@ def fused_io(c: DecoderConfig, screen: bool = False) -> tuple[list[dict], list[d
         inputs += [{"name": n, "dtype": "float32", "shape": kv} for n in (graph_io.past_key(i), graph_io.past_value(i))]
         outputs += [{"name": n, "dtype": "float32", "shape": kv} for n in (present_key(i), present_value(i))]
     return inputs, outputs
-
-
-class _GraphBuilder:
-    """Collects nodes and initializers; `op` returns the output name(s) of the node it adds."""
-
-    def __init__(self) -> None:
-        self.nodes: list = []
-        self.inits: list = []
-        self._count = 0
-
-    def weight(self, name: str, array: np.ndarray) -> str:
-        from onnx import numpy_helper
-
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array, dtype=np.float32), name))
-        return name
-
-    def const_i64(self, name: str, values: list[int]) -> str:
-        from onnx import numpy_helper
-
-        self.inits.append(numpy_helper.from_array(np.asarray(values, dtype=np.int64), name))
-        return name
-
-    def op(self, op_type: str, inputs: list[str], n_out: int = 1, domain: str = "", name: str | None = None,
-           outputs: list[str] | None = None, **attrs):
-        from onnx import helper
-
-        self._count += 1
-        base = name or f"{op_type}_{self._count}"
-        outs = outputs or [f"{base}/out{j}" for j in range(n_out)]
-        self.nodes.append(helper.make_node(op_type, inputs, outs, name=base, domain=domain or None, **attrs))
-        return outs[0] if n_out == 1 else outs
 
 
 def _t(x: torch.Tensor) -> np.ndarray:
@@ -167,7 +135,7 @@ def _attention(g: _GraphBuilder, x: str, attn, i: int, c: DecoderConfig) -> str:
     cos, sin = rope_cache_names(window is not None)
     extra = {"local_window_size": window} if window is not None else {}
     tree_ins = []
-    if getattr(g, "tree", None) is not None:  # position_ids + attention_bias (compiler/fused_tree.py)
+    if g.tree is not None:  # position_ids + attention_bias (compiler/fused_tree.py)
         tree_ins, extra = g.tree.attention_inputs(window)
     if c.attn_logit_softcapping:
         extra["softcap"] = float(c.attn_logit_softcapping)
