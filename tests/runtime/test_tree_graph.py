@@ -122,3 +122,12 @@ def test_portable_and_torch_tree_logits_equal_each_path_as_a_chain(portable, bac
         prompt = rng.integers(0, v, past).astype(np.int64)
         check_tree_against_chains(runner, prompt, rng.integers(0, v, nodes + 1).astype(np.int64),
                                   random_tree(rng, nodes))
+
+
+def test_two_row_targets_verify_chains_unless_asked(fused, monkeypatch):
+    """A level-4 int4 target (min_rows 2) turns a tree row's ~1e-8 attention rounding into logits off by ~0.5
+    (docs/trees.md): its runner reports no tree support, so the loop verifies first chains; an explicit opt-in."""
+    decoder, path = fused
+    assert not OrtFusedRunner(path, decoder.config, CAPACITY, 16, threads=1, min_rows=2).supports_tree
+    monkeypatch.setenv("SPECRT_TREES_INEXACT", "1")
+    assert OrtFusedRunner(path, decoder.config, CAPACITY, 16, threads=1, min_rows=2).supports_tree
