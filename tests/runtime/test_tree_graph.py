@@ -131,3 +131,22 @@ def test_two_row_targets_verify_chains_unless_asked(fused, monkeypatch):
     assert not OrtFusedRunner(path, decoder.config, CAPACITY, 16, threads=1, min_rows=2).supports_tree
     monkeypatch.setenv("SPECRT_TREES_INEXACT", "1")
     assert OrtFusedRunner(path, decoder.config, CAPACITY, 16, threads=1, min_rows=2).supports_tree
+
+
+@pytest.mark.parametrize("head_major", (False, True))
+def test_compact_moves_only_the_path_rows(head_major):
+    from specrt.runtime.backends.ort.fused_runner import HeadMajorKVCache
+    from specrt.runtime.kv_cache import KVCache
+
+    cache = (HeadMajorKVCache(2, 16, 3, 4) if head_major else
+             KVCache(2, 16, 3, 4, lambda shape: np.zeros(shape, np.float32)))
+    axis = cache.seq_axis
+    for buf in (*cache.keys, *cache.values):
+        np.moveaxis(buf, axis, 0)[:] = np.arange(16, dtype=np.float32)[:, None, None, None]  # row r holds r
+    cache.length = 12
+    cache.compact(6, [6, 8, 11])  # root row 6 stays; rows 8, 11 -> 7, 8
+    for buf in (*cache.keys, *cache.values):
+        rows = np.moveaxis(buf, axis, 0)[:, 0, 0, 0]
+        assert rows.tolist() == [0, 1, 2, 3, 4, 5, 6, 8, 11, 9, 10, 11, 12, 13, 14, 15]
+    with pytest.raises(ValueError, match="cannot move down"):
+        cache.compact(6, [5])
