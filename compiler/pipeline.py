@@ -214,8 +214,8 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
                 shutil.copy2(ck.path / name, tmp / role / name)
         entry = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params, sources[role],
                             past_lengths=has_past_lengths, tree=has_tree)
-        optional = (("logit_start",) if has_logit_start else ()) + ((graph_io.PAST_LENGTHS,) if has_past_lengths else ()) + (
-            (graph_io.TREE_MASK,) if has_tree else ())
+        optional = ((("logit_start",) if has_logit_start else ()) + ((graph_io.PAST_LENGTHS,) if has_past_lengths else ())
+                    + ((graph_io.TREE_MASK,) if has_tree else ()))
         graphs = {"portable": GraphVariant(entry.onnx, entry.onnx_data, optional_inputs=optional)}
         skipped = None
         if ort_graph in ("fused", "both"):

@@ -193,7 +193,8 @@ class Gemma3Decoder(Decoder):
         # transformers rounds sqrt(hidden) to the embedding dtype first (bf16: 25.25 for hidden 640, not 25.30)
         return x * torch.tensor(self.config.hidden_size**0.5, dtype=x.dtype)
 
-    def forward(self, input_ids, position_ids, past_keys, past_values, past_lengths=None, tree_mask=None) -> DecoderOutput:
+    def forward(self, input_ids, position_ids, past_keys, past_values, past_lengths=None,
+                tree_mask=None) -> DecoderOutput:
         # input_ids, position_ids: [B, S]; past_*: L x [B, P, Hkv, D]; past_lengths: [B] (layers.attend) or None
         x = self.embed(input_ids)
         global_rope = self.rotary_global.cos_sin(position_ids)  # (cos, sin): [B, S, 1, D] each

@@ -133,7 +133,8 @@ class GPT2Decoder(Decoder):
     def lm_head_weight(self) -> torch.Tensor:
         return self.lm_head.weight
 
-    def forward(self, input_ids, position_ids, past_keys, past_values, past_lengths=None, tree_mask=None) -> DecoderOutput:
+    def forward(self, input_ids, position_ids, past_keys, past_values, past_lengths=None,
+                tree_mask=None) -> DecoderOutput:
         # past_lengths: [B] valid past rows per sequence (layers.attend) or None
         t = self.transformer
         x = t.wte(input_ids) + t.wpe(position_ids)

@@ -133,7 +133,8 @@ class LlamaDecoder(Decoder):
     def lm_head_weight(self) -> torch.Tensor:
         return self.lm_head.weight
 
-    def forward(self, input_ids, position_ids, past_keys, past_values, past_lengths=None, tree_mask=None) -> DecoderOutput:
+    def forward(self, input_ids, position_ids, past_keys, past_values, past_lengths=None,
+                tree_mask=None) -> DecoderOutput:
         # input_ids, position_ids: [B, S]; past_*: L x [B, P, Hkv, D]; past_lengths: [B] (layers.attend) or None
         x = self.model.embed_tokens(input_ids)
         cos, sin = self.rotary.cos_sin(position_ids)
