@@ -46,12 +46,15 @@ def tree_or_chain(drafts: np.ndarray, probs: np.ndarray | None, parents: np.ndar
     sampled draft model: docs/trees.md)."""
     if parents is None:
         return drafts, probs, None
-    keep = min(k, drafts.size, max(target.tree_max_rows - 1, 1))
+    trees = getattr(target, "supports_tree", False)  # runners that are not `Runner`s (a batch slot) verify chains
+    keep = min(k, drafts.size)
+    if trees and not chain_only:
+        keep = min(keep, max(target.tree_max_rows - 1, 1))
     drafts, parents = drafts[:keep], parents[:keep]
     probs = probs[:keep] if probs is not None else None
     if is_chain(parents):
         return drafts, probs, None
-    if chain_only or not target.supports_tree or target.length == 0:
+    if chain_only or not trees or target.length == 0:
         idx = first_chain(parents)
         return drafts[idx], (probs[idx] if probs is not None else None), None
     return drafts, probs, parents
@@ -128,7 +131,8 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
             kk = verify_ids.size
             tokens[n:n + kk] = verify_ids  # scratch: overwritten by what is actually emitted below
             past = n - 1
-            logits = target.forward(tokens[n - 1:n + kk], parents)  # [kk + 1, V]
+            fed = tokens[n - 1:n + kk]
+            logits = target.forward(fed) if parents is None else target.forward(fed, parents)  # [kk + 1, V]
             stats.target_calls += 1
             observe_verify = getattr(proposer, "observe_verify", None)
             if observe_verify is not None:  # the fed rows and the target's raw rows for them (Token Recycling)

@@ -121,3 +121,22 @@ def test_tree_sampling_degenerate_inputs_give_valid_tokens():
     for _ in range(200):
         _, token = rejection_sample_tree(np.array([2, 3, 4, 6, 0, 0, 0]), STAT_PARENTS, probs, rng)
         assert token in (2, 3, 4, 6)
+
+
+def test_the_loop_keeps_k_nodes_and_falls_back_to_the_first_chain():
+    from types import SimpleNamespace
+
+    from specrt.runtime.loop import tree_or_chain
+
+    tokens, parents = np.arange(10, 16), np.array([-1, -1, 1, 0, 3, 4])  # first chain: drafts 0, 3, 4, 5
+    trees = SimpleNamespace(supports_tree=True, tree_max_rows=1 << 30, length=5)
+    d, p, par = tree_or_chain(tokens, None, parents, 4, trees, chain_only=False)
+    assert d.tolist() == [10, 11, 12, 13] and par.tolist() == [-1, -1, 1, 0]  # the first k nodes: still a tree
+    d, _, par = tree_or_chain(tokens, None, parents, 6, SimpleNamespace(length=5), chain_only=False)  # no trees
+    assert d.tolist() == [10, 13, 14, 15] and par is None
+    probs = np.eye(6)[:, :6]
+    d, p, par = tree_or_chain(tokens, probs, parents, 6, trees, chain_only=True)  # a sampled draft model
+    assert d.tolist() == [10, 13, 14, 15] and p.argmax(-1).tolist() == [0, 3, 4, 5] and par is None
+    windowed = SimpleNamespace(supports_tree=True, tree_max_rows=3, length=5)
+    d, _, par = tree_or_chain(tokens, None, parents, 6, windowed, chain_only=False)
+    assert d.tolist() == [10, 11] and par.tolist() == [-1, -1]  # a tree of 3 rows: the runner's limit
