@@ -20,7 +20,8 @@ parent in `token_ids` or -1 for the root (the pending last committed token), top
 None is a chain. `k` bounds the node count. The loop verifies the whole tree in one target pass where the runner
 supports trees (else the path of first children), and after every verify pass calls
 `proposer.observe_verify(fed_ids [S], logits [S, V], parents [S-1] or None)` when the proposer defines it: the
-pending token + the verified drafts in node order and the target's rows for them (Token Recycling learns from them).
+pending token + the verified drafts in node order and the target's raw rows for them (a view valid until the next
+target call; with a screened greedy LM head, exact only at its candidates), which Token Recycling learns from.
 """
 
 from __future__ import annotations
