@@ -150,3 +150,24 @@ def test_compact_moves_only_the_path_rows(head_major):
         assert rows.tolist() == [0, 1, 2, 3, 4, 5, 6, 8, 11, 9, 10, 11, 12, 13, 14, 15]
     with pytest.raises(ValueError, match="cannot move down"):
         cache.compact(6, [5])
+
+
+def test_torch_decoder_tree_rows_equal_their_paths_across_the_window(fused):
+    """The reference decoders (what the portable graph is exported from) on trees, Gemma 3's window included."""
+    import torch
+
+    decoder, _ = fused
+    c = decoder.config
+    rng = np.random.default_rng(5)
+    parents = np.array([-1, 0, -1, 2, 1], np.int64)
+    past_len, s = 9, parents.size + 1
+    past = [torch.randn(1, past_len, c.num_kv_heads, c.head_dim) for _ in range(2 * c.num_layers)]
+    ids = torch.from_numpy(rng.integers(0, c.vocab_size, s))[None]
+    with torch.no_grad():
+        got = decoder(ids, torch.from_numpy(past_len + depths(parents))[None], past[0::2], past[1::2],
+                      tree_mask=torch.from_numpy(ancestor_mask(parents))).logits[0]
+        for row in range(s):
+            rows = path_of(parents, row)
+            chain = decoder(ids[:, rows], torch.arange(past_len, past_len + len(rows))[None], past[0::2],
+                            past[1::2]).logits[0, -1]
+            assert (got[row] - chain).abs().max() <= 1e-4, row
