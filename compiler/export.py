@@ -32,10 +32,11 @@ class _FlatDecoder(nn.Module):
         self.decoder = decoder
         self.num_layers = decoder.config.num_layers
 
-    def forward(self, input_ids, position_ids, past, past_lengths):
+    def forward(self, input_ids, position_ids, past, past_lengths, tree_mask):
         # input_ids, position_ids: [B, S]; past: tuple of 2L tensors (key, value per layer), each [B, P, Hkv, D];
-        # past_lengths: [B] valid past rows per sequence (compiler/past_lengths.py gives it a default: all P)
-        out = self.decoder(input_ids, position_ids, past[0::2], past[1::2], past_lengths)
+        # past_lengths: [B] valid past rows per sequence (compiler/past_lengths.py gives it a default: all P);
+        # tree_mask: [S, S] bool, a token tree's ancestor mask (docs/trees.md; default [[True]]: the chain)
+        out = self.decoder(input_ids, position_ids, past[0::2], past[1::2], past_lengths, tree_mask)
         flat = [out.logits, out.hidden_states]
         for k, v in zip(out.new_keys, out.new_values):
             flat += [k, v]
@@ -95,14 +96,15 @@ def onnx_from_decoder(decoder: Decoder, path: Path) -> Path:
     s_dim = torch.export.Dim("new_tokens", min=1, max=65536)
     p_dim = torch.export.Dim("past_len", min=0, max=1 << 20)
     dynamic = ({0: b_dim, 1: s_dim}, {0: b_dim, 1: s_dim}, tuple({0: b_dim, 1: p_dim} for _ in range(2 * c.num_layers)),
-               {0: b_dim})
+               {0: b_dim}, {0: s_dim, 1: s_dim})
     # batch 2 in the sample: torch.export specialises a dimension whose sample size is 1
     ids, pos, past = sample_inputs(decoder, new_tokens=3, past_len=5, batch=2)
     lengths = torch.tensor([5, 3], dtype=torch.int64)
-    path = export_module(_FlatDecoder(decoder).eval(), (ids, pos, past, lengths), path,
-                         graph_io.input_names(c.num_layers) + [graph_io.PAST_LENGTHS],
+    tree = torch.tensor([[True, False, False], [True, True, False], [True, False, True]])  # a two-branch tree
+    path = export_module(_FlatDecoder(decoder).eval(), (ids, pos, past, lengths, tree), path,
+                         graph_io.input_names(c.num_layers) + [graph_io.PAST_LENGTHS, graph_io.TREE_MASK],
                          graph_io.output_names(c.num_layers), dynamic, c.architecture)
     from specrt.compiler.past_lengths import add_past_lengths_default
 
-    add_past_lengths_default(path)  # callers that never feed past_lengths get every past row
+    add_past_lengths_default(path)  # callers that never feed past_lengths get every past row, and a chain
     return path

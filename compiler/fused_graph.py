@@ -35,13 +35,12 @@ from specrt.bundle import graph_io
 from specrt.bundle.graph_io import (LM_HEAD_FULL, LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key,
                                     present_value)
 from specrt.compiler.export import ONNX_IR_VERSION, ONNX_OPSET
+from specrt.compiler.graph_builder import GraphBuilder as _GraphBuilder
 from specrt.compiler.onnx_io import save_onnx
 
 MS = "com.microsoft"
 FUSED_FAMILIES = ("llama", "qwen", "gemma3")
 GQA_HEAD_DIM_MULTIPLE = 16  # ONNX Runtime's CPU GroupQueryAttention kernel requires it
-
-
 
 
 def fused_unsupported_reason(c: DecoderConfig) -> str | None:
@@ -71,37 +70,6 @@ def fused_io(c: DecoderConfig, screen: bool = False) -> tuple[list[dict], list[d
         inputs += [{"name": n, "dtype": "float32", "shape": kv} for n in (graph_io.past_key(i), graph_io.past_value(i))]
         outputs += [{"name": n, "dtype": "float32", "shape": kv} for n in (present_key(i), present_value(i))]
     return inputs, outputs
-
-
-class _GraphBuilder:
-    """Collects nodes and initializers; `op` returns the output name(s) of the node it adds."""
-
-    def __init__(self) -> None:
-        self.nodes: list = []
-        self.inits: list = []
-        self._count = 0
-
-    def weight(self, name: str, array: np.ndarray) -> str:
-        from onnx import numpy_helper
-
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array, dtype=np.float32), name))
-        return name
-
-    def const_i64(self, name: str, values: list[int]) -> str:
-        from onnx import numpy_helper
-
-        self.inits.append(numpy_helper.from_array(np.asarray(values, dtype=np.int64), name))
-        return name
-
-    def op(self, op_type: str, inputs: list[str], n_out: int = 1, domain: str = "", name: str | None = None,
-           outputs: list[str] | None = None, **attrs):
-        from onnx import helper
-
-        self._count += 1
-        base = name or f"{op_type}_{self._count}"
-        outs = outputs or [f"{base}/out{j}" for j in range(n_out)]
-        self.nodes.append(helper.make_node(op_type, inputs, outs, name=base, domain=domain or None, **attrs))
-        return outs[0] if n_out == 1 else outs
 
 
 def _t(x: torch.Tensor) -> np.ndarray:
@@ -166,11 +134,14 @@ def _attention(g: _GraphBuilder, x: str, attn, i: int, c: DecoderConfig) -> str:
     window = c.layer_window(i)
     cos, sin = rope_cache_names(window is not None)
     extra = {"local_window_size": window} if window is not None else {}
+    tree_ins = []
+    if g.tree is not None:  # position_ids + attention_bias (compiler/fused_tree.py)
+        tree_ins, extra = g.tree.attention_inputs(window)
     if c.attn_logit_softcapping:
         extra["softcap"] = float(c.attn_logit_softcapping)
     out = g.op("GroupQueryAttention",
                qkv_inputs + [graph_io.past_key(i), graph_io.past_value(i), SEQLENS_K, TOTAL_SEQUENCE_LENGTH,
-                             cos, sin],
+                             cos, sin] + tree_ins,
                n_out=3, domain=MS, name=f"{p}.gqa", outputs=[f"{p}/out", present_key(i), present_value(i)],
                num_heads=c.num_heads, kv_num_heads=c.num_kv_heads, scale=attention_scale(c), do_rotary=1,
                **extra)[0]
@@ -223,9 +194,10 @@ def rope_caches(c: DecoderConfig, max_seq_len: int, rope=None) -> tuple[np.ndarr
     return _t(freqs.cos()), _t(freqs.sin())
 
 
-def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False):
+def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False, tree: bool = True):
     """The fused graph as an in-memory onnx.ModelProto (weights as initializers); `screen`: with the screened
-    greedy LM head (compiler/lm_head_screen.py) and its `lm_head_full` input."""
+    greedy LM head (compiler/lm_head_screen.py) and its `lm_head_full` input; `tree`: with the token-tree input
+    (compiler/fused_tree.py)."""
     from onnx import TensorProto, helper
 
     c = decoder.config
@@ -240,6 +212,10 @@ def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False):
         cos, sin = rope_caches(c, max_seq_len, c.local_rope)
         g.weight(rope_cache_names(True)[0], cos)
         g.weight(rope_cache_names(True)[1], sin)
+    if tree:
+        from specrt.compiler.fused_tree import TreeInputs
+
+        g.tree = TreeInputs(g, c)
     body = decoder.model
     embed = g.weight("embed_tokens.weight", _t(body.embed_tokens.weight))
     x = g.op("Gather", [embed, graph_io.INPUT_IDS], name="embed_tokens")
@@ -273,9 +249,15 @@ def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False):
     dtypes = {"int64": TensorProto.INT64, "int32": TensorProto.INT32, "float32": TensorProto.FLOAT,
               "bool": TensorProto.BOOL}
     inputs, outputs = fused_io(c, screen)
+    graph_inputs = [helper.make_tensor_value_info(d["name"], dtypes[d["dtype"]], d["shape"]) for d in inputs]
+    if tree:
+        from specrt.compiler.fused_tree import tree_mask_input
+
+        value, default = tree_mask_input()
+        graph_inputs.append(value)
+        g.inits.append(default)
     graph = helper.make_graph(
-        g.nodes, f"{c.architecture}-fused",
-        [helper.make_tensor_value_info(d["name"], dtypes[d["dtype"]], d["shape"]) for d in inputs],
+        g.nodes, f"{c.architecture}-fused", graph_inputs,
         [helper.make_tensor_value_info(d["name"], dtypes[d["dtype"]], d["shape"]) for d in outputs],
         g.inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET), helper.make_opsetid(MS, 1)],

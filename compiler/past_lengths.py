@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from specrt.bundle import graph_io
-from specrt.bundle.graph_io import ALL_ROWS, PAST_LENGTHS
+from specrt.bundle.graph_io import ALL_ROWS, PAST_LENGTHS, TREE_MASK
 from specrt.compiler.onnx_io import save_onnx
 from specrt.compiler.validate import Tolerance, _check_tensor, _Worst, check_logits, validation_session
 
@@ -28,6 +28,12 @@ from specrt.compiler.validate import Tolerance, _check_tensor, _Worst, check_log
 def has_past_lengths(model) -> bool:
     """True when the ONNX model (a ModelProto) has the `past_lengths` graph input."""
     return any(i.name == PAST_LENGTHS for i in model.graph.input)
+
+
+def graph_has_input(onnx_path: Path, name: str) -> bool:
+    import onnx
+
+    return any(i.name == name for i in onnx.load(str(onnx_path), load_external_data=False).graph.input)
 
 
 def add_past_lengths_default(onnx_path: Path) -> bool:
@@ -43,8 +49,28 @@ def add_past_lengths_default(onnx_path: Path) -> bool:
         return True
     model = onnx.load(str(onnx_path), load_external_data=True)
     model.graph.initializer.append(numpy_helper.from_array(np.array([ALL_ROWS], dtype=np.int64), PAST_LENGTHS))
+    if any(i.name == TREE_MASK for i in model.graph.input):
+        broadcast_tree_mask(model)
     save_onnx(model, onnx_path)
     return True
+
+
+def broadcast_tree_mask(model) -> None:
+    """The exported `tree_mask [S, S]` input becomes a defaulted input of its own dims (default [[True]]: the
+    chain, docs/trees.md), expanded to [S, S] before its first use. The exporter ties its dims to S (and reads S
+    from it), so a [1, 1] feed must never reach those nodes: they read the expanded mask."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    expanded = TREE_MASK + "/expanded"
+    for node in model.graph.node:
+        node.input[:] = [expanded if x == TREE_MASK else x for x in node.input]
+    s, ss = TREE_MASK + "/s", TREE_MASK + "/ss"
+    model.graph.node.insert(0, helper.make_node("Expand", [TREE_MASK, ss], [expanded], name=expanded))
+    model.graph.node.insert(0, helper.make_node("Concat", [s, s], [ss], axis=0, name=ss))
+    model.graph.node.insert(0, helper.make_node("Shape", [graph_io.INPUT_IDS], [s], start=1, end=2, name=s))
+    graph_input = next(i for i in model.graph.input if i.name == TREE_MASK)
+    graph_input.CopyFrom(helper.make_tensor_value_info(TREE_MASK, TensorProto.BOOL, ["tree_rows", "tree_cols"]))
+    model.graph.initializer.append(numpy_helper.from_array(np.ones((1, 1), dtype=np.bool_), TREE_MASK))
 
 
 def graph_without_default(onnx_path: Path, out_path: Path) -> Path:
@@ -57,7 +83,8 @@ def graph_without_default(onnx_path: Path, out_path: Path) -> Path:
     if not any(t.name == PAST_LENGTHS for t in model.graph.initializer):
         return Path(onnx_path)
     model = onnx.load(str(onnx_path), load_external_data=True)
-    model.graph.initializer.remove(next(t for t in model.graph.initializer if t.name == PAST_LENGTHS))
+    for t in [t for t in model.graph.initializer if t.name in (PAST_LENGTHS, TREE_MASK)]:
+        model.graph.initializer.remove(t)  # TensorRT: real inputs (tree_mask: its profiles, bundle/profiles.py)
     return save_onnx(model, out_path)
 
 

@@ -31,7 +31,7 @@ from specrt.bundle.profiles import profiles_for_model
 from specrt.compiler.tokenizer_check import check_same_vocab, load_vocab
 from specrt.compiler.validate import Tolerance, validate_onnx, validation_shapes, window_shapes
 from specrt.compiler.logit_rows import add_logit_start, validate_logit_start
-from specrt.compiler.past_lengths import add_past_lengths_default, validate_past_lengths
+from specrt.compiler.past_lengths import add_past_lengths_default, graph_has_input, validate_past_lengths
 from specrt.compiler.portable_graph import clean_portable_graph
 from specrt.compiler.lean import lean_bundle
 from specrt.compiler.variants import fused_variant
@@ -87,7 +87,7 @@ def chat_template_file(tokenizer_dir: Path) -> str | None:
 
 def model_entry(role: str, ck: Checkpoint, max_seq_len: int, max_draft_tokens: int,
                 validation: dict, num_parameters: int, source: dict[str, Any] | None = None,
-                past_lengths: bool = True) -> ModelEntry:
+                past_lengths: bool = True, tree: bool = False) -> ModelEntry:
     """The manifest entry of one model's portable graph; `past_lengths`: the graph has the batched input
     (compiler/past_lengths.py), recorded in its I/O and profiles."""
     c = ck.config
@@ -102,12 +102,14 @@ def model_entry(role: str, ck: Checkpoint, max_seq_len: int, max_draft_tokens: i
                     for n in (graph_io.new_key(i), graph_io.new_value(i))]
     if past_lengths:
         inputs.append(TensorSpec(graph_io.PAST_LENGTHS, ("B",), "int64"))
+    if tree:  # a token tree's mask (docs/trees.md), default [[True]]
+        inputs.append(TensorSpec(graph_io.TREE_MASK, ("tree_rows", "tree_cols"), "bool"))
     return ModelEntry(
         role=role, architecture=c.architecture, config=f"{role}/config.json", decoder_config=c,
         vocab_size=c.vocab_size, eos_token_ids=tuple(c.eos_token_ids), bos_token_id=c.bos_token_id,
         num_parameters=num_parameters, onnx=f"{role}/model.onnx", onnx_data=f"{role}/model.onnx.data",
         dtype="float32", inputs=tuple(inputs), outputs=tuple(outputs),
-        profiles=profiles_for_model(c, max_seq_len, max_draft_tokens, past_lengths=past_lengths),
+        profiles=profiles_for_model(c, max_seq_len, max_draft_tokens, past_lengths=past_lengths, tree=tree),
         validation=validation,
         source=source or {"format": "hf"},
     )
@@ -198,7 +200,8 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
         clean_portable_graph(onnx_path)
         done()
         has_logit_start = add_logit_start(onnx_path)
-        has_past_lengths = add_past_lengths_default(onnx_path)
+        has_past_lengths = add_past_lengths_default(onnx_path)  # and the tree_mask default
+        has_tree = has_past_lengths and graph_has_input(onnx_path, graph_io.TREE_MASK)
         done = progress(f"validate {role} against PyTorch")
         stats = validate_onnx(decoder, onnx_path, role_shapes, tolerance)
         if has_logit_start:
@@ -210,8 +213,9 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
             if (ck.path / name).exists():
                 shutil.copy2(ck.path / name, tmp / role / name)
         entry = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params, sources[role],
-                            past_lengths=has_past_lengths)
-        optional = (("logit_start",) if has_logit_start else ()) + ((graph_io.PAST_LENGTHS,) if has_past_lengths else ())
+                            past_lengths=has_past_lengths, tree=has_tree)
+        optional = ((("logit_start",) if has_logit_start else ()) + ((graph_io.PAST_LENGTHS,) if has_past_lengths else ())
+                    + ((graph_io.TREE_MASK,) if has_tree else ()))
         graphs = {"portable": GraphVariant(entry.onnx, entry.onnx_data, optional_inputs=optional)}
         skipped = None
         if ort_graph in ("fused", "both"):

@@ -57,3 +57,61 @@ def rejection_sample(draft_token_ids: np.ndarray, draft_probs: np.ndarray | None
             residual = q
         return i, sample(residual, rng)
     return k, sample(target_probs[k], rng)
+
+
+# --- token trees (runtime/tree.py, docs/trees.md) ---------------------------------------------------------------
+# A tree step verified rows 0..k' (row 0 the root, row i + 1 draft i) and gives target_logits / target_probs
+# [k' + 1, V]. Both rules return (path, token): `path` the accepted draft indices, root to leaf (len(path) = number
+# of accepted drafts), `token` the recovered or bonus token drawn at the last accepted row.
+
+
+def greedy_accept_tree(draft_token_ids: np.ndarray, parents: np.ndarray,
+                       target_logits: np.ndarray) -> tuple[list[int], int]:
+    """draft_token_ids [k'], parents [k'], target_logits [k'+1, V] -> (path, recovered or bonus token).
+
+    The longest root path whose every token equals the target's argmax at its parent row (the first matching
+    child, in proposal order, where siblings repeat a token); then argmax at the path's last row."""
+    from specrt.runtime.tree import children
+
+    target_ids = target_logits.argmax(axis=-1).tolist()  # [k'+1]
+    kids, tokens = children(parents), draft_token_ids.tolist()
+    path, row = [], 0
+    while True:
+        nxt = next((c for c in kids[row] if tokens[c - 1] == target_ids[row]), None)
+        if nxt is None:
+            return path, target_ids[row]
+        path.append(nxt - 1)
+        row = nxt
+
+
+def rejection_sample_tree(draft_token_ids: np.ndarray, parents: np.ndarray, target_probs: np.ndarray,
+                          rng: np.random.Generator) -> tuple[list[int], int]:
+    """Point-mass drafts (n-gram, table, greedy heads) on a tree: draft_token_ids [k'], parents [k'],
+    target_probs [k'+1, V] -> (path, token). Lossless multi-candidate rejection (SpecInfer, arXiv 2305.09781,
+    for point-mass drafts): at row r with target distribution q_r, the residual q' starts as q_r; each child c in
+    order is accepted with probability q'(d_c) (= min(1, q'(d_c) / p(d_c)) with p = delta at d_c); on rejection
+    q' <- norm(q' with d_c zeroed). The first accepted child becomes the row and the walk continues; when every
+    child was rejected the recovered token is drawn from q' (a leaf's bonus token from q_r).
+    Sampled (draft-model) trees are not handled here: the loop verifies their first chain (docs/trees.md)."""
+    from specrt.runtime.tree import children
+
+    kids, tokens = children(parents), draft_token_ids.tolist()
+    path, row = [], 0
+    while True:
+        residual = target_probs[row]
+        accepted = None
+        for c in kids[row]:
+            d = tokens[c - 1]
+            total = float(residual.sum())
+            if total > 0 and rng.random() * total < residual[d]:  # u < q'(d) with q' = residual / total
+                accepted = c
+                break
+            if residual is target_probs[row]:
+                residual = residual.copy()
+            residual[d] = 0.0
+        if accepted is None:
+            if residual.sum() <= 0:  # every token of q_r's support was drafted and rejected: probability 0
+                residual = target_probs[row]
+            return path, sample(residual, rng)
+        path.append(accepted - 1)
+        row = accepted

@@ -4,6 +4,8 @@ Layout per layer and for keys and values alike: [1, capacity, kv_heads, head_dim
 the first `length` rows are one contiguous block. A forward pass binds rows [0, length) as the graph's
 `past_*` input and rows [length, length + S) as the place where the graph's `new_*` outputs land.
 The two ranges never overlap. Rolling back rejected draft tokens is `truncate(n)`: an integer store.
+After a token tree's verify pass, `compact(start, rows)` moves the accepted path's rows to consecutive positions
+(O(depth) rows per layer, docs/trees.md).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from specrt.core.errors import InvalidArgument
 
 
 class KVCache:
+    seq_axis = 1  # the position axis of every layer's buffer
+
     def __init__(self, num_layers: int, capacity: int, kv_heads: int, head_dim: int,
                  zeros: Callable[[tuple[int, ...]], Any], element_size: int = 4) -> None:
         shape = (1, capacity, kv_heads, head_dim)
@@ -41,3 +45,21 @@ class KVCache:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot truncate a cache of {self.length} positions to {length}")
         self.length = length
+
+    def compact(self, start: int, rows: list[int]) -> None:
+        """Move cache rows `rows` (ascending, each >= its destination) to rows start, start + 1, ... in every
+        layer's buffer, keys and values: the accepted path of a token tree into consecutive positions. Touches
+        len(rows) rows per layer; rows already in place are skipped. The length is left to `truncate`."""
+        first = next((i for i, r in enumerate(rows) if r != start + i), None)
+        if first is None:
+            return
+        src, dst = list(rows[first:]), slice(start + first, start + len(rows))
+        if any(r < start + first + i for i, r in enumerate(src)):
+            raise ValueError(f"compact: rows {rows} cannot move down to {start}..")
+        if not hasattr(self.keys[0], "ctypes"):  # torch tensors: index with a tensor on their device
+            import torch
+
+            src = torch.tensor(src, device=self.keys[0].device)
+        index = (slice(None),) * self.seq_axis
+        for buf in (*self.keys, *self.values):
+            buf[index + (dst,)] = buf[index + (src,)]  # fancy indexing reads a copy first: overlap is safe

@@ -7,6 +7,9 @@ Invariants, with `tokens[:n]` the committed sequence (prompt + emitted):
 * k is clamped so that even a fully accepted step (k drafts + bonus) stays within max_new_tokens and
   the compiled context, and emitted tokens are cut after the first EOS.
 Per step the loop does O(k * V) work outside the backends, nothing proportional to the context.
+A token tree (`Proposal.parents`, docs/trees.md) is verified in one pass where the target supports trees, accepted
+along its longest agreeing root path, and that path's KV rows are moved to consecutive positions (O(depth) rows per
+layer); elsewhere (constraints, a sampled draft model, a runner without trees) its first chain is verified.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from specrt.runtime.acceptance import greedy_accept, rejection_sample
+from specrt.runtime.acceptance import greedy_accept, greedy_accept_tree, rejection_sample, rejection_sample_tree
 from specrt.runtime.backends.base import Runner
 from specrt.runtime.constrained import MaskWorker, masked_logits, shape_proposal
 from specrt.runtime.constraint import Constraint
@@ -24,6 +27,7 @@ from specrt.runtime.policy import KPolicy
 from specrt.runtime.proposers.base import Proposer
 from specrt.runtime.sampling import SamplingParams, sample, warp
 from specrt.runtime.stats import GenerationStats
+from specrt.runtime.tree import first_chain, is_chain
 
 PREFILL_CHUNK = 256
 
@@ -32,6 +36,28 @@ def pick_token(logits_row: np.ndarray, params: SamplingParams, rng: np.random.Ge
     if params.greedy:
         return int(logits_row.argmax())
     return sample(warp(logits_row[None, :], params)[0], rng)
+
+
+def tree_or_chain(drafts: np.ndarray, probs: np.ndarray | None, parents: np.ndarray | None, k: int,
+                  target: Runner, chain_only: bool) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """(drafts, probs, parents) as verified: at most k nodes (and the runner's tree rows) kept in topological order
+    (a prefix of a tree is a tree); parents None for a chain. The first chain of the tree (the path of first
+    children) where the runner has no tree input, the target has no past yet, or `chain_only` (a constraint, a
+    sampled draft model: docs/trees.md)."""
+    if parents is None:
+        return drafts, probs, None
+    trees = getattr(target, "supports_tree", False)  # runners that are not `Runner`s (a batch slot) verify chains
+    keep = min(k, drafts.size)
+    if trees and not chain_only:
+        keep = min(keep, max(target.tree_max_rows - 1, 1))
+    drafts, parents = drafts[:keep], parents[:keep]
+    probs = probs[:keep] if probs is not None else None
+    if is_chain(parents):
+        return drafts, probs, None
+    if chain_only or not trees or target.length == 0:
+        idx = first_chain(parents)
+        return drafts[idx], (probs[idx] if probs is not None else None), None
+    return drafts, probs, parents
 
 
 def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, prompt_ids: np.ndarray, *,
@@ -83,9 +109,12 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
             k = max(0, min(k, max_draft_tokens, remaining - 1, room - 1))
             t0 = time.perf_counter()
             source, catch_up_s = "", 0.0
+            parents = None  # [k'] a token tree's parents, None for a chain
             if k > 0:
                 proposal = proposer.propose(tokens, n, k)
                 drafts, draft_probs = proposal.token_ids, proposal.probs  # probs: None for a point mass
+                drafts, draft_probs, parents = tree_or_chain(drafts, draft_probs, proposal.parents, k, target,
+                                                             constraint is not None or draft_probs is not None)
                 stats.draft_calls += proposal.calls
                 source, catch_up_s = proposal.source, proposal.catch_up_s
             else:
@@ -101,21 +130,38 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
             t1 = time.perf_counter()
             kk = verify_ids.size
             tokens[n:n + kk] = verify_ids  # scratch: overwritten by what is actually emitted below
-            logits = target.forward(tokens[n - 1:n + kk])  # [kk + 1, V]
+            past = n - 1
+            fed = tokens[n - 1:n + kk]
+            logits = target.forward(fed) if parents is None else target.forward(fed, parents)  # [kk + 1, V]
             stats.target_calls += 1
+            observe_verify = getattr(proposer, "observe_verify", None)
+            if observe_verify is not None:  # the fed rows and the target's raw rows for them (Token Recycling)
+                observe_verify(tokens[n - 1:n + kk].copy(), logits, parents)
             if constraint is not None:
                 logits = masked_logits(logits, pending.result())
                 if drafts.size > kk:  # a refused sampled draft, rejected for sure: a row the rule never reads
                     logits = np.concatenate([logits, logits[-1:]])
-            if params.greedy:
+            hidden = target.hidden_states
+            if parents is not None:  # a tree: the longest accepted root path, its KV rows moved into place
+                if params.greedy:
+                    path, nxt = greedy_accept_tree(drafts, parents, logits)
+                else:
+                    path, nxt = rejection_sample_tree(drafts, parents, warp(logits, params), rng)
+                j, accepted = len(path), drafts[path].tolist()
+                rows = [i + 1 for i in path]
+                target.keep_path(past, rows)
+                hidden = hidden[[0, *rows]] if hidden is not None else None
+            elif params.greedy:
                 j, nxt = greedy_accept(drafts, logits)
+                accepted = drafts[:j].tolist()
             else:
                 q = warp(logits, params)
                 if draft_probs is not None and draft_probs.shape[1] > q.shape[1]:
                     q = np.pad(q, ((0, 0), (0, draft_probs.shape[1] - q.shape[1])))
                 j, nxt = rejection_sample(drafts, draft_probs, q, rng)
+                accepted = drafts[:j].tolist()
             t2 = time.perf_counter()
-            emitted = drafts[:j].tolist() + [nxt]
+            emitted = accepted + [nxt]
             if constraint is not None:
                 constraint.rollback(kk - j)
                 stats.forced_tokens += shaped.forced
@@ -134,8 +180,7 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
             stats.verify_seconds += t2 - t1
             if proposer is not None:
                 # the proposer's own tokens were cut or followed by forced ones: it saw no further than its own
-                proposer.observe(n if own == drafts.size else min(n, n - len(emitted) + own + 1), j,
-                                 target.hidden_states)
+                proposer.observe(n if own == drafts.size else min(n, n - len(emitted) + own + 1), j, hidden)
                 policy.update(k, own, min(j, own), t1 - t0 - catch_up_s, t2 - t1)
                 if on_step is not None:
                     on_step(k, kk, j)

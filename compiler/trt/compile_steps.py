@@ -144,8 +144,11 @@ def batched_entry(entry, max_seq_len: int, max_draft_tokens: int, max_batch: int
 
     if max_batch <= 1:
         return entry
+    from specrt.bundle.graph_io import TREE_MASK
+
+    tree = any(i.name == TREE_MASK for i in entry.inputs)
     return dataclasses.replace(entry, profiles=profiles_for_model(entry.decoder_config, max_seq_len, max_draft_tokens,
-                                                                  max_batch=max_batch, past_lengths=True))
+                                                                  max_batch=max_batch, past_lengths=True, tree=tree))
 
 
 def trt_extra_steps(options: dict[str, Any], max_seq_len: int, max_draft_tokens: int,

@@ -6,6 +6,11 @@ A runner is one compiled model plus its KV cache, for batch size 1:
         appends S positions at the cache's current length and returns the logits of every new position
         (a view valid until the next call). `runner.hidden_states` ([S, hidden]) is the matching final
         hidden state when the runner was created with `want_hidden=True`.
+    runner.forward(token_ids, parents)  # a token tree (runtime/tree.py): parents [S-1] of rows 1.., row 0 the
+        root; row i attends to the past plus its ancestors and itself, at position past + depth. Only where
+        `runner.supports_tree` (a graph with the tree input, docs/trees.md); else InvalidArgument.
+    runner.keep_path(past, rows)  # after a tree pass: cache rows past + r for r in rows move to past + 1, ...
+        (O(len(rows)) rows per layer); the caller truncates after
     runner.prefill(token_ids)   # the same in chunks; returns the last position's logits [V]
     runner.forward_last(token_ids)  # forward, returning only the last position's logits [V]
     runner.truncate(n)          # keep only the first n positions (O(1) rollback of rejected drafts)
@@ -29,6 +34,7 @@ from specrt.bundle.graph_io import pad_rows
 from specrt.core.errors import InvalidArgument
 from specrt.models.config import DecoderConfig
 from specrt.runtime.kv_cache import KVCache
+from specrt.runtime.tree import ancestor_mask, check_parents, depths, is_chain
 
 
 class Runner(abc.ABC):
@@ -42,6 +48,9 @@ class Runner(abc.ABC):
     # int8 kernels round differently, and with every call on the several-row kernel a verify pass and one-token
     # decoding agree.
     min_rows: int = 1
+    # whether `forward` takes a token tree (`parents`): the runner's graph has the tree input (docs/trees.md)
+    supports_tree: bool = False
+    tree_max_rows: int = 1 << 30  # most rows of one tree pass (a windowed fused graph: its window)
 
     @property
     def length(self) -> int:
@@ -64,14 +73,23 @@ class Runner(abc.ABC):
     def truncate(self, length: int) -> None:
         self.cache.truncate(length)
 
-    def forward(self, token_ids: np.ndarray) -> np.ndarray:
-        """token_ids: [S] int64 -> logits [S, V] float32; appends S positions to the cache.
+    def forward(self, token_ids: np.ndarray, parents: np.ndarray | None = None) -> np.ndarray:
+        """token_ids: [S] int64 -> logits [S, V] float32; appends S positions to the cache. `parents` ([S-1]
+        int64, optional): the rows form a token tree (module docstring); a chain's parents run as a chain.
 
         The template every backend shares: check the call in Python (shape, context capacity), run the
         backend's `_forward` with the past length P, then commit the S new rows to the cache.
         """
         past = self._check(token_ids)
         s = token_ids.size
+        if parents is not None and not is_chain(parents):
+            if not self.supports_tree:
+                raise InvalidArgument(f"the {self.name} runner's graph has no tree input (a bundle compiled before "
+                                      "token trees, or a backend without them): verify chains only")
+            check_parents(parents, s - 1)
+            logits = self._forward_tree(token_ids, past, ancestor_mask(parents), past + depths(parents))
+            self.cache.length = past + s
+            return logits
         if s < self.min_rows and past + self.min_rows <= self.capacity:
             # a shorter call runs as min_rows rows (the last token repeated): see `min_rows` above
             logits = self._forward(pad_rows(token_ids, self.min_rows), past)[:s]
@@ -81,6 +99,16 @@ class Runner(abc.ABC):
             logits = self._forward(token_ids, past)
         self.cache.length = past + s
         return logits
+
+    def keep_path(self, past: int, rows: list[int]) -> None:
+        """After a tree pass at past length `past`: keep the cache rows past + r (r in `rows`, ascending) at
+        past + 1, past + 2, ... (the accepted path; row 0, the root, stays). Truncate afterwards."""
+        self.cache.compact(past + 1, [past + r for r in rows])
+
+    def _forward_tree(self, token_ids: np.ndarray, past: int, mask: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """token_ids [S], mask [S, S] bool (ancestor or self), positions [S] (past + depth) -> logits [S, V]; the
+        new rows land at cache rows [past, past + S) as in `_forward`. Runners with `supports_tree` override it."""
+        raise InvalidArgument(f"the {self.name} runner does not verify token trees")
 
     def prefill(self, token_ids: np.ndarray, chunk: int = 256) -> np.ndarray:
         """Feed token_ids in chunks of at most `chunk` (bounded logits memory, within the prefill

@@ -39,6 +39,8 @@ def graph_has_batch_dim(session) -> bool:
 class _RegionCache(KVCache):
     """A KVCache over views of the pool's buffers (no allocation of its own)."""
 
+    seq_axis = 2  # [1, Hkv, capacity, D] like HeadMajorKVCache (KVCache.compact)
+
     def __init__(self, keys: list[np.ndarray], values: list[np.ndarray], capacity: int, row_shape) -> None:
         self.keys, self.values = keys, values  # L x [1, Hkv, capacity, D] views
         self.capacity = capacity

@@ -234,7 +234,7 @@ class Scheduler:
         free = []
         for i, (s, mk) in enumerate(zip(seqs, max_ks)):
             propose = getattr(s.proposer, "free_propose", None) if mk > 0 else None
-            f = propose(s.tokens, s.n, mk) if propose is not None else None
+            f = _chain(propose(s.tokens, s.n, mk)) if propose is not None else None  # batches verify chains
             s.kind = s.proposer.matched if f is not None else (DRAFT_KIND if s.draft is not None else None)
             if f is not None:
                 max_ks[i] = f.token_ids.size
@@ -394,7 +394,7 @@ class Scheduler:
         emitted = 0
         for s, k, f in zip(seqs, plan.ks, free):
             if k > 0:
-                prop = _first(f, k) if f is not None else s.proposer.propose(s.tokens, s.n, k)
+                prop = _first(f, k) if f is not None else _chain(s.proposer.propose(s.tokens, s.n, k))
                 emitted += self._verify(s, k, prop)
             elif not plan.batched:
                 emitted += self._verify(s, 0, None, f)
@@ -420,7 +420,7 @@ class Scheduler:
         for s, k, f in zip(seqs, ks, free):
             prop = None
             if k > 0:
-                prop = _first(f, k) if f is not None else s.proposer.propose(s.tokens, s.n, k)
+                prop = _first(f, k) if f is not None else _chain(s.proposer.propose(s.tokens, s.n, k))
                 s.stats.draft_calls += prop.calls
             drafts = prop.token_ids if prop is not None else np.empty(0, np.int64)
             ids = np.concatenate([s.tokens[s.n - 1:s.n], drafts])
@@ -572,6 +572,11 @@ def _policy_update(s: Sequence, k: int, drafted: int, accepted: int) -> None:
     if s.policy is not None:
         s.policy.update(k, drafted, accepted, 0.0, 0.0)
         s.forced_k = None
+
+
+def _chain(prop):
+    """A token tree's first chain (docs/trees.md: batched passes verify chains), None and chains unchanged."""
+    return prop.chain() if prop is not None else None
 
 
 def _first(prop, k: int):

@@ -14,6 +14,14 @@ or the verify pass), handed over by the loop for proposers that read it (Medusa 
 A `Proposal` states its kind: a **point mass** (n-gram, Medusa top-1, a greedy draft: the acceptance rule
 treats p(d_i) = 1) or **sampled** (a draft model sampling from warped distributions `probs`, which the
 rejection sampler needs for min(1, q/p) and the residual norm(max(q - p, 0))).
+
+A proposal may be a **token tree** (docs/trees.md): `parents [k']` int64, `parents[i]` the index of draft i's
+parent in `token_ids` or -1 for the root (the pending last committed token), topological (`parents[i] < i`);
+None is a chain. `k` bounds the node count. The loop verifies the whole tree in one target pass where the runner
+supports trees (else the path of first children), and after every verify pass calls
+`proposer.observe_verify(fed_ids [S], logits [S, V], parents [S-1] or None)` when the proposer defines it: the
+pending token + the verified drafts in node order and the target's raw rows for them (a view valid until the next
+target call; with a screened greedy LM head, exact only at its candidates), which Token Recycling learns from.
 """
 
 from __future__ import annotations
@@ -54,8 +62,13 @@ class Proposal:
     # draft: speculation off, n-gram branch): a one-off cost that the adaptive policy keeps out of its
     # per-token draft cost (it stays in the timings and stats)
     catch_up_s: float = 0.0
+    parents: np.ndarray | None = None  # [k'] int64 tree parents (runtime/tree.py), None: a chain
 
     def __post_init__(self) -> None:
+        if self.parents is not None:
+            from specrt.runtime.tree import check_parents
+
+            check_parents(self.parents, self.token_ids.size)
         if self.kind == SAMPLED:
             if self.probs is None or self.probs.shape[0] != self.token_ids.size:
                 raise ValueError("a sampled proposal needs probs [k', V] with one row per draft token")
@@ -65,9 +78,20 @@ class Proposal:
         else:
             raise ValueError(f"proposal kind must be {POINT_MASS!r} or {SAMPLED!r}, got {self.kind!r}")
 
+    def chain(self) -> "Proposal":
+        """This proposal as a chain: a tree's path of first children (runtime/tree.py), with its probs rows."""
+        if self.parents is None:
+            return self
+        from specrt.runtime.tree import first_chain
+
+        idx = first_chain(self.parents)
+        return dataclasses.replace(self, token_ids=self.token_ids[idx], parents=None,
+                                   probs=self.probs[idx] if self.probs is not None else None)
+
     @classmethod
-    def point_mass(cls, token_ids: np.ndarray, calls: int = 0, catch_up_s: float = 0.0) -> "Proposal":
-        return cls(token_ids, POINT_MASS, None, calls, catch_up_s=catch_up_s)
+    def point_mass(cls, token_ids: np.ndarray, calls: int = 0, catch_up_s: float = 0.0,
+                   parents: np.ndarray | None = None) -> "Proposal":
+        return cls(token_ids, POINT_MASS, None, calls, catch_up_s=catch_up_s, parents=parents)
 
     @classmethod
     def sampled(cls, token_ids: np.ndarray, probs: np.ndarray, calls: int = 0,

@@ -63,6 +63,12 @@ ALL_ROWS = (1 << 63) - 1  # a past_lengths entry meaning "every past row": the i
 SEQLENS_K = "seqlens_k"  # [1] int32: total length after this call - 1
 TOTAL_SEQUENCE_LENGTH = "total_sequence_length"  # [] int32: total length after this call
 LOGIT_POSITIONS = "logit_positions"  # [R] int64: rows of the S new tokens whose logits are computed
+# [S', S'] bool, default [[True]] (the causal chain): a token tree's ancestor-or-self mask over the S new rows
+# (docs/trees.md); fused and portable graphs compiled with token trees have it
+TREE_MASK = "tree_mask"
+# a windowed fused layer runs GroupQueryAttention with local_window_size = window + this, the exact window in its
+# attention bias (its kernel counts a row's index, not its position); trees up to this many rows
+TREE_WINDOW_SLACK = 64
 LM_HEAD_FULL = "lm_head_full"  # [] bool, fused graphs with a screened LM head: false = rows exact at the argmax only
 
 

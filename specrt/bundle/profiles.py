@@ -39,11 +39,12 @@ def batch_ranges(max_batch: int) -> dict[str, tuple[int, int, int]]:
 
 
 def profiles_for_model(config: Any, max_seq_len: int, max_draft_tokens: int, max_batch: int = 1,
-                       past_lengths: bool = False) -> dict[str, Any]:
+                       past_lengths: bool = False, tree: bool = False) -> dict[str, Any]:
     """Per phase, per input name: {"min": shape, "opt": shape, "max": shape}. `max_batch` > 1: every phase
     takes 1..max_batch sequences; a batched pass binds each slot's whole past block (P = max_seq_len - 1, the
     batch runner's static cache: runtime/backends/batch.py), so verify's P range reaches it too.
-    `past_lengths`: the graph has the `past_lengths [B]` input (compiler/past_lengths.py)."""
+    `past_lengths`: the graph has the `past_lengths [B]` input (compiler/past_lengths.py). `tree`: the graph has the
+    `tree_mask [S', S']` input (docs/trees.md): [1, 1] (the chain) in every call but a tree verify, up to [S, S]."""
     if max_batch < 1:
         raise ValueError(f"max_batch must be >= 1, got {max_batch}")
     out: dict[str, Any] = {}
@@ -62,6 +63,9 @@ def profiles_for_model(config: Any, max_seq_len: int, max_draft_tokens: int, max
                     shapes.setdefault(name, {})[which] = [b, p, *kv]
             if past_lengths:
                 shapes.setdefault(graph_io.PAST_LENGTHS, {})[which] = [b]
+            if tree:
+                t = 1 if phase != "verify" or which == "min" else s
+                shapes.setdefault(graph_io.TREE_MASK, {})[which] = [t, t]
         out[phase] = shapes
     return out
 

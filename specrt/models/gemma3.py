@@ -127,7 +127,7 @@ class Attention(nn.Module):
         self.window = c.layer_window(layer)
         self.scale = (c.query_pre_attn_scalar or c.head_dim) ** -0.5
 
-    def forward(self, x, cos, sin, k_past, v_past, past_lengths=None):
+    def forward(self, x, cos, sin, k_past, v_past, past_lengths=None, tree_mask=None):
         # x: [B, S, hidden]; cos, sin: [B, S, 1, D]; k_past, v_past: [B, P, Hkv, D]; past_lengths: [B] or None
         b, s, _ = x.shape
         c = self.c
@@ -136,7 +136,7 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(b, s, c.num_kv_heads, c.head_dim)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         out = attend(q, k_past, v_past, k, v, self.scale, window=self.window, softcap=c.attn_logit_softcapping,
-                     past_lengths=past_lengths)
+                     past_lengths=past_lengths, tree_mask=tree_mask)
         return self.o_proj(out), k, v
 
 
@@ -150,8 +150,8 @@ class Block(nn.Module):
         self.pre_feedforward_layernorm = GemmaRMSNorm(c.hidden_size, c.norm_eps)
         self.post_feedforward_layernorm = GemmaRMSNorm(c.hidden_size, c.norm_eps)
 
-    def forward(self, x, cos, sin, k_past, v_past, past_lengths=None):
-        attn, k, v = self.self_attn(self.input_layernorm(x), cos, sin, k_past, v_past, past_lengths)
+    def forward(self, x, cos, sin, k_past, v_past, past_lengths=None, tree_mask=None):
+        attn, k, v = self.self_attn(self.input_layernorm(x), cos, sin, k_past, v_past, past_lengths, tree_mask)
         x = x + self.post_attention_layernorm(attn)
         x = x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
         return x, k, v
@@ -193,7 +193,8 @@ class Gemma3Decoder(Decoder):
         # transformers rounds sqrt(hidden) to the embedding dtype first (bf16: 25.25 for hidden 640, not 25.30)
         return x * torch.tensor(self.config.hidden_size**0.5, dtype=x.dtype)
 
-    def forward(self, input_ids, position_ids, past_keys, past_values, past_lengths=None) -> DecoderOutput:
+    def forward(self, input_ids, position_ids, past_keys, past_values, past_lengths=None,
+                tree_mask=None) -> DecoderOutput:
         # input_ids, position_ids: [B, S]; past_*: L x [B, P, Hkv, D]; past_lengths: [B] (layers.attend) or None
         x = self.embed(input_ids)
         global_rope = self.rotary_global.cos_sin(position_ids)  # (cos, sin): [B, S, 1, D] each
@@ -201,7 +202,7 @@ class Gemma3Decoder(Decoder):
         new_keys, new_values = [], []
         for layer, k_past, v_past in zip(self.model.layers, past_keys, past_values):
             cos, sin = local_rope if layer.self_attn.window is not None else global_rope
-            x, k, v = layer(x, cos, sin, k_past, v_past, past_lengths)
+            x, k, v = layer(x, cos, sin, k_past, v_past, past_lengths, tree_mask)
             new_keys.append(k)
             new_values.append(v)
         hidden = self.model.norm(x)

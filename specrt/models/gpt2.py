@@ -57,13 +57,13 @@ class _Attn(nn.Module):
         self.c_proj = Conv1D(c.hidden_size, c.hidden_size)
         self.c = c
 
-    def forward(self, x, k_past, v_past, past_lengths=None):
+    def forward(self, x, k_past, v_past, past_lengths=None, tree_mask=None):
         b, s, _ = x.shape
         c = self.c
         q, k, v = self.c_attn(x).split(c.hidden_size, dim=-1)
         shape = (b, s, c.num_heads, c.head_dim)
         q, k, v = q.reshape(shape), k.reshape(shape), v.reshape(shape)
-        out = attend(q, k_past, v_past, k, v, c.head_dim**-0.5, past_lengths=past_lengths)
+        out = attend(q, k_past, v_past, k, v, c.head_dim**-0.5, past_lengths=past_lengths, tree_mask=tree_mask)
         return self.c_proj(out), k, v
 
 
@@ -86,8 +86,8 @@ class _Block(nn.Module):
         self.ln_2 = nn.LayerNorm(c.hidden_size, eps=c.norm_eps)
         self.mlp = _MLP(c)
 
-    def forward(self, x, k_past, v_past, past_lengths=None):
-        a, k, v = self.attn(self.ln_1(x), k_past, v_past, past_lengths)
+    def forward(self, x, k_past, v_past, past_lengths=None, tree_mask=None):
+        a, k, v = self.attn(self.ln_1(x), k_past, v_past, past_lengths, tree_mask)
         x = x + a
         return x + self.mlp(self.ln_2(x)), k, v
 
@@ -133,13 +133,14 @@ class GPT2Decoder(Decoder):
     def lm_head_weight(self) -> torch.Tensor:
         return self.lm_head.weight
 
-    def forward(self, input_ids, position_ids, past_keys, past_values, past_lengths=None) -> DecoderOutput:
+    def forward(self, input_ids, position_ids, past_keys, past_values, past_lengths=None,
+                tree_mask=None) -> DecoderOutput:
         # past_lengths: [B] valid past rows per sequence (layers.attend) or None
         t = self.transformer
         x = t.wte(input_ids) + t.wpe(position_ids)
         new_keys, new_values = [], []
         for block, k_past, v_past in zip(t.h, past_keys, past_values):
-            x, k, v = block(x, k_past, v_past, past_lengths)
+            x, k, v = block(x, k_past, v_past, past_lengths, tree_mask)
             new_keys.append(k)
             new_values.append(v)
         hidden = t.ln_f(x)

@@ -79,6 +79,7 @@ def attend(
     window: int | None = None,
     softcap: float | None = None,
     past_lengths: torch.Tensor | None = None,  # [B] int64: valid past rows per sequence (None: all P)
+    tree_mask: torch.Tensor | None = None,  # [S, S] bool (or [1, 1]: broadcast), True where row i may see new row j
 ) -> torch.Tensor:  # -> [B, S, Hq * D]
     """Causal attention of S new queries over P past positions plus the S new positions.
 
@@ -90,6 +91,10 @@ def attend(
     `past_lengths` (a batch of sequences of different lengths in one pass, the batched portable graph): sequence
     b's past is rows [0, L_b) of its block; rows [L_b, P) are hidden and its new query i sits at position L_b + i.
     A length >= P means all P rows (the graph's default), so B = 1 without it computes what it always did.
+    `tree_mask` (a token tree verified in one pass, docs/trees.md): new row i sees new row j only where the mask is
+    true (and j <= i): its ancestors and itself. Row i's position offset is then its depth (the mask's row sum - 1),
+    which the window uses; the caller's position_ids carry the same depths. Without it (or [[True]]) the rows
+    form a chain, offset = row.
     """
     b, s, hq, d = q.shape
     hkv = k_new.shape[2]
@@ -102,10 +107,15 @@ def attend(
     if softcap is not None:
         scores_past = torch.tanh(scores_past / softcap) * softcap
         scores_new = torch.tanh(scores_new / softcap) * softcap
-    row = torch.arange(s, device=q.device).repeat(g)[:, None]  # query's index within the new block
-    col = torch.arange(s, device=q.device)[None, :]
+    idx = torch.arange(s, device=q.device)
+    visible = idx[None, :] <= idx[:, None]  # [S, S] causal
+    if tree_mask is not None:
+        visible = visible & tree_mask
+    depth = visible.sum(-1) - 1  # [S]: each new row's position offset (a chain: its index)
+    row = depth.repeat(g)[:, None]  # query's position offset within the new block, [G*S, 1]
+    col = depth[None, :]
     lowest = torch.finfo(scores_new.dtype).min
-    hidden_new = col > row
+    hidden_new = ~visible.repeat(g, 1)  # [G*S, S]
     p_len = scores_past.shape[-1]
     if past_lengths is not None:
         past_col = torch.arange(p_len, device=q.device)[None, :]  # [1, P]: key row (= position)

@@ -62,7 +62,7 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(c.head_dim, c.norm_eps)
         self.c = c
 
-    def forward(self, x, cos, sin, k_past, v_past, past_lengths=None):
+    def forward(self, x, cos, sin, k_past, v_past, past_lengths=None, tree_mask=None):
         # x: [B, S, hidden]; k_past, v_past: [B, P, Hkv, D]; past_lengths: [B] or None
         b, s, _ = x.shape
         c = self.c
@@ -72,7 +72,7 @@ class Attention(nn.Module):
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        out = attend(q, k_past, v_past, k, v, c.head_dim**-0.5, past_lengths=past_lengths)
+        out = attend(q, k_past, v_past, k, v, c.head_dim**-0.5, past_lengths=past_lengths, tree_mask=tree_mask)
         return self.o_proj(out), k, v
 
 
@@ -96,8 +96,8 @@ class Block(nn.Module):
         self.input_layernorm = RMSNorm(c.hidden_size, c.norm_eps)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.norm_eps)
 
-    def forward(self, x, cos, sin, k_past, v_past, past_lengths=None):
-        attn, k, v = self.self_attn(self.input_layernorm(x), cos, sin, k_past, v_past, past_lengths)
+    def forward(self, x, cos, sin, k_past, v_past, past_lengths=None, tree_mask=None):
+        attn, k, v = self.self_attn(self.input_layernorm(x), cos, sin, k_past, v_past, past_lengths, tree_mask)
         x = x + attn
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, k, v
@@ -133,13 +133,14 @@ class LlamaDecoder(Decoder):
     def lm_head_weight(self) -> torch.Tensor:
         return self.lm_head.weight
 
-    def forward(self, input_ids, position_ids, past_keys, past_values, past_lengths=None) -> DecoderOutput:
+    def forward(self, input_ids, position_ids, past_keys, past_values, past_lengths=None,
+                tree_mask=None) -> DecoderOutput:
         # input_ids, position_ids: [B, S]; past_*: L x [B, P, Hkv, D]; past_lengths: [B] (layers.attend) or None
         x = self.model.embed_tokens(input_ids)
         cos, sin = self.rotary.cos_sin(position_ids)
         new_keys, new_values = [], []
         for layer, k_past, v_past in zip(self.model.layers, past_keys, past_values):
-            x, k, v = layer(x, cos, sin, k_past, v_past, past_lengths)
+            x, k, v = layer(x, cos, sin, k_past, v_past, past_lengths, tree_mask)
             new_keys.append(k)
             new_values.append(v)
         hidden = self.model.norm(x)

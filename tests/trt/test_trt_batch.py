@@ -59,9 +59,11 @@ def test_trt_parses_past_lengths_as_a_real_input(bundle, tmp_path):
     assert graph_io.PAST_LENGTHS not in [t.name for t in model.graph.initializer]
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     assert graph_io.PAST_LENGTHS in [i.name for i in session.get_inputs()]  # required now, as for TensorRT
+    assert graph_io.TREE_MASK in [i.name for i in session.get_inputs()]  # so is the tree mask (docs/trees.md)
     c = m.models["target"].decoder_config
     feeds = {graph_io.INPUT_IDS: np.array([[5], [6]], np.int64), graph_io.POSITION_IDS: np.array([[3], [1]], np.int64),
-             graph_io.PAST_LENGTHS: np.array([3, 1], np.int64)}
+             graph_io.PAST_LENGTHS: np.array([3, 1], np.int64),
+             graph_io.TREE_MASK: np.ones((1, 1), np.bool_)}  # the chain, as the TensorRT runners bind it
     for i in range(c.num_layers):
         for name in (graph_io.past_key(i), graph_io.past_value(i)):
             feeds[name] = np.random.default_rng(i).standard_normal((2, 3, c.num_kv_heads, c.head_dim)).astype(np.float32)

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from specrt.bundle import graph_io
-from specrt.bundle.graph_io import (LM_HEAD_FULL, LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key,
-                                    present_value)
+from specrt.bundle.graph_io import (LM_HEAD_FULL, LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, TREE_MASK,
+                                    present_key, present_value)
 from specrt.core.errors import BackendError, BackendUnavailable
 from specrt.models.config import DecoderConfig
 from specrt.runtime.kv_cache import KVCache
@@ -32,6 +32,8 @@ PREFILL_ROWS = 256  # input_ids buffer kept for calls up to this many tokens (th
 
 class HeadMajorKVCache(KVCache):
     """KVCache with the layout GroupQueryAttention reads: [1, Hkv, capacity, D] per layer (keys, values)."""
+
+    seq_axis = 2
 
     def __init__(self, num_layers: int, capacity: int, kv_heads: int, head_dim: int) -> None:
         super().__init__(num_layers, capacity, kv_heads, head_dim,
@@ -84,8 +86,38 @@ class OrtFusedRunner(Runner):
         if has_screen:
             self._full_value = ort.OrtValue.ortvalue_from_numpy(self._full_rows)
             self._binding.bind_ortvalue_input(LM_HEAD_FULL, self._full_value)
+        # token trees (compiler/fused_tree.py): the graph's tree_mask input, an overridable initializer bound as an
+        # OrtValue: the default [[True]] (a chain) for every call but a tree pass, which binds its [S, S] mask
+        # A two-row target (int4 at accuracy level 4) verifies chains: its int8 activation quantization turns the
+        # ~1e-8 rounding difference of a tree row's attention (its masked columns) into logits off by up to ~0.5 on
+        # SmolLM2, so tree output would stop equalling plain decoding (docs/trees.md); SPECRT_TREES_INEXACT=1 opts in
+        overridable = {i.name for i in self.session.get_overridable_initializers()}
+        self.supports_tree = TREE_MASK in overridable and (min_rows == 1 or
+                                                           os.environ.get("SPECRT_TREES_INEXACT") == "1")
+        if self.supports_tree:
+            self._chain_value = ort.OrtValue.ortvalue_from_numpy(np.ones((1, 1), dtype=np.bool_))
+            self._binding.bind_ortvalue_input(TREE_MASK, self._chain_value)
         self._bound: tuple | None = None  # the call shape the token / row / output bindings are set for
         self._run_bound = binding_runner(self.session, self._binding)
+
+    @property
+    def tree_max_rows(self) -> int:
+        """Most rows of a tree pass: a windowed graph's exact window holds for trees of at most min(window,
+        TREE_WINDOW_SLACK) rows (compiler/fused_tree.py)."""
+        from specrt.bundle.graph_io import TREE_WINDOW_SLACK
+
+        windows = [w for w in (self.config.layer_window(i) for i in range(self.config.num_layers)) if w]
+        return min([self.max_short] + [min(w, TREE_WINDOW_SLACK) for w in windows])
+
+    def _forward_tree(self, token_ids: np.ndarray, past: int, mask: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        if token_ids.size > self.tree_max_rows:
+            raise BackendError(f"a tree of {token_ids.size} rows exceeds this graph's {self.tree_max_rows}")
+        self._tree_value = self._ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(mask))
+        self._binding.bind_ortvalue_input(TREE_MASK, self._tree_value)
+        try:
+            return self._forward(token_ids, past)
+        finally:  # back to the chain default for every other call
+            self._binding.bind_ortvalue_input(TREE_MASK, self._chain_value)
 
     def set_argmax_only(self, on: bool) -> None:
         self._full_rows[()] = not (on and self.screened)

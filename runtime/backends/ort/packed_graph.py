@@ -29,6 +29,7 @@ import numpy as np
 
 from specrt.bundle import graph_io
 from specrt.bundle.graph_io import SEQLENS_K, TOTAL_SEQUENCE_LENGTH
+from specrt.runtime.backends.ort.tree_strip import strip_tree
 
 IN_ROWS, OUT_ROWS, SLOT_TAKE = "packed_in_rows", "packed_out_rows", "slot_take"
 SLOT_SEQLENS, SLOT_TOTAL = "slot_seqlens_k", "slot_total"
@@ -45,6 +46,7 @@ def packed_model(fused_path: Path, n_slots: int):
     from onnx import TensorProto, helper, numpy_helper
 
     model = onnx.load(str(fused_path), load_external_data=False)
+    strip_tree(model)  # batched passes verify chains (tree_strip.py)
     g = model.graph
     gqa = [n for n in g.node if n.op_type == "GroupQueryAttention"]
     if not gqa:

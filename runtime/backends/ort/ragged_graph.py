@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from specrt.bundle.graph_io import SEQLENS_K, TOTAL_SEQUENCE_LENGTH
+from specrt.runtime.backends.ort.tree_strip import strip_tree
 
 IN_ROWS, OUT_ROWS = "ragged_in_rows", "ragged_out_rows"
 QUERY_SEQLENS = "ragged_query_seqlens"
@@ -52,6 +53,7 @@ def ragged_model(fused_path: Path):
     from onnx import TensorProto, helper, numpy_helper
 
     model = onnx.load(str(fused_path), load_external_data=False)
+    strip_tree(model)  # batched passes verify chains (tree_strip.py)
     g = model.graph
     gqa = [n for n in g.node if n.op_type == "GroupQueryAttention"]
     if not gqa:

@@ -163,8 +163,14 @@ class OrtRunner(Runner):
                        for i in range(config.num_layers)]
         self.threads = opts.intra_op_num_threads
         # logit_start (compiler/logit_rows.py): defaults to 0 (every row); forward_last feeds S - 1
-        self._has_logit_start = LOGIT_START in {i.name for i in self.session.get_overridable_initializers()}
+        overridable = {i.name for i in self.session.get_overridable_initializers()}
+        self._has_logit_start = LOGIT_START in overridable
         self._output_names = graph_io.output_names(config.num_layers)
+        # token trees (docs/trees.md): a portable graph compiled with the tree_mask input (default: the chain)
+        self.supports_tree = graph_io.TREE_MASK in overridable
+        if self.supports_tree:
+            self._chain_value = ort.OrtValue.ortvalue_from_numpy(np.ones((1, 1), dtype=np.bool_))
+            self._binding.bind_ortvalue_input(graph_io.TREE_MASK, self._chain_value)
 
     def _fast_binders(self, ort):
         """(bind_input, bind_output) taking (name, shape, pointer) for host float32 buffers.
@@ -203,11 +209,19 @@ class OrtRunner(Runner):
         self.hidden_states = hidden[0] if self.want_hidden else None
         return logits[0, -1]
 
-    def _forward(self, token_ids: np.ndarray, p: int) -> np.ndarray:
+    def _forward_tree(self, token_ids: np.ndarray, past: int, mask: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        self._tree_value = self._ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(mask))
+        self._binding.bind_ortvalue_input(graph_io.TREE_MASK, self._tree_value)
+        try:
+            return self._forward(token_ids, past, positions[None, :])
+        finally:  # back to the chain default
+            self._binding.bind_ortvalue_input(graph_io.TREE_MASK, self._chain_value)
+
+    def _forward(self, token_ids: np.ndarray, p: int, positions: np.ndarray | None = None) -> np.ndarray:
         s = token_ids.size
         b = self._binding
         b.bind_cpu_input(graph_io.INPUT_IDS, np.ascontiguousarray(token_ids, dtype=np.int64)[None, :])
-        b.bind_cpu_input(graph_io.POSITION_IDS, self._positions[:, p:p + s])
+        b.bind_cpu_input(graph_io.POSITION_IDS, self._positions[:, p:p + s] if positions is None else positions)
         kv_past, kv_new = [1, p, *self.cache.row_shape], [1, s, *self.cache.row_shape]
         offset = self.cache.row_offset(p)
         for i in range(self.config.num_layers):

@@ -55,6 +55,7 @@ def decoder_from_onnx(onnx_path: Path, config: DecoderConfig) -> Decoder:
 
 class TorchRunner(Runner):
     name = "torch"
+    supports_tree = True  # the decoder's own tree mask (models/layers.attend)
 
     def __init__(self, onnx_path: Path, config: DecoderConfig, capacity: int, device: str = "cpu",
                  threads: int | None = None, want_hidden: bool = False, decoder: Decoder | None = None) -> None:
@@ -69,13 +70,20 @@ class TorchRunner(Runner):
                              lambda shape: torch.zeros(shape, dtype=torch.float32, device=self.device))
         self._positions = torch.arange(capacity, device=self.device)[None, :]
 
+    def _forward_tree(self, token_ids: np.ndarray, past: int, mask: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        return self._forward(token_ids, past, (mask, positions))
+
     @torch.inference_mode()
-    def _forward(self, token_ids: np.ndarray, p: int) -> np.ndarray:
+    def _forward(self, token_ids: np.ndarray, p: int, tree: tuple | None = None) -> np.ndarray:
         s = token_ids.size
         ids = torch.from_numpy(np.ascontiguousarray(token_ids, dtype=np.int64))[None, :].to(self.device)
         c = self.cache
-        out = self.decoder(ids, self._positions[:, p:p + s],
-                           [k[:, :p] for k in c.keys], [v[:, :p] for v in c.values])
+        positions, tree_mask = self._positions[:, p:p + s], None
+        if tree is not None:  # (ancestor mask [S, S], positions [S])
+            tree_mask = torch.from_numpy(tree[0]).to(self.device)
+            positions = torch.from_numpy(tree[1])[None, :].to(self.device)
+        out = self.decoder(ids, positions, [k[:, :p] for k in c.keys], [v[:, :p] for v in c.values],
+                           tree_mask=tree_mask)
         for i in range(self.config.num_layers):
             c.keys[i][:, p:p + s] = out.new_keys[i]
             c.values[i][:, p:p + s] = out.new_values[i]

@@ -53,6 +53,7 @@ class TrtBatchRunner(TrtEngine, BatchRunner):
             self.keys = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(c.num_layers)]
             self.values = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(c.num_layers)]
             self._ids = torch.zeros((0,), dtype=torch.int64, device=self.device)
+            self._chain_mask = torch.ones((1, 1), dtype=torch.bool, device=self.device)  # tree_mask: batches are chains
             self._staged = 0  # elements of B * S the buffers below hold
             self._grow(max_batch)
 
@@ -88,6 +89,8 @@ class TrtBatchRunner(TrtEngine, BatchRunner):
         addresses = {graph_io.INPUT_IDS: self._ids.data_ptr(), graph_io.POSITION_IDS: self._positions.data_ptr(),
                      graph_io.PAST_LENGTHS: self._lengths.data_ptr(), graph_io.LOGITS: self._logits.data_ptr(),
                      graph_io.HIDDEN_STATES: self._hidden.data_ptr()}
+        if self.has_tree:  # batched passes verify chains (docs/trees.md)
+            shapes[graph_io.TREE_MASK], addresses[graph_io.TREE_MASK] = (1, 1), self._chain_mask.data_ptr()
         for i in range(c.num_layers):
             # slots [first, first + B), whole blocks: a contiguous range of each layer's buffer
             shapes[graph_io.past_key(i)] = shapes[graph_io.past_value(i)] = (b, p, *kv)

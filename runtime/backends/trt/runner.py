@@ -100,8 +100,10 @@ class TrtEngine:
         n = self.config.num_layers
         expected = set(graph_io.input_names(n)) | set(graph_io.output_names(n))
         self.has_past_lengths = graph_io.PAST_LENGTHS in names  # engines built from the batched portable graph
-        if names - {graph_io.PAST_LENGTHS} != expected:
-            raise BundleError(f"engine {role} has I/O {sorted((names - {graph_io.PAST_LENGTHS}) ^ expected)} that "
+        self.has_tree = graph_io.TREE_MASK in names  # engines built from a portable graph with token trees
+        optional = {graph_io.PAST_LENGTHS, graph_io.TREE_MASK}
+        if names - optional != expected:
+            raise BundleError(f"engine {role} has I/O {sorted((names - optional) ^ expected)} that "
                               "differ from the graph I/O naming scheme: recompile with --engines trt")
 
     def _create_contexts(self, trt, phases: list[str]) -> dict[str, Any]:
@@ -160,13 +162,20 @@ class TrtRunner(TrtEngine, Runner):
             self._ids_host = torch.empty((max_s,), dtype=torch.int64).pin_memory()  # [S_max]
             self._logits_host = torch.empty((max_s, c.vocab_size), dtype=torch.float32).pin_memory()  # [S_max, V]
             self._hidden_host = torch.empty((max_s, c.hidden_size), dtype=torch.float32)  # [S_max, hidden]
+            # token trees (docs/trees.md): [1, 1] true (the chain) for every call but a tree verify, which binds
+            # its [S, S] mask and its positions (past + depth)
+            self.supports_tree = getattr(self, "has_tree", False)
+            self._chain_mask = torch.ones((1, 1), dtype=torch.bool, device=self.device)
+            self._tree_mask = torch.zeros((max_s * max_s,), dtype=torch.bool, device=self.device)
+            self._tree_positions = torch.zeros((1, max_s), dtype=torch.int64, device=self.device)
 
-    def _bind(self, ctx, phase: str, s: int, p: int) -> None:
+    def _bind(self, ctx, phase: str, s: int, p: int, tree: bool = False) -> None:
         c = self.config
         where = f"phase {phase}, S={s}, P={p}"
         shapes = {graph_io.INPUT_IDS: (1, s), graph_io.POSITION_IDS: (1, s)}
+        positions = self._tree_positions.data_ptr() if tree else self._positions.data_ptr() + 8 * p
         addresses = {graph_io.INPUT_IDS: self._ids.data_ptr(),
-                     graph_io.POSITION_IDS: self._positions.data_ptr() + 8 * p,
+                     graph_io.POSITION_IDS: positions,
                      graph_io.LOGITS: self._logits.data_ptr(), graph_io.HIDDEN_STATES: self._hidden.data_ptr()}
         for i in range(c.num_layers):
             k, v = self.cache.keys[i].data_ptr(), self.cache.values[i].data_ptr()
@@ -177,9 +186,19 @@ class TrtRunner(TrtEngine, Runner):
         if self.has_past_lengths:
             shapes[graph_io.PAST_LENGTHS] = (1,)
             addresses[graph_io.PAST_LENGTHS] = self._all_rows.data_ptr()
+        if self.supports_tree:
+            shapes[graph_io.TREE_MASK] = (s, s) if tree else (1, 1)
+            addresses[graph_io.TREE_MASK] = (self._tree_mask if tree else self._chain_mask).data_ptr()
         self._set_io(ctx, shapes, addresses, where)
 
-    def _forward(self, token_ids: np.ndarray, p: int) -> np.ndarray:
+    def _forward_tree(self, token_ids: np.ndarray, past: int, mask: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        s, torch = token_ids.size, self._torch
+        with torch.cuda.device(self.device):
+            self._tree_mask[:s * s].copy_(torch.from_numpy(np.ascontiguousarray(mask).reshape(-1)))
+            self._tree_positions[0, :s].copy_(torch.from_numpy(positions))
+        return self._forward(token_ids, past, tree=True)
+
+    def _forward(self, token_ids: np.ndarray, p: int, tree: bool = False) -> np.ndarray:
         s = token_ids.size
         try:
             phase = phase_in_profiles(self.profiles, s, p)
@@ -190,7 +209,7 @@ class TrtRunner(TrtEngine, Runner):
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
             self._ids_host[:s] = torch.from_numpy(np.ascontiguousarray(token_ids, dtype=np.int64))
             self._ids[0, :s].copy_(self._ids_host[:s], non_blocking=True)
-            self._bind(ctx, phase, s, p)
+            self._bind(ctx, phase, s, p, tree)
             check_call(ctx.execute_async_v3(self.stream.cuda_stream), "execute_async_v3",
                        f"phase {phase}, S={s}, P={p}: {' | '.join(self._log[-3:])}")
             self._logits_host[:s].copy_(self._logits[0, :s], non_blocking=True)  # the one copy to the host
