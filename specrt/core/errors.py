@@ -58,6 +58,10 @@ class MissingDependency(SpecrtError):
     exit_code = 2
 
 
+class EngineClosed(SpecrtError, RuntimeError):
+    """A BatchEngine was closed: the requests it still held end with this error, later calls raise it at once."""
+
+
 class GeneratorBusy(SpecrtError):
     """Another thread's stream holds the Generator and has not been read for too long (it was abandoned)."""
 
