@@ -161,6 +161,34 @@ def measure_packed(pool, max_rows: int, min_rows: int) -> tuple[list[list[float]
     return grid, bs, rs
 
 
+# What starting a BatchEngine costs, in one-token steps of the target (SmolLM2 fp32 on 2 shared cores, max_batch 2 / 8:
+# measuring the cost table 160 / 280 steps; with the table cached, creating the packed graph's session 15 steps)
+STARTUP_STEPS_CACHED = 15
+STARTUP_STEPS_MEASURE = 120
+STARTUP_STEPS_PER_SLOT = 20
+
+
+def is_cached(gen, max_batch: int, packed: bool) -> bool:
+    """Whether the fused pool's cost table for this graph, device and size is cached (False for batch runners:
+    their key needs the runner, created with the engine)."""
+    from specrt.runtime.backends.ort.fused_runner import OrtFusedRunner
+
+    if not isinstance(gen.target, OrtFusedRunner) or os.environ.get("SPECRT_REMEASURE") == "1":
+        return False
+    try:
+        data = json.loads(cache_path(gen, max_batch).read_text())
+        return len(data["batch"]) == max_batch and bool(data["rows"]) and bool(data.get("packed")) == packed
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def startup_steps(gen, max_batch: int, packed: bool = True) -> int:
+    """What creating a BatchEngine of `max_batch` slots costs now, in one-token target steps (see above)."""
+    if is_cached(gen, max_batch, packed):
+        return STARTUP_STEPS_CACHED
+    return STARTUP_STEPS_MEASURE + STARTUP_STEPS_PER_SLOT * max_batch
+
+
 def cost_table(gen, pool, max_batch: int, packed: bool = False) -> CostTable:
     """The cached table for this graph and device, else measured now and cached (a failed write is ignored)."""
     from specrt.runtime.batch.slots import SlotPool
