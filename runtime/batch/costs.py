@@ -161,9 +161,10 @@ def measure_packed(pool, max_rows: int, min_rows: int) -> tuple[list[list[float]
     return grid, bs, rs
 
 
-# What starting a BatchEngine costs, in one-token steps of the target (SmolLM2 fp32 on 2 shared cores, max_batch 2 / 8:
-# measuring the cost table 160 / 280 steps; with the table cached, creating the packed graph's session 15 steps)
-STARTUP_STEPS_CACHED = 15
+# What starting a BatchEngine costs: creating the packed graph's session (`import onnx` and the graph rewrite: 2.3-2.7 s
+# for SmolLM2 fp32 and for the toy test bundles alike on 2 shared cores), and on first use measuring the cost table,
+# in one-token target steps (SmolLM2 fp32, max_batch 2 / 8: 160 / 280 steps)
+PACKED_START_S = 2.5
 STARTUP_STEPS_MEASURE = 120
 STARTUP_STEPS_PER_SLOT = 20
 
@@ -182,11 +183,20 @@ def is_cached(gen, max_batch: int, packed: bool) -> bool:
         return False
 
 
-def startup_steps(gen, max_batch: int, packed: bool = True) -> int:
-    """What creating a BatchEngine of `max_batch` slots costs now, in one-token target steps (see above)."""
-    if is_cached(gen, max_batch, packed):
-        return STARTUP_STEPS_CACHED
-    return STARTUP_STEPS_MEASURE + STARTUP_STEPS_PER_SLOT * max_batch
+def startup_seconds(gen, max_batch: int, packed: bool = True) -> float:
+    """What creating a BatchEngine of `max_batch` slots costs now (see above), from the Generator's one-token step
+    time (timed at load)."""
+    seconds = PACKED_START_S if packed and max_batch > 1 else 0.0
+    if not is_cached(gen, max_batch, packed):
+        seconds += (STARTUP_STEPS_MEASURE + STARTUP_STEPS_PER_SLOT * max_batch) * step_seconds(gen)
+    return seconds
+
+
+def step_seconds(gen) -> float:
+    """Seconds of one one-token target step (the Generator's load-time timing; timed now when it was skipped)."""
+    if gen._load_costs is None:
+        gen.warmup()
+    return float(gen._load_costs[0][0] or 0.0)
 
 
 def cost_table(gen, pool, max_batch: int, packed: bool = False) -> CostTable:

@@ -117,16 +117,16 @@ BATCH_SAVING = 0.5  # the share of (1 - 1/b) of the one-at-a-time time that b re
 
 
 def batching_pays(gen, prompts: int, max_new_tokens: int, max_batch: int) -> bool:
-    """Whether decoding `prompts` prompts `max_batch` at a time saves more than starting the batch engine costs
-    (its cost table measured on first use, its packed session), all in one-token target steps
-    (runtime/batch/costs.py `startup_steps`): 2 prompts x 16 tokens took 5.2 s batched against 3.0 s one at a time."""
+    """Whether decoding `prompts` prompts `max_batch` at a time saves more time than starting the batch engine
+    costs (its packed session; its cost table, measured on first use: runtime/batch/costs.py `startup_seconds`).
+    2 prompts x 16 tokens took 5.2 s batched against 3.0 s one at a time."""
     import os
 
-    from specrt.runtime.batch.costs import startup_steps
+    from specrt.runtime.batch.costs import startup_seconds, step_seconds
 
     packed = os.environ.get("SPECRT_PACKED", "1") != "0"
-    saved = BATCH_SAVING * (1 - 1 / max_batch) * prompts * max_new_tokens
-    return saved > startup_steps(gen, max_batch, packed)
+    saved = BATCH_SAVING * (1 - 1 / max_batch) * prompts * max_new_tokens * step_seconds(gen)
+    return saved > startup_seconds(gen, max_batch, packed)
 
 
 def result_line(i: int, res) -> str:
