@@ -20,7 +20,7 @@ from collections.abc import Mapping, Set as AbstractSet
 from typing import Any, Iterator, Sequence as Seq
 
 from specrt.core.errors import EngineClosed, InvalidArgument
-from specrt.core.tokenizer import TextStage, text_pieces
+from specrt.core.tokenizer import TextStage
 from specrt.runtime.batch.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
 from specrt.runtime.batch.sequence import Sequence
 from specrt.runtime.request import GenerationRequest
@@ -77,10 +77,10 @@ class BatchEngine:
         finally:  # closed (or the thread failed): nobody waits forever on a request it held
             self._end_all(EngineClosed("the BatchEngine was closed before this request finished"))
 
-    def _end_all(self, exc: BaseException) -> None:
+    def _end_all(self, exc: BaseException, inbox: bool = True) -> None:
         sched = self.scheduler
         held = list(sched.running) + list(sched.prefilling) + list(sched.waiting)
-        while True:
+        while inbox:
             try:
                 held += self._inbox.get_nowait()
             except queue.Empty:
@@ -107,10 +107,7 @@ class BatchEngine:
                 sched.step()
             except BaseException as exc:  # noqa: BLE001 - a failed step ends every request in it with the error
                 self._error = exc
-                for s in list(sched.running) + list(sched.prefilling) + list(sched.waiting):
-                    s.emit(exc, s)
-                sched.running, sched.prefilling = [], []
-                sched.waiting.clear()
+                self._end_all(exc, inbox=False)
                 sched.targets.used = 0
                 if sched.drafts is not None:
                     sched.drafts.used = 0
@@ -237,9 +234,21 @@ class BatchEngine:
             out.append(GenerationResult(text, ids, seq.prompt_ids.tolist(), seq.stats, seq.stats.finish_reason))
         return out
 
-    def stream(self, prompt, max_new_tokens: int | None = None, **options: Any) -> Iterator[str]:
-        return text_pieces(self.gen.tokenizer, (ids for ids, _ in self.stream_tokens(prompt, max_new_tokens,
-                                                                                    **options)))
+    def stream(self, prompt, max_new_tokens: int | None = None, *, request: GenerationRequest | None = None,
+               **options: Any) -> Iterator[str]:
+        """Like `Generator.stream`: text pieces, cut before the first stop string."""
+        req = self.gen.request("stream", max_new_tokens, request, **options)
+        stage = TextStage(self.gen.tokenizer, req.stop)
+        with contextlib.closing(self.stream_tokens(prompt, request=req)) as steps:
+            for ids, _ in steps:
+                piece = stage.push(ids)
+                if piece:
+                    yield piece
+                if stage.stopped:
+                    return
+        tail = stage.finish()
+        if tail:
+            yield tail
 
 
 class _StopWatch:

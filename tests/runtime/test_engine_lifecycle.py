@@ -127,3 +127,12 @@ def test_engine_stream_tokens_ends_at_a_stop_string(gen):
         engine.close()
     assert stats.finish_reason == "stop" and stop in gen.tokenizer.decode(ids)
     assert ids == plain.token_ids[:len(ids)] and len(ids) < len(plain.token_ids)
+
+
+def test_engine_stream_cuts_at_a_stop_string(gen):
+    plain = gen.generate("import os\nimport sys\n", 24, method="none")
+    i = len(plain.text) * 2 // 3
+    stop = plain.text[i:i + 2]
+    with gen.engine(max_batch=2) as engine:
+        text = "".join(engine.stream("import os\nimport sys\n", 24, method="none", stop=stop))
+    assert text == plain.text[:plain.text.find(stop)]
