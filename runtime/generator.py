@@ -180,7 +180,9 @@ class Generator:
     def engine(self, max_batch: int = 8):
         """A continuous-batching engine on this generator's weights: several requests decode together
         (`generate_batch([...])`, `stream_tokens(...)` from any thread; runtime/batch/engine.py, docs/batching.md).
-        Close it when done; this Generator stays usable for single calls meanwhile (its own KV cache)."""
+        Close it when done (requests it still holds then end with EngineClosed); this Generator stays usable for
+        single calls meanwhile (its own KV cache). `max_batch` slots' KV cache must fit in the memory available
+        (InvalidArgument with the numbers otherwise, before anything is allocated: runtime/batch/memory.py)."""
         from specrt.runtime.batch.engine import BatchEngine
 
         return BatchEngine(self, max_batch=max_batch)

@@ -63,6 +63,7 @@ class EngineClosed(SpecrtError, RuntimeError):
 
 
 class GeneratorBusy(SpecrtError):
-    """Another thread's stream holds the Generator and has not been read for too long (it was abandoned)."""
+    """Kept for callers that catch it; no longer raised: a stream nobody reads no longer holds the Generator
+    (runtime/exclusive.py)."""
 
     exit_code = 1
