@@ -52,6 +52,8 @@ def prompt_ids(prompt, tokenizer, bos_id: int | None, vocab_size: int, max_seq_l
         raise InvalidArgument("prompt must be a str or a sequence of token ids, got bytes: decode it first "
                               "(e.g. prompt.decode('utf-8'))")
     if isinstance(prompt, str):
+        if not prompt:  # a tokenizer that adds BOS would turn "" into [BOS]: the server refuses "", so does this
+            raise InvalidArgument("empty prompt: give at least one character or token id")
         ids = tokenizer.encode(check_text(prompt, "prompt"))
     else:
         if not hasattr(prompt, "__iter__"):
@@ -62,10 +64,8 @@ def prompt_ids(prompt, tokenizer, bos_id: int | None, vocab_size: int, max_seq_l
         if any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) for t in prompt):
             raise InvalidArgument("a token-id prompt must hold integers only")
         ids = [int(t) for t in prompt]
-    if not ids:
-        if bos_id is None:
-            raise InvalidArgument("empty prompt, and the model has no BOS token to start from")
-        ids = [int(bos_id)]
+    if not ids:  # refused everywhere (Python API, batch engine, --prompts-file, server), as vLLM refuses it
+        raise InvalidArgument("empty prompt: give at least one character or token id")
     bad = [t for t in ids if not 0 <= t < vocab_size]
     if bad:
         raise InvalidArgument(f"token id {bad[0]} is outside the vocabulary [0, {vocab_size})")

@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from specrt.bundle.manifest import Manifest, read_manifest, verify_files
-from specrt.core.errors import GeneratorBusy, InvalidArgument
-from specrt.core.tokenizer import Tokenizer, text_pieces
+from specrt.core.errors import InvalidArgument
+from specrt.core.tokenizer import TextStage, Tokenizer
 from specrt.runtime import backends
 from specrt.runtime.arguments import check_threads, prompt_ids
+from specrt.runtime.exclusive import GenerationLock, Steps
 from specrt.runtime.loop import decode
 from specrt.runtime.policy import AdaptiveK, CountOnlyAdaptiveK, FixedK, KPolicy, model_draft_cost
 from specrt.runtime.proposers.base import Proposer
@@ -38,7 +39,6 @@ from specrt.runtime.warmup import warm_up
 
 HOOKS = ("proposer", "policy", "on_step")  # call options that are objects, not request fields
 SMALL_DRAFT_PARAMETERS = 50_000_000
-STREAM_IDLE_S = 30.0  # seconds an unread stream may hold the Generator before waiters get GeneratorBusy
 
 
 @dataclasses.dataclass
@@ -150,10 +150,7 @@ class Generator:
         self._load_costs = None  # (verify seconds per k, draft seconds), from warmup()
         if warmup:
             self.warmup()
-        self._lock = threading.Lock()  # one generation at a time per Generator (runners hold state)
-        self._owner: int | None = None  # thread id holding the lock (see _exclusive)
-        self._suspended_at: float | None = None  # when the holding stream last yielded and was not resumed
-        self.stream_idle_s = STREAM_IDLE_S  # how long another thread waits on a stream nobody reads
+        self._lock = GenerationLock()  # one generation at a time per Generator (runners hold state; exclusive.py)
 
     def warmup(self) -> None:
         """Run and time every verify shape (see warmup.py): first-use costs stay out of later timings, and
@@ -183,7 +180,9 @@ class Generator:
     def engine(self, max_batch: int = 8):
         """A continuous-batching engine on this generator's weights: several requests decode together
         (`generate_batch([...])`, `stream_tokens(...)` from any thread; runtime/batch/engine.py, docs/batching.md).
-        Close it when done; this Generator stays usable for single calls meanwhile (its own KV cache)."""
+        Close it when done (requests it still holds then end with EngineClosed); this Generator stays usable for
+        single calls meanwhile (its own KV cache). `max_batch` slots' KV cache must fit in the memory available
+        (InvalidArgument with the numbers otherwise, before anything is allocated: runtime/batch/memory.py)."""
         from specrt.runtime.batch.engine import BatchEngine
 
         return BatchEngine(self, max_batch=max_batch)
@@ -220,7 +219,8 @@ class Generator:
                             hybrid-head = n-gram, else the draft head)
           num_speculative_tokens   k, an int in [0, max_draft_tokens] or "auto" (adaptive; the default)
           ngram_min, ngram_max     n-gram match lengths for methods "ngram" (default 1, 3) and "hybrid" (2, 3)
-          stop              stop strings (used by the scheduler and the server; here the text is not cut)
+          stop              stop strings: the text is cut before the first one, the generation ends with the step
+                            that reached it (finish_reason "stop"; token_ids hold that step's tokens)
           strict            refuse a prompt + max_new_tokens beyond the context (default: stop at it)
         Hooks (keyword options, not request fields):
           proposer          a Proposer object to draft with instead of `method`'s (e.g. a custom one)
@@ -232,51 +232,68 @@ class Generator:
                             pass as the drafts (default True; output is the same either way)
         Returns a GenerationResult (text, new token ids, stats, finish_reason "stop" or "length").
         """
+        steps, stops = self._iterate("generate", prompt, max_new_tokens, request, options)
+        stage = TextStage(self.tokenizer, stops) if stops else None
         ids: list[int] = []
-        stats = None
-        prompt_ids = None
-        for chunk, prompt_ids, stats in self._iterate("generate", prompt, max_new_tokens, request, options):
-            ids.extend(chunk)
-        return GenerationResult(self.tokenizer.decode(ids), ids, prompt_ids, stats, stats.finish_reason)
+        parts: list[str] = []
+        with contextlib.closing(steps):
+            for chunk, prompt_ids, stats in steps:
+                ids.extend(chunk)
+                if stage is not None:
+                    parts.append(stage.push(chunk))
+                    if stage.stopped:  # the generation ends with this step (no tokens after it)
+                        break
+        if stage is None:
+            text = self.tokenizer.decode(ids)
+        else:
+            text = "".join(parts) + stage.finish()
+            if stage.stopped:
+                stats.finish_reason = "stop"
+        return GenerationResult(text, ids, prompt_ids, stats, stats.finish_reason)
 
     def stream(self, prompt: str | Sequence[int], max_new_tokens: int | None = None, *,
                request: GenerationRequest | None = None, **options: Any) -> Iterator[str]:
-        """Yield text pieces as tokens are accepted (incremental detokenization); options as `generate`."""
-        with contextlib.closing(self._iterate("stream", prompt, max_new_tokens, request, options)) as steps:
-            yield from text_pieces(self.tokenizer, (chunk for chunk, _, _ in steps))
+        """Yield text pieces as tokens are accepted (incremental detokenization, cut before a stop string);
+        options as `generate`. A stream left half-read does not block other calls (runtime/exclusive.py)."""
+        steps, stops = self._iterate("stream", prompt, max_new_tokens, request, options)
+        stage = TextStage(self.tokenizer, stops)
+        with contextlib.closing(steps):
+            for chunk, _, stats in steps:
+                piece = stage.push(chunk)
+                if stage.stopped:
+                    stats.finish_reason = "stop"
+                if piece:
+                    yield piece
+                if stage.stopped:
+                    return
+            tail = stage.finish()
+            if stage.stopped:
+                stats.finish_reason = "stop"
+            if tail:
+                yield tail
 
     def stream_tokens(self, prompt: str | Sequence[int], max_new_tokens: int | None = None, *,
                       request: GenerationRequest | None = None, **options: Any):
         """Yield (new token ids, stats) per step; the stats object is complete after the last step.
-        Options as `generate`."""
-        with contextlib.closing(self._iterate("stream_tokens", prompt, max_new_tokens, request, options)) as steps:
+        Options as `generate`; with stop strings the generation ends with the step whose text reaches one
+        (finish_reason "stop"; the ids are not cut: a caller that wants the cut text runs a `TextStage`)."""
+        steps, stops = self._iterate("stream_tokens", prompt, max_new_tokens, request, options)
+        stage = TextStage(self.tokenizer, stops) if stops else None
+        with contextlib.closing(steps):
             for chunk, _, stats in steps:
+                if stage is not None:
+                    stage.push(chunk)
+                    if stage.stopped:
+                        stats.finish_reason = "stop"
                 yield chunk, stats
+                if stage is not None and stage.stopped:
+                    return
+            if stage is not None:
+                stage.finish()
+                if stage.stopped:
+                    stats.finish_reason = "stop"
 
     # ----------------------------------------------------------------------------------- internals
-    @contextlib.contextmanager
-    def _exclusive(self):
-        """One generation at a time. Another thread waits while the holder generates; a stream that is left
-        unread for `stream_idle_s` makes waiters fail with GeneratorBusy instead of blocking forever; the
-        thread that holds an open stream gets an error instead of a deadlock. Closing or dropping the stream
-        releases it."""
-        me = threading.get_ident()
-        if self._owner == me:
-            raise InvalidArgument("this Generator is busy with an unfinished stream() in the same thread: "
-                                  "consume it or call its close() first")
-        while not self._lock.acquire(timeout=0.05):
-            since = self._suspended_at
-            if since is not None and time.monotonic() - since > self.stream_idle_s:
-                raise GeneratorBusy(f"this Generator is held by a stream() in another thread that has not been read "
-                                    f"for {time.monotonic() - since:.0f} s: read it to the end or close() it")
-        try:
-            self._owner = me
-            yield
-        finally:
-            self._owner = None
-            self._suspended_at = None
-            self._lock.release()
-
     def encode_prompt(self, prompt: str | Sequence[int]) -> np.ndarray:
         """Token ids [N] of `prompt` (text or ids), checked against the vocabulary and the context length."""
         return prompt_ids(prompt, self.tokenizer, self.bos_id, self.vocab_size, self.max_seq_len)
@@ -387,13 +404,16 @@ class Generator:
         max_new_tokens = request.max_new_tokens
         self.check_room(prompt_ids, request)
         state = self.compile_constraint(request.constraint) if request.constraint is not None else None
-        return self._run(prompt_ids, max_new_tokens, request.sampling, method, k, request.ngram_sizes, proposer,
-                         policy, hooks.get("on_step"), max_new_tokens > room, state, request.forced_tokens)
+        steps = Steps()  # the generation holds only a weak reference to it: dropping the stream ends it
+        steps.it = self._run(prompt_ids, max_new_tokens, request.sampling, method, k, request.ngram_sizes, proposer,
+                             policy, hooks.get("on_step"), max_new_tokens > room, state, request.forced_tokens,
+                             weakref.ref(steps))
+        return steps, request.stop
 
     def _run(self, prompt_ids, max_new_tokens, params, method, k, options, proposer, policy, on_step,
-             context_limited=False, constraint=None, forced_tokens=True):
+             context_limited=False, constraint=None, forced_tokens=True, steps=None):
         rng = params.rng()
-        with self._exclusive():
+        with self._lock.hold(steps):
             if proposer is None and max_new_tokens > 1:  # one token comes from the prefill: nothing to draft
                 proposer = self.make_proposer(method, params, rng, options)
             if proposer is not None and policy is None:
@@ -419,8 +439,6 @@ class Generator:
                     if noted_off or note:
                         noted_off = not noted_off
                         stats.speculation_note = note
-                self._suspended_at = time.monotonic()
                 yield chunk, prompt_ids.tolist(), stats
-                self._suspended_at = None
             if noted_off:  # the reason with the final estimates
                 stats.speculation_note = policy.off_reason()

@@ -161,6 +161,44 @@ def measure_packed(pool, max_rows: int, min_rows: int) -> tuple[list[list[float]
     return grid, bs, rs
 
 
+# What starting a BatchEngine costs: creating the packed graph's session (`import onnx` and the graph rewrite: 2.3-2.7 s
+# for SmolLM2 fp32 and for the toy test bundles alike on 2 shared cores), and on first use measuring the cost table,
+# in one-token target steps (SmolLM2 fp32, max_batch 2 / 8: 160 / 280 steps)
+PACKED_START_S = 2.5
+STARTUP_STEPS_MEASURE = 120
+STARTUP_STEPS_PER_SLOT = 20
+
+
+def is_cached(gen, max_batch: int, packed: bool) -> bool:
+    """Whether the fused pool's cost table for this graph, device and size is cached (False for batch runners:
+    their key needs the runner, created with the engine)."""
+    from specrt.runtime.backends.ort.fused_runner import OrtFusedRunner
+
+    if not isinstance(gen.target, OrtFusedRunner) or os.environ.get("SPECRT_REMEASURE") == "1":
+        return False
+    try:
+        data = json.loads(cache_path(gen, max_batch).read_text())
+        return len(data["batch"]) == max_batch and bool(data["rows"]) and bool(data.get("packed")) == packed
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def startup_seconds(gen, max_batch: int, packed: bool = True) -> float:
+    """What creating a BatchEngine of `max_batch` slots costs now (see above), from the Generator's one-token step
+    time (timed at load)."""
+    seconds = PACKED_START_S if packed and max_batch > 1 else 0.0
+    if not is_cached(gen, max_batch, packed):
+        seconds += (STARTUP_STEPS_MEASURE + STARTUP_STEPS_PER_SLOT * max_batch) * step_seconds(gen)
+    return seconds
+
+
+def step_seconds(gen) -> float:
+    """Seconds of one one-token target step (the Generator's load-time timing; timed now when it was skipped)."""
+    if gen._load_costs is None:
+        gen.warmup()
+    return float(gen._load_costs[0][0] or 0.0)
+
+
 def cost_table(gen, pool, max_batch: int, packed: bool = False) -> CostTable:
     """The cached table for this graph and device, else measured now and cached (a failed write is ignored)."""
     from specrt.runtime.batch.slots import SlotPool

@@ -58,7 +58,12 @@ class MissingDependency(SpecrtError):
     exit_code = 2
 
 
+class EngineClosed(SpecrtError, RuntimeError):
+    """A BatchEngine was closed: the requests it still held end with this error, later calls raise it at once."""
+
+
 class GeneratorBusy(SpecrtError):
-    """Another thread's stream holds the Generator and has not been read for too long (it was abandoned)."""
+    """Kept for callers that catch it; no longer raised: a stream nobody reads no longer holds the Generator
+    (runtime/exclusive.py)."""
 
     exit_code = 1

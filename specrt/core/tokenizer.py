@@ -95,6 +95,31 @@ class StopText:
         return out
 
 
+class TextStage:
+    """The one detokenize + stop-string stage of every front end (Generator.generate / stream / stream_tokens,
+    BatchEngine.generate_batch / stream_tokens, the server's worker): token ids in, text out, cut before the first
+    stop string. `stopped` turns True on the step whose text reaches one; nothing is emitted after it."""
+
+    def __init__(self, tokenizer: Tokenizer, stops: Sequence[str] = ()) -> None:
+        self.dec = IncrementalDecoder(tokenizer)
+        self.stopper = StopText(stops)
+        self.stopped = False
+
+    def push(self, ids: list[int]) -> str:
+        """The text of one step's new tokens that is safe to emit now ("" after the stop)."""
+        if self.stopped:
+            return ""
+        piece, self.stopped = self.stopper.push(self.dec.push(ids))
+        return piece
+
+    def finish(self) -> str:
+        """The rest of the text once the generation has ended (held-back tails, cut at a stop string)."""
+        if self.stopped:
+            return ""
+        piece, self.stopped = self.stopper.push(self.dec.flush())
+        return piece if self.stopped else piece + self.stopper.flush()
+
+
 def text_pieces(tokenizer: Tokenizer, chunks):
     """Text pieces of a stream of token-id chunks (incremental detokenization, the tail flushed at the end)."""
     dec = IncrementalDecoder(tokenizer)

@@ -24,7 +24,7 @@ from specrt.serve.metrics import CONTENT_TYPE
 from specrt.serve.guards import CatchAll
 from specrt.serve.access_log import AccessLog
 from specrt.serve.middleware import ApiKeyAuth, BodyLimit, RequestMetrics
-from specrt.serve.schemas import ChatRequest, CompletionRequest
+from specrt.serve.schemas import request_models
 from specrt.serve.service import Service
 
 
@@ -105,20 +105,26 @@ def create_app(bundle_or_generators: Union[str, Path, Any, Sequence[Any]], *, se
     app.add_middleware(RequestMetrics, metrics=service.metrics)
     app.add_middleware(AccessLog)  # outermost: one line per request, after the response
 
-    @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> Response:
+    methods = list(service.generator.methods)  # what this bundle runs in this mode: advertised == accepted
+    completion_body, chat_body = request_models(methods)
+
+    async def completions(body: Any, request: Request) -> Response:
         return await service.completion(request, body)
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatRequest, request: Request) -> Response:
+    async def chat_completions(body: Any, request: Request) -> Response:
         return await service.chat_completion(request, body)
+
+    completions.__annotations__.update(body=completion_body, request=Request)  # the models are built per app
+    chat_completions.__annotations__.update(body=chat_body, request=Request)
+    app.post("/v1/completions")(completions)
+    app.post("/v1/chat/completions")(chat_completions)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         gen = service.generator
         return {"object": "list", "data": [{
             "id": config.served_model_name, "object": "model", "created": started, "owned_by": "specrt",
-            "max_model_len": gen.max_seq_len, "speculative_methods": gen.methods,
+            "max_model_len": gen.max_seq_len, "speculative_methods": methods,
             "max_num_speculative_tokens": gen.max_draft_tokens}]}
 
     @app.get("/health")

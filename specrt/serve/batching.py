@@ -23,54 +23,8 @@ from typing import Any, Optional, Union
 from prometheus_client import Gauge, Histogram
 
 
-AUTO_SLOTS_PER_CORE = 4  # CPU: a batched pass of 8 rows costs ~1.5x one row on 2 cores (BENCHMARKS.md)
-AUTO_MAX = 16
-AUTO_KV_SHARE = 0.25  # the preallocated KV of all slots stays under this share of the machine's memory
-
-
-def auto_max_batch(gen: Any) -> int:
-    """The default --max-batch for a loaded generator: 0 (off) where the batch cannot run (a fused graph without a
-    batch dimension, a portable graph without `past_lengths`, TensorRT engines built without `--max-batch`, a
-    backend without a batch runner); TensorRT: the engines' batch range; else AUTO_SLOTS_PER_CORE per CPU core,
-    at most AUTO_MAX, fewer when the slots' preallocated KV would pass AUTO_KV_SHARE of the memory."""
-    import os
-
-    from specrt.bundle.graph_io import PAST_LENGTHS
-    from specrt.bundle.profiles import profiles_max_batch
-    from specrt.runtime.backends.ort.fused_runner import OrtFusedRunner
-    from specrt.runtime.batch.pool import graph_has_batch_dim, kv_bytes
-    from specrt.runtime.batch.slots import batch_backend
-
-    entry = gen.manifest.models["target"]
-    if isinstance(gen.target, OrtFusedRunner):
-        if not graph_has_batch_dim(gen.target.session):
-            return 0
-        per_slot = kv_bytes_per_slot(gen)
-    else:  # a batch runner over the batched portable graph (runtime/batch/slots.py)
-        backend = batch_backend(gen)
-        if backend == "trt":  # the engines' batch range (--max-batch at compile); KV lives on the GPU
-            built = profiles_max_batch(entry.profiles) if entry.profiles else 1
-            return built if built > 1 else 0
-        portable = (entry.graphs or {}).get("portable")
-        if backend is None or portable is None or PAST_LENGTHS not in (portable.optional_inputs or ()):
-            return 0
-        per_slot = kv_bytes(entry.decoder_config, gen.max_seq_len)
-    n = min(AUTO_MAX, AUTO_SLOTS_PER_CORE * (os.cpu_count() or 1))
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        memory = 0
-    if memory and per_slot:
-        n = min(n, int(memory * AUTO_KV_SHARE // per_slot))
-    return max(n, 1)
-
-
-def kv_bytes_per_slot(gen: Any) -> int:
-    """Preallocated KV bytes of one slot (target, and the draft when it is batched too)."""
-    from specrt.runtime.batch.pool import kv_bytes
-
-    return sum(kv_bytes(r.config, r.capacity) for r in (gen.target, gen.draft)
-               if getattr(r, "config", None) is not None and hasattr(r, "capacity"))
+# the sizes: runtime/batch/memory.py (auto, and the check of an explicit size against the memory available)
+from specrt.runtime.batch.memory import AUTO_MAX, AUTO_SLOTS_PER_CORE, auto_max_batch, kv_bytes_per_slot  # noqa: F401
 
 
 def batched_generators(bundle: Union[str, Path, Any], max_batch: Union[int, str], backend: str = "auto",

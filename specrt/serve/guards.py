@@ -37,8 +37,18 @@ def check_unsupported(body: Any) -> None:
     for field, harmless in UNSUPPORTED.items():
         value = extra.get(field)
         if value is not None and not any(value == h and type(value) is type(h) for h in harmless):
-            raise bad_request(f"{field}={extra[field]!r:.40} is not supported by this server (it would change the "
-                              f"output); leave {field} out", field, code="unsupported_parameter")
+            raise bad_request(f"{field} is not supported by this server (it would change the output; got "
+                              f"{_describe(value)}): leave {field} out", field, code="unsupported_parameter")
+
+
+def _describe(value: Any, limit: int = 60) -> str:
+    """The value whole when its repr is short, else what it is (a repr cut mid-way read as a broken message)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    if isinstance(value, (list, tuple, dict)):
+        return f"a {type(value).__name__} of {len(value)} item{'s' if len(value) != 1 else ''}"
+    return f"a {type(value).__name__} of {len(text)} characters"
 
 
 def check_text(value: Any, param: str) -> None:

@@ -4,7 +4,10 @@ Unknown OpenAI fields (`user`, `metadata`, ...) are ignored, as vLLM does; field
 output but are not implemented (`logprobs`, `echo`, `best_of`, penalties) get a 400 (guards.py). The one extension is
 `speculative` (vLLM-style extra body field; the openai client sends it with `extra_body=`):
 
-    {"speculative": {"method": "draft" | "ngram" | "hybrid" | "medusa" | "none", "num_speculative_tokens": 5 | "auto"}}
+    {"speculative": {"method": "draft" | "ngram" | "hybrid" | ..., "num_speculative_tokens": 5 | "auto"}}
+
+The methods a request may name are the ones the served bundle runs (`request_models`, the list /v1/models
+advertises as `speculative_methods`): the app's request schema (and /openapi.json) is built from them.
 
 Structured output: `response_format` as OpenAI defines it, `{"type": "text"}`, `{"type": "json_object"}` or
 `{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": true}}` (the output is
@@ -16,11 +19,11 @@ Ranges that depend on the bundle (context length, compiled maximum k, methods) a
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Sequence, Union
 
-from typing import Any
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, create_model
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from specrt.runtime.request import METHODS
 
 Number = Union[StrictInt, StrictFloat]
 Stop = Union[StrictStr, list[StrictStr], None]
@@ -29,7 +32,7 @@ Stop = Union[StrictStr, list[StrictStr], None]
 class SpeculativeOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    method: Optional[Literal["draft", "ngram", "hybrid", "medusa", "none"]] = None
+    method: Optional[Literal[METHODS]] = None  # narrowed to the served bundle's methods by `request_models`
     num_speculative_tokens: Union[StrictInt, Literal["auto"], None] = None
 
 
@@ -105,3 +108,13 @@ class ChatMessage(BaseModel):
 class ChatRequest(SamplingFields):
     messages: list[ChatMessage]
     max_completion_tokens: Optional[StrictInt] = None  # newer OpenAI name of max_tokens
+
+
+def request_models(methods: Sequence[str]) -> tuple[type[CompletionRequest], type[ChatRequest]]:
+    """(completion, chat) request models whose `speculative.method` takes exactly `methods`: what the served bundle
+    runs in this server's mode (the list /v1/models advertises), so a method is advertised iff it is accepted."""
+    spec = create_model("SpeculativeOptions", __base__=SpeculativeOptions,
+                        method=(Optional[Literal[tuple(methods)]], None))
+    fields: dict[str, Any] = {"speculative": (Optional[spec], None)}
+    return (create_model("CompletionRequest", __base__=CompletionRequest, **fields),
+            create_model("ChatRequest", __base__=ChatRequest, **fields))

@@ -44,9 +44,15 @@ def spec_stats(stats: Any) -> dict[str, Any]:
                 "forced_tokens": 0, "forced_accepted": 0}
     return {"acceptance_rate": stats.acceptance_rate, "mean_accepted_tokens": stats.mean_accepted_tokens,
             "drafted_tokens": stats.drafted_tokens, "accepted_tokens": stats.accepted_tokens,
-            "verify_steps": stats.verify_steps, "num_speculative_tokens": stats.num_speculative_tokens,
+            "verify_steps": stats.verify_steps, "num_speculative_tokens": k_used(stats),
             "method": stats.method, "constraint": stats.constraint or None,
             "forced_tokens": stats.forced_tokens, "forced_accepted": stats.forced_accepted}
+
+
+def k_used(stats: Any) -> int:
+    """The largest k any step of the request drafted with (docs/serving.md "Speculative stats"): a request's k is an
+    upper bound, a step drafts fewer near the end of the output or when its policy or the batch plan says so."""
+    return max(stats.k_history, default=0)
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:

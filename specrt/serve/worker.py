@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from specrt.core.tokenizer import IncrementalDecoder, StopText
+from specrt.core.tokenizer import TextStage
 from specrt.runtime.request import GenerationRequest
 
 
@@ -46,17 +46,17 @@ class Done:
 
 
 def run_job(gen: Any, job: Job, cancel: threading.Event, emit: Callable[[Any], None]) -> None:
-    decoder = IncrementalDecoder(gen.tokenizer)
-    stopper = StopText(job.stop)
+    stage = TextStage(gen.tokenizer, job.stop)  # the one detokenize / stop-string stage (core/tokenizer.py)
     tokens, stats, finish = 0, None, None
     try:
-        steps = gen.stream_tokens(job.prompt_ids, request=job.request)
+        # the stop strings are watched here, on the text this stage makes: not a second time by stream_tokens
+        steps = gen.stream_tokens(job.prompt_ids, request=job.request.replace(stop=()))
         try:
             for ids, stats in steps:
                 tokens += len(ids)
-                text, hit = stopper.push(decoder.push(ids))
+                text = stage.push(ids)
                 emit(Delta(text, len(ids), time.perf_counter()))
-                if hit:
+                if stage.stopped:
                     finish = "stop"
                     break
                 if cancel.is_set():
@@ -65,12 +65,10 @@ def run_job(gen: Any, job: Job, cancel: threading.Event, emit: Callable[[Any], N
         finally:
             steps.close()  # releases the generator's lock at once
         if finish is None:
-            text, hit = stopper.push(decoder.flush())
-            if not hit:
-                text += stopper.flush()
+            text = stage.finish()
             if text:
                 emit(Delta(text, 0, time.perf_counter()))
-            finish = "stop" if hit else (stats.finish_reason or "length")
+            finish = "stop" if stage.stopped else (stats.finish_reason or "length")
         emit(Done(finish, tokens, stats))
     except BaseException as exc:  # noqa: BLE001 - reported to the request, never lost in the thread
         emit(Done("error", tokens, stats, exc))

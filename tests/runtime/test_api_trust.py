@@ -1,16 +1,15 @@
-"""Issue 26 (Python API): waiting on an abandoned stream is bounded; bad option values are InvalidArgument."""
+"""Issue 26 (Python API): an abandoned stream does not hold other calls (issue 49 #5); bad option values are InvalidArgument."""
 
 import threading
 import time
 
 import pytest
 
-from specrt.core.errors import GeneratorBusy, InvalidArgument
+from specrt.core.errors import InvalidArgument
 from specrt.runtime import load
 
 
-def test_unread_stream_in_another_thread_is_a_bounded_wait(pair_generator, monkeypatch):
-    monkeypatch.setattr(pair_generator, "stream_idle_s", 0.5)
+def test_unread_stream_in_another_thread_does_not_hold_others(pair_generator):
     it = pair_generator.stream("import os", 20, method="none")
     next(it)
     box = {}
@@ -21,15 +20,13 @@ def test_unread_stream_in_another_thread_is_a_bounded_wait(pair_generator, monke
         except Exception as exc:  # noqa: BLE001 - handed back to the test
             box["value"] = exc
 
-    t0 = time.monotonic()
     t = threading.Thread(target=other, daemon=True)
     t.start()
-    t.join(10)
-    assert not t.is_alive(), "the other thread waited past the bound"
-    assert isinstance(box["value"], GeneratorBusy) and "not been read" in str(box["value"])
-    assert time.monotonic() - t0 < 5
+    t.join(30)
+    assert not t.is_alive(), "the other thread waited for the stream's reader"
+    assert len(box["value"].token_ids) == 3
     it.close()
-    assert pair_generator.generate("import os", 3, method="none").token_ids  # released by close()
+    assert pair_generator.generate("import os", 3, method="none").token_ids
 
 
 @pytest.mark.parametrize("option", [{"top_k": float("nan")}, {"top_k": 2.5}, {"top_p": "0.5"}, {"temperature": "1"},

@@ -199,11 +199,11 @@ def test_the_batch_refuses_what_the_generator_refuses(engines):
     n = gen.max_seq_len - ids.size + 4  # 4 tokens past the context
     with pytest.raises(InvalidArgument, match="exceeds the bundle's context") as alone:
         gen.generate(ids.tolist(), n, method="none", strict=True)
-    for call in (lambda: eng.generate_batch([ids.tolist()], n, method="none", strict=True),
-                 lambda: eng.submit(ids.tolist(), max_new_tokens=n, method="none", strict=True)):
+    for call, where in ((lambda: eng.generate_batch([ids.tolist()], n, method="none", strict=True), "prompt 0: "),
+                        (lambda: eng.submit(ids.tolist(), max_new_tokens=n, method="none", strict=True), "")):
         with pytest.raises(InvalidArgument) as batched:
             call()
-        assert str(batched.value) == str(alone.value)
+        assert str(batched.value) == where + str(alone.value)  # generate_batch names the prompt's index
     assert len(eng.generate_batch([ids.tolist()], n, method="none")[0].token_ids) == gen.max_seq_len - ids.size
     with pytest.raises(InvalidArgument, match="a list of prompts"):
         eng.generate_batch("hello world", 4)

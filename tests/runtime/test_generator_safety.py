@@ -45,23 +45,37 @@ def test_non_finite_logits_never_reach_sampling():
         warp(logits, SamplingParams(temperature=1.0))
 
 
-def test_open_stream_in_same_thread_is_a_clear_error_not_a_deadlock(pair_generator):
+def test_open_stream_in_same_thread_is_run_out_not_a_deadlock(pair_generator):
+    """Issue 49 #5: a call in the thread that holds a half-read stream runs the stream's rest into its buffer, then
+    runs; the stream still reads its whole, unchanged text."""
+    whole = "".join(pair_generator.stream("import os", 20, method="none"))
+
     def scenario():
         it = pair_generator.stream("import os", 20, method="none")
-        next(it)
-        try:
-            pair_generator.generate("import os", 3, method="none")  # same thread, stream still open
-        except InvalidArgument as exc:
-            error = str(exc)
-        else:
-            error = None
-        it.close()
-        return error, pair_generator.generate("import os", 3, method="none").token_ids
+        first = next(it)
+        ids = pair_generator.generate("import os", 3, method="none").token_ids  # same thread, stream still open
+        return first + "".join(it), ids
 
     finished, value = run_with_timeout(scenario)
     assert finished, "generate() deadlocked behind an open stream in the same thread"
-    error, ids = value
-    assert error and "unfinished stream" in error and ids
+    text, ids = value
+    assert text == whole and len(ids) == 3
+
+
+def test_a_call_from_inside_a_step_is_a_clear_error_not_a_deadlock(pair_generator):
+    seen = []
+
+    def hook(k, drafted, accepted):
+        try:
+            pair_generator.generate("import os", 2, method="none")
+        except InvalidArgument as exc:
+            seen.append(str(exc))
+
+    finished, value = run_with_timeout(lambda: pair_generator.generate("import os", 6, method="ngram",
+                                                                       num_speculative_tokens=2, on_step=hook))
+    assert finished, "a generate() from an on_step hook deadlocked"
+    assert not isinstance(value, BaseException), value
+    assert seen and "inside a step" in seen[0]
 
 
 def test_abandoned_stream_releases_the_generator(pair_generator):
@@ -73,11 +87,14 @@ def test_abandoned_stream_releases_the_generator(pair_generator):
     assert finished and not isinstance(value, BaseException), value
 
 
-def test_other_thread_waits_for_an_open_stream_then_runs(pair_generator):
+def test_other_thread_does_not_wait_for_an_unread_stream(pair_generator):
+    """Issue 49 #5 (round 2's D12): a half-read stream held open by one thread does not block another thread's
+    generate: the caller runs the stream's remaining steps (bounded by its max_new_tokens), then its own; the
+    stream's reader gets the rest of its text unchanged."""
+    whole = "".join(pair_generator.stream("import os", 20, method="none"))
     it = pair_generator.stream("import os", 20, method="none")
-    next(it)
-    finished, _ = run_with_timeout(lambda: pair_generator.generate("import os", 3, method="none"), timeout=1.0)
-    assert not finished  # queued behind the stream, not failed
-    it.close()
-    finished, value = run_with_timeout(lambda: pair_generator.generate("import os", 3, method="none"))
-    assert finished and value.token_ids
+    first = next(it)
+    finished, value = run_with_timeout(lambda: pair_generator.generate("import os", 3, method="none"), timeout=30.0)
+    assert finished, "generate() from another thread waited for the stream's reader"
+    assert not isinstance(value, BaseException) and len(value.token_ids) == 3, value
+    assert first + "".join(it) == whole

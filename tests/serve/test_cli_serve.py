@@ -96,3 +96,15 @@ def test_a_second_ctrl_c_quits_at_once_without_tracebacks(pair_bundle):
             proc.kill()
     assert rc == 130, "".join(seen) + rest
     assert "forced quit" in rest and "Traceback" not in rest and "terminate" not in rest, rest
+
+
+def test_an_explicit_max_batch_beyond_memory_is_one_line_and_exit_2(pair_bundle):
+    """Issue 49 #4: `serve --max-batch N` preallocated N slots' KV until the machine ran out of memory (only auto
+    was capped); now N slots' KV is checked against the memory available first (10^7 toy slots: ~1 TB)."""
+    from helpers import run_cli
+
+    r = run_cli("serve", pair_bundle, "--max-batch", 10_000_000, "--backend", "ort", "--port", 0)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    line = r.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert "max_batch 10000000 needs 10000000 x" in line and "GiB of memory available" in line and "slots fit" in line
