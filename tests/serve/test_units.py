@@ -11,7 +11,7 @@ from specrt.core.errors import BundleError, InvalidArgument
 from specrt.runtime.chat_template import ChatFormatter, plain_template
 from specrt.serve.config import ServeConfig
 from specrt.serve.slots import QueueFull, SlotPool
-from specrt.serve.worker import StopText
+from specrt.core.tokenizer import StopText
 
 LLAMA3_LIKE = (
     "{{ bos_token }}{% for m in messages %}<|start|>{{ m['role'] }}\n{{ m['content'] | trim }}<|end|>"

@@ -1,16 +1,17 @@
-"""Issue 49 #8: the 400 for a field the server does not implement (`tools`, ...) is a whole sentence: a long value is
-described, not cut mid-repr (it read `tools=[{'type': 'function', 'function': {'n is not supported`)."""
+"""Issue 49 #8: the 400 for a field the server does not implement (`functions`, ...) is a whole sentence: a long value is
+described, not cut mid-repr (it read `tools=[{'type': 'function', 'function': {'n is not supported` when tools were
+refused; they are served now, the legacy `functions` are not)."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+FUNCTIONS = [{"name": "get_weather", "description": "Weather for a city",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
 
 
-@pytest.mark.parametrize("field, value, shown", [("tools", TOOLS, "got a list of 1 item"),
+@pytest.mark.parametrize("field, value, shown", [("functions", FUNCTIONS, "got a list of 1 item"),
                                                  ("logprobs", True, "got True"),
                                                  ("echo", True, "got True")])
 def test_unsupported_field_message_is_whole(server, field, value, shown):
