@@ -163,7 +163,7 @@ class Generator:
     # ----------------------------------------------------------------------------------------- API
     @property
     def methods(self) -> list[str]:
-        out = ["none", "ngram"]
+        out = ["none", "ngram", "recycle"]
         if self.draft is not None:
             out[0:0] = ["draft", "hybrid"]
         if self.manifest.medusa is not None:
@@ -214,10 +214,11 @@ class Generator:
         all validated before any backend runs; a bad value raises InvalidArgument):
           temperature (0 = greedy), top_k (0 = off), top_p (1 = off): omitted ones come from the bundle's
                             generation_config.json, else greedy; seed (reproducible sampling)
-          method            "draft" | "ngram" | "hybrid" | "medusa" | "head" | "hybrid-head" | "none" (default: draft
+          method            "draft" | "ngram" | "hybrid" | "medusa" | "head" | "hybrid-head" | "recycle" | "none" (default: draft
                             if the bundle has one, else hybrid with a draft head; hybrid = n-gram where the context
                             has a match, else the draft model, or the draft head in a bundle without a draft model;
-                            hybrid-head = n-gram, else the draft head)
+                            hybrid-head = n-gram, else the draft head; recycle = n-gram branches merged with the
+                            target's own successor table, Token Recycling: runtime/proposers/recycle.py)
           num_speculative_tokens   k, an int in [0, max_draft_tokens] or "auto" (adaptive; the default)
           ngram_min, ngram_max     n-gram match lengths for methods "ngram" (default 1, 3) and "hybrid" (2, 3)
           stop              stop strings (used by the scheduler and the server; here the text is not cut)
@@ -354,6 +355,10 @@ class Generator:
             return hybrid.HybridProposer(NgramProposer(self.eos_ids, **sizes), draft)
         if method == "ngram":
             return NgramProposer(self.eos_ids, **options)
+        if method == "recycle":  # prompt lookup + the bundle's successor table (runtime/proposers/recycle.py)
+            from specrt.runtime.proposers.recycle import make_recycle
+
+            return make_recycle(self, options)
         if method == "medusa":
             if self.manifest.medusa is None:
                 raise InvalidArgument("method 'medusa' needs a bundle compiled with --medusa")
