@@ -214,9 +214,10 @@ class Generator:
         all validated before any backend runs; a bad value raises InvalidArgument):
           temperature (0 = greedy), top_k (0 = off), top_p (1 = off): omitted ones come from the bundle's
                             generation_config.json, else greedy; seed (reproducible sampling)
-          method            "draft" | "ngram" | "hybrid" | "medusa" | "head" | "hybrid-head" | "recycle" | "none" (default: draft
-                            if the bundle has one, else hybrid with a draft head; hybrid = n-gram where the context
-                            has a match, else the draft model, or the draft head in a bundle without a draft model;
+          method            "draft" | "ngram" | "hybrid" | "medusa" | "head" | "hybrid-head" | "recycle" | "none"
+                            (default: draft if the bundle has one, else hybrid with a draft head; hybrid = n-gram
+                            where the context has a match, else the draft model, or the draft head in a bundle
+                            without a draft model;
                             hybrid-head = n-gram, else the draft head; recycle = n-gram branches merged with the
                             target's own successor table, Token Recycling: runtime/proposers/recycle.py)
           num_speculative_tokens   k, an int in [0, max_draft_tokens] or "auto" (adaptive; the default)
@@ -309,7 +310,8 @@ class Generator:
                 verify, draft = self._load_costs
                 if method != "medusa":  # start short runs at the k the load-time costs predict best
                     uses_model = method == "draft" or method == "hybrid" and self.draft is not None
-                    uses_head = not uses_model and method != "ngram" and self.manifest.draft_head is not None
+                    uses_head = (not uses_model and method not in ("ngram", "recycle")
+                                 and self.manifest.draft_head is not None)
                     if uses_head:  # not timed at load: the head's weight bytes against the target's (policy.py)
                         draft = model_draft_cost(method, self.manifest) * (verify[0] or 0.0)
                     self._policies[key].prime(verify, draft if uses_model or uses_head else 0.0)

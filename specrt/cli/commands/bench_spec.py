@@ -36,7 +36,8 @@ def spec_bench_suite(bundle, suites, methods, ks, max_new_tokens, per_category, 
     methods = [m for m in (methods or gen.methods) if m != "none"]
     for m in methods:
         if m not in gen.methods:
-            raise InvalidArgument(f"method {m!r} is not available with this bundle; choose from {', '.join(gen.methods)}")
+            raise InvalidArgument(f"method {m!r} is not available with this bundle; choose from "
+                                  f"{', '.join(gen.methods)}")
     picked, skipped = pick(gen, questions, per_category, max_new_tokens)
     if not picked:
         raise InvalidArgument(f"no question fits the bundle's context ({gen.max_seq_len} tokens) with "
