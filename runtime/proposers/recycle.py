@@ -54,6 +54,7 @@ class RecycleProposer:
         self._tokens: np.ndarray | None = None
         self._n = 0
         self._candidates: dict[str, list[int]] = {}  # each source's best branch at the last proposal
+        self.lead = ""  # the best-scoring source at the last proposal (its branch comes first)
 
     # ----------------------------------------------------------------------------- the protocol
     def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None:
@@ -76,7 +77,8 @@ class RecycleProposer:
             token_ids, parents, chain = token_ids[:0], parents[:0], []
         if self.trees:
             return Proposal(token_ids, parents=parents, source=self.name)
-        return Proposal(np.array(chain, dtype=np.int64), source=self.name)
+        # the chain's source names the branch in the stats (`branches`: ngram, ngram1, table)
+        return Proposal(np.array(chain, dtype=np.int64), source=self.lead or self.name)
 
     def observe(self, n: int, num_accepted: int, target_hidden: np.ndarray | None = None) -> None:
         tokens, old = self._tokens, self._n
@@ -113,6 +115,7 @@ class RecycleProposer:
         branches["table"] = [self._table_chain(succ, last, k)]
         self._candidates = {s: b[0] for s, b in branches.items() if b and b[0]}
         order = sorted(self._candidates, key=lambda s: -self.score[s])
+        self.lead = order[0] if order else ""
         chain = self._extend(succ, list(self._candidates[order[0]]), k) if order else []
         trie = DraftTrie(k)
         if self.trees:  # the best branch up to half the budget, the others a quarter, the table's tree the rest
