@@ -107,15 +107,17 @@ def pick(gen, questions: list[Question], per_category: int, max_new_tokens: int)
 
 
 def run_spec_bench(gen, methods: list[str], questions: list[Question], max_new_tokens: int = 128,
-                   k: int | str = "auto", progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Measure plain and every method on every question's turns (greedy); returns rows per method and category."""
+                   k: int | str = "auto", progress: Callable[[str], None] | None = None,
+                   warm_up: bool = True) -> dict[str, Any]:
+    """Measure plain and every method on every question's turns (greedy); returns rows per method and category.
+    `warm_up=False`: a later call on the same generator (the first one warmed it up)."""
     from specrt.bench.measure import run_once
     from specrt.runtime.sampling import SamplingParams
 
     params = SamplingParams(temperature=0.0)
     note = progress or (lambda _: None)
     warm = chat_ids(gen, [{"role": "user", "content": WARM_UP_PROMPT}])
-    for m in ["none", *methods]:
+    for m in ["none", *methods] if warm_up else ():
         note(f"warm-up {m}")
         run_once(gen, warm, max_new_tokens, m, k, params)
     runs: list[dict[str, Any]] = []
