@@ -139,3 +139,24 @@ def test_proposer_falls_back_to_plain_when_its_drafts_stop_matching():
     assert max(prop.score.values()) < GIVE_UP
     prop.start(toks, n)  # a new request starts drafting again (the table is kept)
     assert prop.paying and prop.propose(toks, n, 4).token_ids.size > 0
+
+
+def test_observe_verify_refreshes_the_table_from_the_verify_rows():
+    """The loop's hook after a verify pass (tree verification calls it): every fed row's top-k, rejected nodes'
+    rows included; the table then stops learning from committed pairs (the rows hold more)."""
+    rng = np.random.default_rng(1)
+    table = SuccessorTable(40, top_k=3)
+    prop = RecycleProposer(table, trees=False)
+    toks = np.zeros(32, dtype=np.int64)
+    toks[:3] = [4, 5, 6]
+    prop.start(toks, 3)
+    fed = np.array([6, 9, 11, 9], dtype=np.int64)  # the pending token, then a tree's nodes (9 twice: two branches)
+    logits = rng.standard_normal((4, 40)).astype(np.float32)
+    prop.observe_verify(fed, logits, np.array([-1, 0, -1], dtype=np.int64))
+    assert table.row(6).tolist() == np.argsort(-logits[0])[:3].tolist()
+    assert table.row(11).tolist() == np.argsort(-logits[2])[:3].tolist()
+    assert table.row(9).tolist() == np.argsort(-logits[3])[:3].tolist()  # the later row of the same token wins
+    row6 = table.row(6).tolist()
+    toks[3] = 33
+    prop.observe(4, 0)
+    assert table.row(6).tolist() == row6  # committed pairs no longer reorder rows
