@@ -6,8 +6,8 @@
 
 Each prompt is rendered with the bundle's chat template, fed once, then answered greedily for up to
 `max_new_tokens` tokens; every decode step's logits row refreshes the table (the row of token t gives succ[t]).
-The cost is one plain generation per prompt (48 prompts x 48 tokens: ~2,300 target steps, under a minute for
-SmolLM2-135M on 2 cores, milliseconds on the test models). `specrt compile` runs it as its last step
+The cost is one plain generation per prompt (48 prompts x 48 tokens: ~2,300 target steps; SmolLM2-135M fp32:
+3.5 CPU-minutes, 9.5 minutes on 2 busy shared cores; milliseconds on the test models). `specrt compile` runs it as its last step
 (specrt/cli/recycle_step.py) so the file is listed and hashed in the manifest like every other.
 """
 
