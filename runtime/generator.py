@@ -160,7 +160,7 @@ class Generator:
     # ----------------------------------------------------------------------------------------- API
     @property
     def methods(self) -> list[str]:
-        out = ["none", "ngram"]
+        out = ["none", "ngram", "recycle"]
         if self.draft is not None:
             out[0:0] = ["draft", "hybrid"]
         if self.manifest.medusa is not None:
@@ -213,10 +213,12 @@ class Generator:
         all validated before any backend runs; a bad value raises InvalidArgument):
           temperature (0 = greedy), top_k (0 = off), top_p (1 = off): omitted ones come from the bundle's
                             generation_config.json, else greedy; seed (reproducible sampling)
-          method            "draft" | "ngram" | "hybrid" | "medusa" | "head" | "hybrid-head" | "none" (default: draft
-                            if the bundle has one, else hybrid with a draft head; hybrid = n-gram where the context
-                            has a match, else the draft model, or the draft head in a bundle without a draft model;
-                            hybrid-head = n-gram, else the draft head)
+          method            "draft" | "ngram" | "hybrid" | "medusa" | "head" | "hybrid-head" | "recycle" | "none"
+                            (default: draft if the bundle has one, else hybrid with a draft head; hybrid = n-gram
+                            where the context has a match, else the draft model, or the draft head in a bundle
+                            without a draft model;
+                            hybrid-head = n-gram, else the draft head; recycle = n-gram branches merged with the
+                            target's own successor table, Token Recycling: runtime/proposers/recycle.py)
           num_speculative_tokens   k, an int in [0, max_draft_tokens] or "auto" (adaptive; the default)
           ngram_min, ngram_max     n-gram match lengths for methods "ngram" (default 1, 3) and "hybrid" (2, 3)
           stop              stop strings: the text is cut before the first one, the generation ends with the step
@@ -325,7 +327,8 @@ class Generator:
                 verify, draft = self._load_costs
                 if method != "medusa":  # start short runs at the k the load-time costs predict best
                     uses_model = method == "draft" or method == "hybrid" and self.draft is not None
-                    uses_head = not uses_model and method != "ngram" and self.manifest.draft_head is not None
+                    uses_head = (not uses_model and method not in ("ngram", "recycle")
+                                 and self.manifest.draft_head is not None)
                     if uses_head:  # not timed at load: the head's weight bytes against the target's (policy.py)
                         draft = model_draft_cost(method, self.manifest) * (verify[0] or 0.0)
                     self._policies[key].prime(verify, draft if uses_model or uses_head else 0.0)
@@ -371,6 +374,10 @@ class Generator:
             return hybrid.HybridProposer(NgramProposer(self.eos_ids, **sizes), draft)
         if method == "ngram":
             return NgramProposer(self.eos_ids, **options)
+        if method == "recycle":  # prompt lookup + the bundle's successor table (runtime/proposers/recycle.py)
+            from specrt.runtime.proposers.recycle import make_recycle
+
+            return make_recycle(self, options)
         if method == "medusa":
             if self.manifest.medusa is None:
                 raise InvalidArgument("method 'medusa' needs a bundle compiled with --medusa")

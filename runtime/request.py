@@ -29,7 +29,7 @@ from specrt.core.errors import InvalidArgument
 from specrt.runtime.proposers.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, check_sizes
 from specrt.runtime.sampling import SamplingParams
 
-METHODS = ("draft", "ngram", "hybrid", "medusa", "head", "hybrid-head", "none")
+METHODS = ("draft", "ngram", "hybrid", "medusa", "head", "hybrid-head", "recycle", "none")
 DEFAULT_K: int | str = "auto"
 DEFAULT_MAX_NEW_TOKENS = 128
 MAX_STOP_STRINGS = 16
@@ -82,7 +82,7 @@ class GenerationRequest:
     top_k: int | None = None  # 0 = off
     top_p: float | None = None  # 1 = off
     seed: int | None = None
-    ngram_min: int | None = None  # n-gram match lengths (methods ngram, hybrid); None = the method's default
+    ngram_min: int | None = None  # n-gram match lengths (methods ngram, hybrid, recycle); None = the method's default
     ngram_max: int | None = None
     stop: tuple[str, ...] = ()  # stop strings (the text is cut before the first one)
     strict: bool = False  # refuse a prompt + max_new_tokens beyond the context instead of stopping at it

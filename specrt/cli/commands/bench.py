@@ -35,8 +35,10 @@ def _k(value: str):
 @click.option("--prompts", "prompts_file", type=click.Path(path_type=Path), help='JSONL file: {"prompt": ..., "suite": ...} per line.')
 @click.option("--suite", "suites", default="code,grounded,open", show_default=True, callback=_csv(str, "suite names"))
 @click.option("--prompts-per-suite", default=2, show_default=True, type=int, help="Built-in prompts per suite.")
+@click.option("--per-category", default=4, show_default=True, type=int,
+              help="--suite spec-bench[:FILE] (Spec-Bench's questions, per-category table): questions per category.")
 @click.option("--methods", default=None, callback=_csv(str, "methods"),
-              help="Comma-separated: draft,hybrid,ngram,medusa,head,hybrid-head (default: every method the bundle "
+              help="Comma-separated: draft,hybrid,ngram,medusa,head,hybrid-head,recycle (default: every method the bundle "
                    "has; plain is always run).")
 @click.option("--k", "ks", default="1,2,4,8,auto", show_default=True, callback=_csv(_k, "integers or 'auto'"))
 @click.option("--max-new-tokens", default=96, show_default=True, type=int)
@@ -73,7 +75,7 @@ def _k(value: str):
 @click.option("--quiet", is_flag=True, help="No progress bar and no table.")
 @click.option("--wide", is_flag=True, help="Every column in the terminal table (default: what fits the terminal).")
 @handle_errors
-def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_new_tokens, repeats, temperature,
+def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, per_category, methods, ks, max_new_tokens, repeats, temperature,
               seed, backend, threads, peer, target_checkpoint, draft_checkpoint, simulate, ttft_prompt_tokens, json_path,
               plot_path, md_path, title, random_dir, params, concurrency, force, quiet, wide):
     """Benchmark BUNDLE: plain vs speculative decoding per method, k and workload suite."""
@@ -89,6 +91,11 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, methods, ks, max_
         return
     if bundle is None:
         raise click.UsageError("missing BUNDLE (or --make-random-target DIR)")
+    from specrt.cli.commands.bench_spec import is_spec_bench, spec_bench_suite
+
+    if is_spec_bench(suites):
+        return spec_bench_suite(bundle, suites, methods, ks, max_new_tokens, per_category, backend, threads, md_path,
+                                json_path, title, quiet)
     if "json" in suites:
         return _json_suite(bundle, suites, methods, ks, max_new_tokens, repeats, backend, threads, md_path, json_path,
                            title, quiet)

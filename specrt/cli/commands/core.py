@@ -51,12 +51,17 @@ def compile_spec(*, tolerance: str | None, trt_options: dict, quant_options: dic
                    "the head is >= 25% of a step's weights (Gemma 3); sampling and constrained calls use the full head.")
 @click.option("--tolerance", default=None, metavar="ATOL,RTOL",
               help="ONNX-vs-PyTorch check per tensor: max|diff| <= ATOL + RTOL * max|ref|  [default: 1e-4,1e-3]")
+@click.option("--recycle-prompts", type=click.Path(path_type=Path), default=None,
+              help="Prompts (one per line) whose greedy answers seed the successor table of --method recycle "
+                   "(default: a built-in set of chat, facts, reasoning and code prompts).")
+@click.option("--no-recycle-table", "no_recycle_table", is_flag=True,
+              help="Write no successor table (--method recycle then starts from an empty one).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 @trt_compile_options
 @quantize_compile_options
 @handle_errors
 def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, ort_graph, keep_fp32,
-                lm_head_screen, tolerance, as_json, trt_options, quant_options):
+                lm_head_screen, tolerance, recycle_prompts, no_recycle_table, as_json, trt_options, quant_options):
     """Export target (and draft) to ONNX, validate, and write a bundle (with --engines trt: plus engines)."""
     from specrt.compiler import compile_bundle
 
@@ -64,8 +69,15 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
                         max_draft_tokens=max_draft_tokens, force=force, ort_graph=ort_graph, keep_fp32=keep_fp32,
                         lm_head_screen=lm_head_screen, tolerance=tolerance, trt_options=trt_options,
                         quant_options=quant_options)
+    steps = []
+    if not no_recycle_table:  # runtime/proposers/recycle_seed.py; a bad prompts file fails before compiling
+        from specrt.cli.recycle_step import recycle_seed_step
+
+        steps.append(recycle_seed_step(recycle_prompts))
+    elif recycle_prompts is not None:
+        raise click.UsageError("--recycle-prompts seeds the table that --no-recycle-table leaves out: give one")
     with step_progress(enabled=not as_json) as progress:
-        out = compile_bundle(spec, progress=progress)
+        out = compile_bundle(spec, progress=progress, extra_steps=steps)
     from specrt.cli.describe import bundle_summary
 
     summary = bundle_summary(out)

@@ -1,0 +1,151 @@
+"""Token Recycling's successor table (arXiv 2408.08696): `succ[token] -> the target's top-k next tokens`.
+
+    table = SuccessorTable(vocab_size)          # int32 [V, K], -1 = nothing known yet
+    table.refresh(fed_ids, logits)              # every verify pass: row i's top-K becomes succ[fed_ids[i]]
+    table.learn_pairs(prev, nxt)                # a committed pair: nxt moves to the front of succ[prev]
+    table.row(token)                            # [K] int32, best first (-1 entries: unknown)
+    table.reset()                               # back to the seed (the bundle's table) or empty: a cold start
+
+Memory is fixed at V * K * 4 bytes (SmolLM2, V = 49,152, K = 8: 1.5 MiB), whatever the traffic; a refresh
+costs O(S * V) (one argpartition per row, like the acceptance rule's argmax), nothing proportional to the
+context. A Generator keeps one table per loaded bundle (`table_for`), so what one request taught carries
+over to the next in the process.
+
+The bundle may carry a seed table, `recycle/table.npy` (int32 [V, K]), written at compile time from the
+target's own greedy answers to a small prompt set (recycle_seed.py). Like every bundle file it is listed in
+the manifest with its sha256; `load_table` checks the hash, then shape, dtype and id range, and raises a
+typed error (ChecksumMismatch / BundleError) naming the fix.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import weakref
+
+import numpy as np
+
+from specrt.core.errors import BundleError, InvalidArgument
+
+TOP_K = 8  # successors kept per token (the paper's k)
+MAX_TOP_K = 64
+TABLE_FILE = "recycle/table.npy"  # the bundle's seed table, relative to the bundle root
+UNKNOWN = -1
+
+
+class SuccessorTable:
+    def __init__(self, vocab_size: int, top_k: int = TOP_K, seed: np.ndarray | None = None) -> None:
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
+            raise InvalidArgument(f"a successor table needs a vocabulary size >= 1, got {vocab_size!r}")
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or not 1 <= top_k <= MAX_TOP_K:
+            raise InvalidArgument(f"successors per token must be an integer in [1, {MAX_TOP_K}], got {top_k!r}")
+        if seed is not None:
+            check_table(seed, vocab_size, "seed table")
+            top_k = seed.shape[1]
+        self.vocab_size, self.top_k = int(vocab_size), int(top_k)
+        self.seed = seed
+        self.succ = np.full((self.vocab_size, self.top_k), UNKNOWN, dtype=np.int32)  # [V, K]
+        self.lock = threading.Lock()  # one table per bundle, several Generators' threads may refresh it
+        self.reset()
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.succ.nbytes)
+
+    def reset(self) -> None:
+        """Forget everything learned: back to the seed table (or empty)."""
+        with self.lock:
+            if self.seed is None:
+                self.succ.fill(UNKNOWN)
+            else:
+                self.succ[:] = self.seed
+
+    def row(self, token: int) -> np.ndarray:
+        return self.succ[token]  # [K] int32, best first
+
+    def refresh(self, fed_ids: np.ndarray, logits: np.ndarray) -> None:
+        """fed_ids [S] int64, logits [S, V']: row i's K largest logits (best first) become succ[fed_ids[i]].
+        Rows that hold -inf among their top K (a screened LM head: exact only at its candidates) keep the
+        old entries past their finite ones; columns past the table's vocabulary are ignored."""
+        fed_ids = np.asarray(fed_ids, dtype=np.int64).reshape(-1)
+        if logits.ndim != 2 or logits.shape[0] != fed_ids.size:
+            raise InvalidArgument(f"refresh needs logits [S, V] with S = {fed_ids.size} rows, got {logits.shape}")
+        v, k = min(logits.shape[1], self.vocab_size), self.top_k
+        if fed_ids.size == 0 or v <= k:
+            return
+        rows = logits[:, :v]
+        top = np.argpartition(rows, v - k, axis=1)[:, v - k:]  # [S, K] unordered
+        vals = np.take_along_axis(rows, top, axis=1)
+        order = np.argsort(-vals, axis=1, kind="stable")
+        top = np.take_along_axis(top, order, axis=1).astype(np.int32)
+        finite = np.isfinite(np.take_along_axis(vals, order, axis=1))
+        with self.lock:
+            for i, tok in enumerate(fed_ids.tolist()):
+                if not 0 <= tok < self.vocab_size:
+                    continue
+                if finite[i].all():
+                    self.succ[tok] = top[i]
+                else:
+                    self._front(tok, top[i][finite[i]])
+
+    def learn_pairs(self, prev: np.ndarray, nxt: np.ndarray) -> None:
+        """Committed pairs (prev[i] followed by nxt[i]): nxt[i] moves to the front of succ[prev[i]]."""
+        with self.lock:
+            for a, b in zip(np.asarray(prev).tolist(), np.asarray(nxt).tolist()):
+                if 0 <= a < self.vocab_size and 0 <= b < self.vocab_size:
+                    self._front(a, np.array([b], dtype=np.int32))
+
+    def _front(self, tok: int, first: np.ndarray) -> None:
+        row = self.succ[tok]
+        rest = row[~np.isin(row, first)]
+        self.succ[tok] = np.concatenate([first, rest])[: self.top_k]
+
+    def to_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        np.save(buf, self.succ, allow_pickle=False)
+        return buf.getvalue()
+
+
+def check_table(table: np.ndarray, vocab_size: int, what: str) -> None:
+    """A table is int32 [V, K] with 1 <= K <= MAX_TOP_K and ids in [-1, V): else BundleError naming `what`."""
+    if not isinstance(table, np.ndarray) or table.dtype != np.int32 or table.ndim != 2:
+        kind = f"{table.dtype} {table.shape}" if isinstance(table, np.ndarray) else type(table).__name__
+        raise BundleError(f"{what} must be an int32 [vocab, k] array, got {kind}; recompile the bundle")
+    if table.shape[0] != vocab_size or not 1 <= table.shape[1] <= MAX_TOP_K:
+        raise BundleError(f"{what} has shape {table.shape}, expected [{vocab_size}, 1..{MAX_TOP_K}] "
+                          "(the target's vocabulary); recompile the bundle")
+    if table.size and (int(table.min()) < UNKNOWN or int(table.max()) >= vocab_size):
+        raise BundleError(f"{what} holds token ids outside [-1, {vocab_size}): min {int(table.min())}, max "
+                          f"{int(table.max())}; recompile the bundle")
+
+
+def load_table(manifest, vocab_size: int) -> np.ndarray | None:
+    """The bundle's seed table, checked (sha256, then shape, dtype, id range), or None when it has none."""
+    if TABLE_FILE not in manifest.files:
+        return None
+    from specrt.bundle.manifest import verify_files
+
+    verify_files(manifest, [TABLE_FILE])  # ChecksumMismatch when the file was modified
+    path = manifest.path(TABLE_FILE)
+    try:
+        table = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise BundleError(f"cannot read {TABLE_FILE}: {exc}; recompile the bundle") from None
+    check_table(table, vocab_size, TABLE_FILE)
+    return table
+
+
+_TABLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_TABLES_LOCK = threading.Lock()
+
+
+def table_for(gen) -> SuccessorTable:
+    """The successor table shared by every request on `gen` (a loaded bundle; created, and its seed checked, on
+    first use; dropped with the Generator)."""
+    key = gen
+    with _TABLES_LOCK:
+        table = _TABLES.get(key)
+        if table is None:
+            table = SuccessorTable(gen.vocab_size, seed=load_table(gen.manifest, gen.vocab_size))
+            _TABLES[key] = table
+        return table

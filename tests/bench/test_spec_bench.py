@@ -1,0 +1,51 @@
+"""`specrt bench --suite spec-bench[:FILE]`: the shipped question file, picking per category, MT-bench's second
+turn, and the per-category table on the toy bundle with a tiny question file."""
+
+import json
+
+from helpers import run_cli
+from specrt.bench.spec_bench import load_questions
+
+TINY = [
+    {"question_id": 1, "category": "writing", "turns": ["cat", "ok"]},
+    {"question_id": 2, "category": "qa", "turns": ["one two three one two three"]},
+    {"question_id": 3, "category": "qa", "turns": ["hello world hello"]},
+    {"question_id": 4, "category": "rag", "turns": ["word " * 200]},  # does not fit the 64-token context
+]
+
+
+def test_the_shipped_questions_are_spec_bench():
+    qs = load_questions()
+    cats = {}
+    for q in qs:
+        cats[q.category] = cats.get(q.category, 0) + 1
+    assert cats == {"mt_bench": 80, "translation": 80, "summarization": 80, "qa": 80, "math_reasoning": 80, "rag": 80}
+    assert all(len(q.turns) == 2 for q in qs if q.category == "mt_bench")
+
+
+def test_suite_table_on_a_tiny_file(target_only_bundle, tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text("\n".join(json.dumps(q) for q in TINY) + "\n")
+    out = tmp_path / "r.json"
+    md = tmp_path / "r.md"
+    r = run_cli("bench", target_only_bundle, "--suite", f"spec-bench:{path}", "--per-category", "1",
+                "--methods", "ngram,recycle", "--max-new-tokens", "6", "--json", out, "--markdown", md, "--quiet")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(out.read_text())
+    rows = {(row["method"], row["category"]): row for row in result["rows"]}
+    assert set(rows) == {(m, c) for m in ("ngram", "recycle") for c in ("mt_bench", "qa", "overall")}
+    assert rows[("recycle", "mt_bench")]["prompts"] == 2  # both turns; the second with the first answer as history
+    assert rows[("ngram", "qa")]["prompts"] == 1  # one per category
+    assert result["skipped_too_long"] == 1  # the rag question does not fit
+    for row in result["rows"]:
+        assert row["identical"] == row["prompts"]  # greedy: every output is plain's
+        assert row["mat"] >= 1.0 and row["speedup"] > 0
+    text = md.read_text()
+    assert "| method | mt_bench | qa | overall | identical to plain |" in text and "| recycle |" in text
+
+
+def test_bad_question_file_is_one_line(target_only_bundle, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"category": "qa"}\n')
+    r = run_cli("bench", target_only_bundle, "--suite", f"spec-bench:{path}", "--quiet")
+    assert r.returncode != 0 and "bad.jsonl:1" in r.stderr and "Traceback" not in r.stderr

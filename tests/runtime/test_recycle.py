@@ -1,0 +1,100 @@
+"""`--method recycle` on real bundles: greedy output equals plain, the table persists across requests, the seed
+table is written at compile time, listed in the manifest and checked at load."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from specrt.core.errors import BundleError, ChecksumMismatch
+from specrt.runtime.proposers.recycle_table import TABLE_FILE, check_table, load_table, table_for
+
+PROMPTS = ["the cat sat on the mat and the cat sat on the", "one two three four one two three", "hello world"]
+
+
+@pytest.fixture(scope="module")
+def seeded_bundle(workdir, llama_target):
+    """The target alone, compiled with the successor-table step of `specrt compile`."""
+    from specrt.cli.recycle_step import recycle_seed_step
+    from specrt.compiler import CompileSpec, compile_bundle
+
+    out = workdir / "bundles" / "recycle_seeded"
+    if not (out / "manifest.json").exists():
+        compile_bundle(CompileSpec(llama_target, out, max_seq_len=64, max_draft_tokens=4),
+                       extra_steps=[recycle_seed_step()])
+    return out
+
+
+@pytest.fixture(scope="module")
+def plain_gen(target_only_bundle):
+    from specrt.runtime import load
+
+    return load(target_only_bundle, backend="ort")
+
+
+@pytest.mark.parametrize("k", [2, "auto"])
+def test_recycle_greedy_output_is_plains(plain_gen, k):
+    assert "recycle" in plain_gen.methods
+    for prompt in PROMPTS:
+        plain = plain_gen.generate(prompt, 40, method="none")
+        spec = plain_gen.generate(prompt, 40, method="recycle", num_speculative_tokens=k)
+        assert spec.token_ids == plain.token_ids, prompt
+        assert spec.stats.method == "recycle"
+
+
+def test_the_table_persists_across_requests(plain_gen):
+    table = table_for(plain_gen)
+    table.reset()  # cold start
+    assert (table.succ == -1).all()
+    first = plain_gen.generate(PROMPTS[0], 30, method="recycle", num_speculative_tokens=3)
+    learned = int((table.succ >= 0).sum())
+    assert learned > 0 and table_for(plain_gen) is table  # one table per loaded bundle, filled by the request
+    ids = first.token_ids  # every committed pair: the target's own greedy successor, first in its row
+    assert all(int(table.row(a)[0]) == b for a, b in zip(ids[:-1], ids[1:]) if ids.count(a) == 1)
+    again = plain_gen.generate(PROMPTS[0], 30, method="recycle", num_speculative_tokens=3)
+    assert again.token_ids == first.token_ids
+    assert again.stats.accepted_tokens > first.stats.accepted_tokens  # the second request drafts from the table
+    assert table.succ.min() >= -1 and table.succ.max() < plain_gen.vocab_size and table.nbytes == table.succ.size * 4
+
+
+@pytest.mark.slow  # compiles a bundle (~30 s on 2 busy cores)
+def test_compile_seeds_the_table_into_the_bundle(seeded_bundle):
+    from specrt.bundle.manifest import read_manifest
+    from specrt.runtime import load
+
+    manifest = read_manifest(seeded_bundle, verify_checksums=True)
+    assert TABLE_FILE in manifest.files
+    gen = load(seeded_bundle, backend="ort")
+    seed = load_table(gen.manifest, gen.vocab_size)
+    assert seed.dtype == np.int32 and seed.shape == (gen.vocab_size, 8) and (seed >= 0).sum() > 20
+    assert (table_for(gen).succ == seed).all()
+    for prompt in PROMPTS:
+        assert gen.generate(prompt, 30, method="recycle").token_ids == gen.generate(prompt, 30, method="none").token_ids
+
+
+@pytest.mark.slow
+def test_a_tampered_table_is_refused(seeded_bundle, tmp_path):
+    from specrt.runtime import load
+
+    copy = tmp_path / "b"
+    shutil.copytree(seeded_bundle, copy)
+    table = np.load(copy / TABLE_FILE)
+    table[0, 0] = (table[0, 0] + 1) % 5
+    np.save(copy / TABLE_FILE, table)  # same size, other bytes
+    with pytest.raises(ChecksumMismatch, match="recycle/table.npy"):
+        load(copy, backend="ort", warmup=False)  # listed in the manifest: checked at load like every file
+    gen = load(copy, backend="ort", warmup=False, verify_checksums=False)
+    with pytest.raises(ChecksumMismatch, match="recycle/table.npy"):  # and again when the method reads it
+        gen.generate("hello", 8, method="recycle")
+    assert gen.generate("hello", 8, method="ngram").token_ids  # the other methods are unaffected
+
+
+@pytest.mark.parametrize("bad,match", [(np.zeros((10, 8), dtype=np.int64), "int32"),
+                                       (np.zeros((9, 8), dtype=np.int32), "shape"),
+                                       (np.full((10, 8), 10, dtype=np.int32), "outside"),
+                                       (np.full((10, 8), -2, dtype=np.int32), "outside")])
+def test_table_checks(bad, match):
+    with pytest.raises(BundleError, match=match):
+        check_table(bad, 10, TABLE_FILE)
