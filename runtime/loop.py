@@ -20,6 +20,7 @@ from specrt.runtime.acceptance import greedy_accept, rejection_sample
 from specrt.runtime.backends.base import Runner
 from specrt.runtime.constrained import MaskWorker, masked_logits, shape_proposal
 from specrt.runtime.constraint import Constraint
+from specrt.runtime.logits_processors import LogitsState
 from specrt.runtime.policy import KPolicy
 from specrt.runtime.proposers.base import Proposer
 from specrt.runtime.sampling import SamplingParams, sample, warp
@@ -38,7 +39,8 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
            max_new_tokens: int, max_draft_tokens: int, params: SamplingParams, rng: np.random.Generator,
            eos_ids: frozenset[int], stats: GenerationStats,
            on_step: Callable[[int, int, int], None] | None = None, constraint: Constraint | None = None,
-           mask_worker: MaskWorker | None = None, forced_tokens: bool = True) -> Iterator[list[int]]:
+           mask_worker: MaskWorker | None = None, forced_tokens: bool = True,
+           logits_state: LogitsState | None = None) -> Iterator[list[int]]:
     """Yield the emitted tokens of each step (1 + accepted drafts, cut at EOS / limits).
 
     `on_step(k, drafted, accepted)` (optional) sees every step that had a proposer, k as clamped by the loop.
@@ -47,7 +49,7 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
     pass; masks are computed by `mask_worker` while the target runs (runtime/constrained.py).
     """
     # greedy without a constraint reads only each row's argmax: a screened LM head may skip the full rows
-    target.set_argmax_only(params.greedy and constraint is None)
+    target.set_argmax_only(params.greedy and constraint is None and logits_state is None)
     try:
         capacity = target.capacity
         tokens = np.empty(capacity, dtype=np.int64)  # committed sequence, preallocated
@@ -57,14 +59,17 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
         target.reset()
         if constraint is not None:
             pending = mask_worker.submit(constraint.masks, [])
-            last_logits = masked_logits(target.prefill(tokens[:n], PREFILL_CHUNK)[None, :], pending.result())[0]
+            last_logits = masked_logits(hook(target.prefill(tokens[:n], PREFILL_CHUNK)[None, :], tokens[:0]),
+                                        pending.result())[0]
             first = pick_token(last_logits, params, rng)
             constraint.consume([first])
         else:
-            first = pick_token(target.prefill(tokens[:n], PREFILL_CHUNK), params, rng)
+            first = pick_token(hook(target.prefill(tokens[:n], PREFILL_CHUNK)[None, :], tokens[:0])[0], params, rng)
         stats.target_calls += (n + PREFILL_CHUNK - 1) // PREFILL_CHUNK
         tokens[n] = first
         n += 1
+        if logits_state is not None:
+            logits_state.commit([first])
         if proposer is not None and first not in eos_ids:
             proposer.start(tokens, n, target.hidden_states)
         stats.prefill_seconds = time.perf_counter() - started
@@ -101,7 +106,7 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
             t1 = time.perf_counter()
             kk = verify_ids.size
             tokens[n:n + kk] = verify_ids  # scratch: overwritten by what is actually emitted below
-            logits = target.forward(tokens[n - 1:n + kk])  # [kk + 1, V]
+            logits = hook(target.forward(tokens[n - 1:n + kk]), verify_ids)  # [kk + 1, V]
             stats.target_calls += 1
             if constraint is not None:
                 logits = masked_logits(logits, pending.result())
@@ -128,6 +133,8 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
                     break
             tokens[n:n + len(emitted)] = emitted
             n += len(emitted)
+            if logits_state is not None:
+                logits_state.commit(emitted)
             target.truncate(n - 1)
             stats.record_step(k, drafts.size, j, source)
             stats.draft_seconds += t1 - t0
