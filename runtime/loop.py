@@ -47,7 +47,10 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
     `constraint` (optional): every verified position's distribution is masked by it, drafts it refuses end
     the proposal, and with `forced_tokens` (and a proposer) the tokens it forces are verified in the same
     pass; masks are computed by `mask_worker` while the target runs (runtime/constrained.py).
+    `logits_state` (optional): penalties / logit_bias applied to every target row with the counts as of its
+    position, and logprobs of the emitted tokens (runtime/logits_processors.py).
     """
+    hook = logits_state.apply if logits_state is not None else (lambda rows, fed: rows)
     # greedy without a constraint reads only each row's argmax: a screened LM head may skip the full rows
     target.set_argmax_only(params.greedy and constraint is None and logits_state is None)
     try:
