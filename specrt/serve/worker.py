@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from specrt.core.tokenizer import IncrementalDecoder, StopText
 from specrt.runtime.request import GenerationRequest
+from specrt.serve.logprobs import entries
 
 
 @dataclasses.dataclass
@@ -35,6 +36,7 @@ class Delta:
     text: str  # may be "" (incomplete UTF-8, or text held back while it may start a stop string)
     tokens: int  # tokens produced by this step
     t: float  # time.perf_counter() when the step finished
+    logprobs: list = dataclasses.field(default_factory=list)  # with request.logprobs: the step's tokens' entries
 
 
 @dataclasses.dataclass
@@ -49,13 +51,16 @@ def run_job(gen: Any, job: Job, cancel: threading.Event, emit: Callable[[Any], N
     decoder = IncrementalDecoder(gen.tokenizer)
     stopper = StopText(job.stop)
     tokens, stats, finish = 0, None, None
+    names: dict = {}  # token id -> (string, bytes), for logprobs
     try:
         steps = gen.stream_tokens(job.prompt_ids, request=job.request)
         try:
             for ids, stats in steps:
                 tokens += len(ids)
                 text, hit = stopper.push(decoder.push(ids))
-                emit(Delta(text, len(ids), time.perf_counter()))
+                lp = entries(gen.tokenizer, stats.token_logprobs[tokens - len(ids):tokens], names) \
+                    if job.request.logprobs is not None else []
+                emit(Delta(text, len(ids), time.perf_counter(), lp))
                 if hit:
                     finish = "stop"
                     break
