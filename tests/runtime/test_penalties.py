@@ -28,6 +28,19 @@ def test_greedy_speculative_equals_plain_under_each_penalty(pair_generator, meth
     assert changed, f"{penalty} did not change the output: the test would not see it applied"
 
 
+@pytest.mark.parametrize("self_generator", ["ort"], indirect=True)
+@pytest.mark.parametrize("penalty", PENALTIES)
+def test_greedy_accepted_drafts_count_for_the_next_rows(self_generator, penalty):
+    """The self bundle's draft is the target (without the penalty): most drafts are accepted, so row i of a
+    verify pass must count drafts 1..i-1 for the output to equal plain decoding."""
+    with eos(self_generator, []):
+        for prompt in PROMPTS:
+            plain = self_generator.generate(prompt, 40, method="none", **penalty)
+            spec = self_generator.generate(prompt, 40, method="draft", num_speculative_tokens=4, **penalty)
+            assert spec.token_ids == plain.token_ids
+            assert spec.stats.accepted_tokens > 0
+
+
 @ORT_ONLY
 @pytest.mark.parametrize("method", ["draft", "ngram"])
 def test_logit_bias_ban_and_boost_under_speculation(pair_generator, method):
