@@ -78,3 +78,18 @@ def test_top_logprobs_needs_logprobs_and_stays_in_range(server):
         r = httpx.post(f"{server.url}/v1/chat/completions", json=body | extra, timeout=30)
         assert r.status_code == 400, r.text
         assert r.json()["error"]["param"] == param
+
+
+def test_with_max_batch_such_requests_run_beside_the_batch(pair_bundle, pair_generator):
+    """--max-batch: a request with a penalty and logprobs runs on the one-request loop and equals generate."""
+    from conftest import openai_client, serving
+
+    ref = pair_generator.generate(PROMPT, 12, temperature=0, method="none", frequency_penalty=1.0, logprobs=1)
+    assert ref.token_ids != pair_generator.generate(PROMPT, 12, temperature=0, method="none").token_ids
+    with serving(str(pair_bundle), max_batch=2, method="draft", served_model_name="tiny", backend="ort") as srv:
+        client = openai_client(srv)
+        resp = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=12, temperature=0,
+                                         frequency_penalty=1.0, logprobs=1)
+        assert srv.server.config.app.state.engine is not None  # the server does batch
+    assert resp.choices[0].text == ref.text
+    assert resp.choices[0].logprobs.token_logprobs == pytest.approx([t.logprob for t in ref.logprobs], abs=1e-4)
