@@ -126,19 +126,27 @@ def process(logits: np.ndarray, params: LogitsParams, counts: np.ndarray, seen: 
         bias = np.fromiter((b for _, b in params.logit_bias), np.float32)
         out[:, ids] += bias
         out[:, ids[bias <= BAN]] = -np.inf
-    extra = np.zeros((s, v), dtype=np.int32)  # [S, V]: drafts fed before each row
-    for i in range(1, s):
-        extra[i:, int(fed[i - 1])] += 1
-    row_counts = counts[None, :] + extra  # [S, V]
-    if params.repetition_penalty != 1.0:
-        r = np.float32(params.repetition_penalty)
-        hit = seen[None, :] | (extra > 0)
-        out = np.where(hit, np.where(out > 0, out / r, out * r), out)
-    if params.frequency_penalty:
-        out -= np.float32(params.frequency_penalty) * row_counts
-    if params.presence_penalty:
-        out -= np.float32(params.presence_penalty) * (row_counts > 0)
+    r = np.float32(params.repetition_penalty)
+    f, p = np.float32(params.frequency_penalty), np.float32(params.presence_penalty)
+    pre = {(i, int(t)): out[i, int(t)] for i in range(1, s) for t in set(fed[:i].tolist())}  # after bias only
+    if r != 1:  # dense part: the committed tokens, the same for every row (only their columns are touched)
+        cols = np.flatnonzero(seen)
+        x = out[:, cols]
+        out[:, cols] = np.where(x > 0, x / r, x * r)
+    if f or p:
+        cols = np.flatnonzero(counts)
+        out[:, cols] -= _penalty(counts[cols].astype(np.float32), f, p)
+    for (i, t), x in pre.items():  # row i's drafts fed[:i], counted as if accepted: a few scalars per row
+        c = np.float32(counts[t] + int((fed[:i] == t).sum()))
+        if r != 1:
+            x = x / r if x > 0 else x * r
+        out[i, t] = x - _penalty(c, f, p) if (f or p) else x
     return out
+
+
+def _penalty(c: np.ndarray, f: np.float32, p: np.float32) -> np.ndarray:
+    """float32 counts -> f * count + p * (count > 0), in float32 (the same arithmetic for arrays and scalars)."""
+    return (f * c + p * (c > 0).astype(np.float32)).astype(np.float32)
 
 
 def token_logprobs(rows: np.ndarray, emitted: list[int], top_n: int) -> list[TokenLogprob]:
