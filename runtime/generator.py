@@ -406,6 +406,10 @@ class Generator:
         with self._exclusive():
             if proposer is None and max_new_tokens > 1:  # one token comes from the prefill: nothing to draft
                 proposer = self.make_proposer(method, params, rng, options)
+            if logits_state is not None and logits.changes_logits:  # drafts see the penalties (acceptance)
+                for p in (proposer, getattr(proposer, "draft", None)):
+                    if hasattr(p, "logits_state"):
+                        p.logits_state = logits_state
             if proposer is not None and policy is None:
                 policy = self.make_policy(k, method, params.seed is not None and not params.greedy)
             stats = GenerationStats(method=method, backend=self.backend, prompt_tokens=int(prompt_ids.size),

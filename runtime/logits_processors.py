@@ -184,6 +184,20 @@ class LogitsState:
         self._rows = out
         return out
 
+    def draft_row(self, logits_row: np.ndarray, fed: np.ndarray) -> np.ndarray:
+        """A draft model's logits [V'] for the position after `fed` (its drafts so far, as if accepted) -> the
+        row processed as the target's will be (acceptance; O(V) a draft token). Nothing is kept."""
+        w = logits_row.size
+        counts, seen = self.counts, self.seen
+        if w > counts.size:
+            counts, seen = np.pad(counts, (0, w - counts.size)), np.pad(seen, (0, w - seen.size))
+        counts, seen = counts[:w].copy(), seen[:w].copy()
+        fed = np.asarray(fed, dtype=np.int64)
+        fed = fed[fed < w]
+        np.add.at(counts, fed, 1)
+        seen[fed] = True
+        return process(logits_row[None, :], self.params, counts, seen, fed[:0])[0]
+
     def commit(self, emitted: list[int]) -> None:
         """The tokens emitted from the last `apply`'s rows (emitted[i] chosen at row i)."""
         if self.params.logprobs is not None and self._rows is not None:

@@ -134,3 +134,15 @@ def test_sampling_with_penalties_stays_lossless(pair_generator):
     assert shift > 0.2, f"the penalty moves the distribution too little ({shift:.3f}) for the test to see it"
     # sampling noise of the TV estimate with 1500 draws over <= 27 outcomes is about 0.05
     assert tv < 0.1, f"total variation {tv:.3f} between speculative samples and the penalized target"
+
+
+@pytest.mark.parametrize("self_generator", ["ort"], indirect=True)
+@pytest.mark.parametrize("penalty", PENALTIES[:3])
+def test_the_draft_model_sees_the_penalties(self_generator, penalty):
+    """The self bundle's draft is the target: drafts processed like the target's rows (each with the drafts
+    before it counted) are all accepted, greedy; without the penalties in the draft they would not be."""
+    with eos(self_generator, []):
+        plain = self_generator.generate(PROMPTS[0], 40, method="none", **penalty)
+        spec = self_generator.generate(PROMPTS[0], 40, method="draft", num_speculative_tokens=4, **penalty)
+    assert spec.token_ids == plain.token_ids
+    assert spec.stats.acceptance_rate == 1.0 and spec.stats.drafted_tokens > 0
