@@ -28,6 +28,7 @@ from specrt.runtime import backends
 from specrt.runtime.arguments import check_threads, prompt_ids
 from specrt.runtime.exclusive import GenerationLock, Steps
 from specrt.runtime.loop import decode
+from specrt.runtime.logits_processors import LogitsState
 from specrt.runtime.policy import AdaptiveK, CountOnlyAdaptiveK, FixedK, KPolicy, model_draft_cost
 from specrt.runtime.proposers.base import Proposer
 from specrt.runtime.proposers.draft_model import DraftModelProposer
@@ -48,6 +49,7 @@ class GenerationResult:
     prompt_token_ids: list[int]
     stats: GenerationStats
     finish_reason: str
+    logprobs: list | None = None  # with request.logprobs: a TokenLogprob per new token (runtime/logits_processors.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "token_ids": self.token_ids, "finish_reason": self.finish_reason,
@@ -224,6 +226,9 @@ class Generator:
           stop              stop strings: the text is cut before the first one, the generation ends with the step
                             that reached it (finish_reason "stop"; token_ids hold that step's tokens)
           strict            refuse a prompt + max_new_tokens beyond the context (default: stop at it)
+          presence_penalty, frequency_penalty (OpenAI, [-2, 2]), repetition_penalty (vLLM, (0, 2]), logit_bias
+                            ({token id: [-100, 100]}): applied to every verified position (docs/requests.md)
+          logprobs          N in [0, 20]: the result's `logprobs` holds each new token's logprob and top N
         Hooks (keyword options, not request fields):
           proposer          a Proposer object to draft with instead of `method`'s (e.g. a custom one)
           policy            a KPolicy object choosing k per step instead of `num_speculative_tokens`
@@ -251,7 +256,10 @@ class Generator:
             text = "".join(parts) + stage.finish()
             if stage.stopped:
                 stats.finish_reason = "stop"
-        return GenerationResult(text, ids, prompt_ids, stats, stats.finish_reason)
+        logprobs = list(stats.token_logprobs) if stats.token_logprobs else None
+        if logprobs is not None and stage is not None and stage.stopped:
+            logprobs = logprobs[:len(ids)]  # the steps after the stop string's are not run
+        return GenerationResult(text, ids, prompt_ids, stats, stats.finish_reason, logprobs)
 
     def stream(self, prompt: str | Sequence[int], max_new_tokens: int | None = None, *,
                request: GenerationRequest | None = None, **options: Any) -> Iterator[str]:
@@ -411,24 +419,33 @@ class Generator:
         max_new_tokens = request.max_new_tokens
         self.check_room(prompt_ids, request)
         state = self.compile_constraint(request.constraint) if request.constraint is not None else None
+        logits = request.logits_params
+        logits.check_vocab(self.vocab_size)
         steps = Steps()  # the generation holds only a weak reference to it: dropping the stream ends it
         steps.it = self._run(prompt_ids, max_new_tokens, request.sampling, method, k, request.ngram_sizes, proposer,
                              policy, hooks.get("on_step"), max_new_tokens > room, state, request.forced_tokens,
-                             weakref.ref(steps))
+                             weakref.ref(steps), logits if logits.active else None)
         return steps, request.stop
 
     def _run(self, prompt_ids, max_new_tokens, params, method, k, options, proposer, policy, on_step,
-             context_limited=False, constraint=None, forced_tokens=True, steps=None):
+             context_limited=False, constraint=None, forced_tokens=True, steps=None, logits=None):
         rng = params.rng()
+        logits_state = LogitsState(logits, self.vocab_size, prompt_ids) if logits is not None else None
         with self._lock.hold(steps):
             if proposer is None and max_new_tokens > 1:  # one token comes from the prefill: nothing to draft
                 proposer = self.make_proposer(method, params, rng, options)
+            if logits_state is not None and logits.changes_logits:  # drafts see the penalties (acceptance)
+                for p in (proposer, getattr(proposer, "draft", None)):
+                    if hasattr(p, "logits_state"):
+                        p.logits_state = logits_state
             if proposer is not None and policy is None:
                 policy = self.make_policy(k, method, params.seed is not None and not params.greedy)
             stats = GenerationStats(method=method, backend=self.backend, prompt_tokens=int(prompt_ids.size),
                                     provider=self.target.describe().get("provider", self.backend),
                                     context_limited=context_limited,
                                     constraint=constraint.spec.describe() if constraint is not None else "")
+            if logits_state is not None:
+                stats.token_logprobs = logits_state.logprobs
             started = time.perf_counter()
             explains = policy is not None and hasattr(policy, "off_reason")
             noted_off = False  # whether speculation_note describes speculation as off
@@ -436,7 +453,7 @@ class Generator:
                                 max_draft_tokens=self.max_draft_tokens, params=params, rng=rng,
                                 eos_ids=self.eos_ids, stats=stats, on_step=on_step, constraint=constraint,
                                 mask_worker=self._constraints[1] if constraint is not None else None,
-                                forced_tokens=forced_tokens):
+                                forced_tokens=forced_tokens, logits_state=logits_state):
                 stats.elapsed_s = time.perf_counter() - started
                 # why speculation is off, built when it turns off (not every step), cleared when it turns back
                 # on: a caller that reads the stats mid-stream or stops early sees the current state

@@ -23,6 +23,7 @@ from specrt.runtime.acceptance import greedy_accept, greedy_accept_tree, rejecti
 from specrt.runtime.backends.base import Runner
 from specrt.runtime.constrained import MaskWorker, masked_logits, shape_proposal
 from specrt.runtime.constraint import Constraint
+from specrt.runtime.logits_processors import LogitsState
 from specrt.runtime.policy import KPolicy
 from specrt.runtime.proposers.base import Proposer
 from specrt.runtime.sampling import SamplingParams, sample, warp
@@ -64,16 +65,20 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
            max_new_tokens: int, max_draft_tokens: int, params: SamplingParams, rng: np.random.Generator,
            eos_ids: frozenset[int], stats: GenerationStats,
            on_step: Callable[[int, int, int], None] | None = None, constraint: Constraint | None = None,
-           mask_worker: MaskWorker | None = None, forced_tokens: bool = True) -> Iterator[list[int]]:
+           mask_worker: MaskWorker | None = None, forced_tokens: bool = True,
+           logits_state: LogitsState | None = None) -> Iterator[list[int]]:
     """Yield the emitted tokens of each step (1 + accepted drafts, cut at EOS / limits).
 
     `on_step(k, drafted, accepted)` (optional) sees every step that had a proposer, k as clamped by the loop.
     `constraint` (optional): every verified position's distribution is masked by it, drafts it refuses end
     the proposal, and with `forced_tokens` (and a proposer) the tokens it forces are verified in the same
     pass; masks are computed by `mask_worker` while the target runs (runtime/constrained.py).
+    `logits_state` (optional): penalties / logit_bias applied to every target row with the counts as of its
+    position, and logprobs of the emitted tokens (runtime/logits_processors.py).
     """
+    hook = logits_state.apply if logits_state is not None else (lambda rows, fed: rows)
     # greedy without a constraint reads only each row's argmax: a screened LM head may skip the full rows
-    target.set_argmax_only(params.greedy and constraint is None)
+    target.set_argmax_only(params.greedy and constraint is None and logits_state is None)
     try:
         capacity = target.capacity
         tokens = np.empty(capacity, dtype=np.int64)  # committed sequence, preallocated
@@ -83,14 +88,17 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
         target.reset()
         if constraint is not None:
             pending = mask_worker.submit(constraint.masks, [])
-            last_logits = masked_logits(target.prefill(tokens[:n], PREFILL_CHUNK)[None, :], pending.result())[0]
+            last_logits = masked_logits(hook(target.prefill(tokens[:n], PREFILL_CHUNK)[None, :], tokens[:0]),
+                                        pending.result())[0]
             first = pick_token(last_logits, params, rng)
             constraint.consume([first])
         else:
-            first = pick_token(target.prefill(tokens[:n], PREFILL_CHUNK), params, rng)
+            first = pick_token(hook(target.prefill(tokens[:n], PREFILL_CHUNK)[None, :], tokens[:0])[0], params, rng)
         stats.target_calls += (n + PREFILL_CHUNK - 1) // PREFILL_CHUNK
         tokens[n] = first
         n += 1
+        if logits_state is not None:
+            logits_state.commit([first])
         if proposer is not None and first not in eos_ids:
             proposer.start(tokens, n, target.hidden_states)
         stats.prefill_seconds = time.perf_counter() - started
@@ -113,8 +121,10 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
             if k > 0:
                 proposal = proposer.propose(tokens, n, k)
                 drafts, draft_probs = proposal.token_ids, proposal.probs  # probs: None for a point mass
+                # a chain where a constraint, a sampled draft or penalties (counts per row, not per tree path) apply
+                chain_only = constraint is not None or draft_probs is not None or logits_state is not None
                 drafts, draft_probs, parents = tree_or_chain(drafts, draft_probs, proposal.parents, k, target,
-                                                             constraint is not None or draft_probs is not None)
+                                                             chain_only)
                 stats.draft_calls += proposal.calls
                 source, catch_up_s = proposal.source, proposal.catch_up_s
             else:
@@ -132,11 +142,12 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
             tokens[n:n + kk] = verify_ids  # scratch: overwritten by what is actually emitted below
             past = n - 1
             fed = tokens[n - 1:n + kk]
-            logits = target.forward(fed) if parents is None else target.forward(fed, parents)  # [kk + 1, V]
+            raw = target.forward(fed) if parents is None else target.forward(fed, parents)  # [kk + 1, V]
             stats.target_calls += 1
             observe_verify = getattr(proposer, "observe_verify", None)
             if observe_verify is not None:  # the fed rows and the target's raw rows for them (Token Recycling)
-                observe_verify(tokens[n - 1:n + kk].copy(), logits, parents)
+                observe_verify(tokens[n - 1:n + kk].copy(), raw, parents)
+            logits = hook(raw, verify_ids)  # penalties / bias with the counts as of each row (a chain: see above)
             if constraint is not None:
                 logits = masked_logits(logits, pending.result())
                 if drafts.size > kk:  # a refused sampled draft, rejected for sure: a row the rule never reads
@@ -174,6 +185,8 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
                     break
             tokens[n:n + len(emitted)] = emitted
             n += len(emitted)
+            if logits_state is not None:
+                logits_state.commit(emitted)
             target.truncate(n - 1)
             stats.record_step(k, drafts.size, j, source)
             stats.draft_seconds += t1 - t0

@@ -10,6 +10,8 @@ One default and one validation per field, here:
   bundle's `generation_config.json` (what vLLM does), else from the front end's fallback (greedy for the Python
   API and the CLI, temperature 1 for the OpenAI-compatible server). `sampling` is the warping part
   (`runtime.sampling.SamplingParams`, shared by draft and target), built only from a resolved request.
+* penalties (presence / frequency / repetition), logit_bias and logprobs: `logits_params`
+  (runtime/logits_processors.py), applied to the target's rows by the decode loop.
 * stop strings, max_new_tokens, strict (refuse instead of stopping at the context), n-gram sizes, seed.
 
 Adding a field (a structured-output constraint, a new method's option): one dataclass field with its default,
@@ -26,6 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from specrt.core.errors import InvalidArgument
+from specrt.runtime.logits_processors import LogitsParams
 from specrt.runtime.proposers.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, check_sizes
 from specrt.runtime.sampling import SamplingParams
 
@@ -88,6 +91,11 @@ class GenerationRequest:
     strict: bool = False  # refuse a prompt + max_new_tokens beyond the context instead of stopping at it
     constraint: Any = None  # a ConstraintSpec (runtime/constraint.py): JSON schema, json_object, regex, grammar
     forced_tokens: bool = True  # with a constraint and a drafting method: verify forced tokens with the drafts
+    presence_penalty: float = 0.0  # [-2, 2] (OpenAI; generated tokens)
+    frequency_penalty: float = 0.0  # [-2, 2] (OpenAI; generated tokens)
+    repetition_penalty: float = 1.0  # (0, 2] (vLLM / transformers; prompt + generated); 1 = off
+    logit_bias: Any = ()  # {token id: bias in [-100, 100]}; -100 bans; stored as sorted ((id, bias), ...)
+    logprobs: int | None = None  # None = off; N in [0, 20]: each token's logprob and its top N alternatives
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
@@ -109,6 +117,10 @@ class GenerationRequest:
             if not isinstance(self.constraint, ConstraintSpec):
                 raise RequestFieldError("constraint", f"constraint must be a ConstraintSpec, got "
                                                       f"{type(self.constraint).__name__}")
+        try:  # penalties, bias and logprobs: one validation, LogitsParams'
+            object.__setattr__(self, "logit_bias", self.logits_params.logit_bias)
+        except InvalidArgument as exc:
+            raise RequestFieldError(getattr(exc, "field", "logit_bias"), str(exc)) from None
         for name in ("temperature", "top_p"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer))):
@@ -167,6 +179,12 @@ class GenerationRequest:
     def sampling(self) -> SamplingParams:
         """The warping parameters (temperature / top-k / top-p / seed); omitted ones as greedy / off."""
         return self._sampling(0.0)
+
+    @property
+    def logits_params(self) -> LogitsParams:
+        """Penalties, logit_bias and logprobs (runtime/logits_processors.py)."""
+        return LogitsParams(self.presence_penalty, self.frequency_penalty, self.repetition_penalty,
+                            self.logit_bias, self.logprobs)
 
     @property
     def ngram_sizes(self) -> dict[str, int]:

@@ -38,6 +38,8 @@ class GenerationStats:
     verify_seconds: float = 0.0
     elapsed_s: float = 0.0
     finish_reason: str = ""
+    # with request.logprobs: a TokenLogprob per emitted token (runtime/logits_processors.py); not in to_dict
+    token_logprobs: list = dataclasses.field(default_factory=list, repr=False, compare=False)
     provider: str = ""
     speculation_note: str = ""  # why speculation is off (adaptive k settled on 0), else ""
     constraint: str = ""
@@ -79,7 +81,8 @@ class GenerationStats:
         self.accepted_histogram[accepted] += 1
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        d = dataclasses.asdict(dataclasses.replace(self, token_logprobs=[]))
+        d.pop("token_logprobs")
         d.update(acceptance_rate=self.acceptance_rate, mean_accepted_tokens=self.mean_accepted_tokens,
                  tokens_per_second=self.tokens_per_second, decode_tokens_per_second=self.decode_tokens_per_second)
         return d

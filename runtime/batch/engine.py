@@ -152,14 +152,17 @@ class BatchEngine:
         return seq, events
 
     def batchable(self, request: GenerationRequest) -> bool:
-        """Whether `request` (resolved) runs on the batch: its method is batched and it has no constraint."""
-        return request.constraint is None and (request.method or self.gen.default_method) in self.scheduler.methods
+        """Whether `request` (resolved) runs on the batch: its method is batched and it has no constraint, no
+        penalty, logit_bias or logprobs (those run on the one-request loop, runtime/logits_processors.py)."""
+        return request.constraint is None and not request.logits_params.active \
+            and (request.method or self.gen.default_method) in self.scheduler.methods
 
     def stream_tokens(self, prompt, max_new_tokens: int | None = None, *, request: GenerationRequest | None = None,
                       **options: Any) -> Iterator[tuple[list[int], GenerationStats]]:
         """Like `Generator.stream_tokens`: (new token ids, stats) per step, ending with the step whose text reaches a
         stop string (finish_reason "stop"). Closing the iterator cancels.
-        A request the batch does not run (a constraint, a method such as medusa) runs on the Generator's
+        A request the batch does not run (a constraint, penalties or logprobs, a method such as medusa) runs on the
+        Generator's
         one-request loop instead, beside the batch (one at a time among themselves)."""
         req = self.gen.request("stream_tokens", max_new_tokens, request, **options)
         if not self.batchable(req):

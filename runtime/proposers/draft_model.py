@@ -32,15 +32,18 @@ class DraftModelProposer:
         self.prefill_chunk = prefill_chunk
         self._tok = np.empty(1, dtype=np.int64)
         self._clock = CallClock()  # one single-token draft call, seconds (catch-up: Proposal.catch_up_s)
+        self.logits_state = None  # a LogitsState (runtime/logits_processors.py): drafts see the request's penalties
 
     def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None:
         """Prefill the draft with the committed tokens except the pending last one (timed as prefill)."""
-        self.runner.set_argmax_only(self.params.greedy)  # greedy drafts are argmaxes (a screened head may skip rows)
+        self.runner.set_argmax_only(self.params.greedy and self.logits_state is None)  # greedy drafts are argmaxes (a screened head may skip rows)
         self.runner.reset()
         if not self.lazy:
             self.runner.prefill(tokens[:n - 1], self.prefill_chunk)
 
-    def _pick(self, logits_row: np.ndarray, probs_out: np.ndarray | None, i: int) -> int:
+    def _pick(self, logits_row: np.ndarray, probs_out: np.ndarray | None, i: int, drafts: np.ndarray) -> int:
+        if self.logits_state is not None:  # draft i sees the penalties with drafts[:i] counted, as the target will
+            logits_row = self.logits_state.draft_row(logits_row, drafts[:i])
         if self.params.greedy:
             return int(logits_row.argmax())
         p = warp(logits_row[None, :], self.params)[0]
@@ -54,14 +57,14 @@ class DraftModelProposer:
         unseen = n - r.length  # normally 1 (the pending token), 2 after a fully accepted step
         calls = -(-unseen // self.prefill_chunk)
         t0 = time.perf_counter()
-        draft[0] = self._pick(r.prefill(tokens[r.length:n], self.prefill_chunk), probs, 0)
+        draft[0] = self._pick(r.prefill(tokens[r.length:n], self.prefill_chunk), probs, 0, draft)
         first_s = time.perf_counter() - t0
         for i in range(1, k):
             t0 = time.perf_counter()
             self._tok[0] = draft[i - 1]
             logits = r.forward(self._tok)
             calls += 1
-            draft[i] = self._pick(logits[-1], probs, i)
+            draft[i] = self._pick(logits[-1], probs, i, draft)
             self._clock.ordinary(time.perf_counter() - t0)
         # a long catch-up (the draft sat out steps): its cost beyond one ordinary call is not a per-token cost
         catch_up_s = self._clock.beyond(first_s) if unseen > 2 else 0.0

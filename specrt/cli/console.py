@@ -66,6 +66,9 @@ FLAGS = {
     "min_n": "--ngram-min",
     "max_n": "--ngram-max",
     "repeats": "--repeats",
+    "presence_penalty": "--presence-penalty",
+    "frequency_penalty": "--frequency-penalty",
+    "repetition_penalty": "--repetition-penalty",
 }
 _PARAM = re.compile(r"(?<![\w-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")(?=\W|$)")
 

@@ -1,8 +1,7 @@
 """Request guards (issue 10): values that change results must be supported or refused; text must be valid
 Unicode; an unexpected failure becomes a 500 that keeps the connection usable.
 
-* `check_unsupported(body)`: OpenAI fields that would change the output (`logprobs`, `echo`, `best_of`,
-  penalties, ...) get a 400 naming the field instead of being silently ignored.
+* `check_unsupported(body)`: OpenAI fields that would change the output (`echo`, `best_of`, tools, ...) get a 400 naming the field instead of being silently ignored.
 * `check_text(value, param)`: a lone surrogate (JSON `"\\ud800"`) is not encodable text: 400.
 * `CatchAll`: innermost middleware; logs an unexpected exception once and answers 500 without re-raising
   (Starlette's handler for `Exception` re-raises, which makes uvicorn drop the keep-alive connection).
@@ -21,9 +20,7 @@ log = logging.getLogger("specrt.serve")
 
 # field -> the value(s) that are harmless (the OpenAI default); anything else changes results
 UNSUPPORTED = {
-    "logprobs": (None, False), "top_logprobs": (None, 0), "echo": (None, False), "best_of": (None, 1),
-    "suffix": (None, ""), "logit_bias": (None, {}), "presence_penalty": (None, 0, 0.0),
-    "frequency_penalty": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0),
+    "echo": (None, False), "best_of": (None, 1), "suffix": (None, ""),
     # OpenAI's legacy function calling (tools / tool_choice are served: serve/tools.py)
     "functions": (None, []), "function_call": (None, "none"),
     "min_p": (None, 0, 0.0), "min_tokens": (None, 0), "prediction": (None,),

@@ -108,20 +108,41 @@ def _constraint(body: Any, gen: Any) -> dict[str, Any]:
 
 
 _PARAMS = {"method": "speculative.method", "num_speculative_tokens": "speculative.num_speculative_tokens"}
+COMPLETION_MAX_LOGPROBS = 5  # OpenAI's limit on /v1/completions (chat: top_logprobs up to 20)
 
 
-def _request(body: Any, gen: Any, config: ServeConfig, max_tokens: int, tool_spec: Any = None) -> GenerationRequest:
+def _logits(body: Any, chat: bool) -> dict[str, Any]:
+    """Penalties, logit_bias and logprobs -> GenerationRequest fields (ranges checked there)."""
+    if chat:
+        if body.top_logprobs is not None and not body.logprobs:
+            raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
+        n = (body.top_logprobs or 0) if body.logprobs else None
+        if n is not None and not 0 <= n <= 20:
+            raise bad_request(f"top_logprobs must be an integer in [0, 20], got {n}", "top_logprobs")
+    else:
+        n = body.logprobs
+        if n is not None and not 0 <= n <= COMPLETION_MAX_LOGPROBS:
+            raise bad_request(f"logprobs must be an integer in [0, {COMPLETION_MAX_LOGPROBS}], got {n}", "logprobs")
+    fields = {name: getattr(body, name) for name in ("presence_penalty", "frequency_penalty", "repetition_penalty",
+                                                     "logit_bias") if getattr(body, name) is not None}
+    return {**fields, "logprobs": n}
+
+
+def _request(body: Any, gen: Any, config: ServeConfig, max_tokens: int, chat: bool,
+             tool_spec: Any = None) -> GenerationRequest:
     """The typed request (runtime/request.py): one validation; omitted sampling fields from the bundle's
     generation_config, else OpenAI's defaults (temperature 1, top_p 1)."""
     try:
         req = GenerationRequest(max_new_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
                                 top_k=body.top_k, seed=body.seed, stop=() if body.stop is None else body.stop,
-                                **_speculation(body, config),
+                                **_speculation(body, config), **_logits(body, chat),
                                 **({"constraint": tool_spec} if tool_spec is not None else _constraint(body, gen)))
         req = req.with_defaults(gen.sampling_defaults, fallback_temperature=OPENAI_TEMPERATURE)
         req.check_for(gen.max_draft_tokens, gen.methods)
-    except RequestFieldError as exc:
-        raise bad_request(str(exc), _PARAMS.get(exc.field, exc.field)) from None
+        req.logits_params.check_vocab(gen.vocab_size)
+    except InvalidArgument as exc:  # RequestFieldError, or the vocabulary check of logit_bias: both name a field
+        field = getattr(exc, "field", None)
+        raise bad_request(str(exc), _PARAMS.get(field, field)) from None
     return req
 
 
@@ -144,7 +165,7 @@ def _job(body: Any, gen: Any, config: ServeConfig, prompts: list[list[int]], max
                           f"tokens + max_tokens={max_tokens} = {len(prompt_ids) + max_tokens}; lower max_tokens "
                           "or shorten the prompt", "max_tokens", code="context_length_exceeded")
     tool_spec = tool_constraint(tools, gen) if tools is not None else None
-    jobs, choice_jobs = plan_jobs(prompts, _request(body, gen, config, max_tokens, tool_spec), n)
+    jobs, choice_jobs = plan_jobs(prompts, _request(body, gen, config, max_tokens, chat, tool_spec), n)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     return Prepared(jobs[0], chat, body.stream, include_usage, rid, int(time.time()), jobs, choice_jobs,

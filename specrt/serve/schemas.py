@@ -1,7 +1,7 @@
 """Request bodies of the OpenAI-compatible endpoints (pydantic, strict types: "5" is not an integer).
 
 Unknown OpenAI fields (`user`, `metadata`, ...) are ignored, as vLLM does; fields that would change the
-output but are not implemented (`logprobs`, `echo`, `best_of`, penalties) get a 400 (guards.py). The one extension is
+output but are not implemented (`echo`, `best_of`, tools) get a 400 (guards.py). The one extension is
 `speculative` (vLLM-style extra body field; the openai client sends it with `extra_body=`):
 
     {"speculative": {"method": "draft" | "ngram" | "hybrid" | ..., "num_speculative_tokens": 5 | "auto"}}
@@ -74,9 +74,14 @@ class SamplingFields(BaseModel):
     stream_options: Optional[StreamOptions] = None
     speculative: Optional[SpeculativeOptions] = None
     response_format: Optional[ResponseFormat] = None
+    presence_penalty: Optional[Number] = None  # OpenAI, [-2, 2]
+    frequency_penalty: Optional[Number] = None  # OpenAI, [-2, 2]
+    repetition_penalty: Optional[Number] = None  # vLLM extension, (0, 2]
+    logit_bias: Optional[dict[str, Number]] = None  # token id (a string, as JSON keys) -> [-100, 100]
 
 
 class CompletionRequest(SamplingFields):
+    logprobs: Optional[StrictInt] = None  # [0, 5]: the top N alternatives of each token
     # a string, a list of strings, token ids, or a list of token-id lists (several prompts: one choice each)
     prompt: Union[StrictStr, list[StrictStr], list[StrictInt], list[list[StrictInt]]]
 
@@ -108,6 +113,8 @@ class ChatMessage(BaseModel):
 class ChatRequest(SamplingFields):
     messages: list[ChatMessage]
     max_completion_tokens: Optional[StrictInt] = None  # newer OpenAI name of max_tokens
+    logprobs: Optional[StrictBool] = None
+    top_logprobs: Optional[StrictInt] = None  # [0, 20], with logprobs true
 
 
 def request_models(methods: Sequence[str]) -> tuple[type[CompletionRequest], type[ChatRequest]]:

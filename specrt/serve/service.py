@@ -26,6 +26,7 @@ from specrt.core.errors import InvalidArgument
 from specrt.runtime.chat_template import ChatFormatter
 from specrt.serve.config import ServeConfig
 from specrt.serve.errors import APIError, error_body
+from specrt.serve.logprobs import shaped
 from specrt.serve.metrics import ServerMetrics
 from specrt.serve.requests import Prepared, prepare_chat, prepare_completion
 from specrt.serve.slots import QueueFull, Run, SlotPool
@@ -222,21 +223,23 @@ class Service:
             run.cancel.set()
             collect.cancel()
             return Response(status_code=499)
-        text, done = collect.result()
+        text, done, lp = collect.result()
         if done.error is not None:
             raise failure(done)
-        return JSONResponse(self._final_body(prep, text, done))
+        return JSONResponse(self._final_body(prep, text, done, lp))
 
-    async def _collect(self, run: Run, first: Any) -> tuple[str, Done]:
-        parts = []
+    async def _collect(self, run: Run, first: Any) -> tuple[str, Done, list]:
+        parts, lp = [], []
         event = first
         while not isinstance(event, Done):
             parts.append(event.text)
+            lp.extend(event.logprobs)
             event = await run.next_event()
-        return "".join(parts), event
+        return "".join(parts), event, lp
 
-    def _final_body(self, prep: Prepared, text: str, done: Done) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": done.finish_reason}
+    def _final_body(self, prep: Prepared, text: str, done: Done, lp: list) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "finish_reason": done.finish_reason,
+                                  "logprobs": shaped(lp, prep.chat) if prep.job.request.logprobs is not None else None}
         if prep.chat:
             choice["message"] = {"role": "assistant", "content": text}
         else:
@@ -250,8 +253,8 @@ class Service:
         return {"id": prep.request_id, "object": obj, "created": prep.created, "model": self.config.served_model_name}
 
     def _chunk(self, prep: Prepared, text: Optional[str], finish: Optional[str] = None,
-               role: bool = False) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish}
+               role: bool = False, logprobs: Optional[dict] = None) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "logprobs": logprobs, "finish_reason": finish}
         if prep.chat:
             delta: dict[str, Any] = {"role": "assistant"} if role else {}
             if text is not None:
@@ -267,10 +270,12 @@ class Service:
     async def _events(self, run: Run, first: Any, prep: Prepared) -> AsyncIterator[bytes]:
         if prep.chat:
             yield sse(self._chunk(prep, "", role=True))
-        event = first
+        event, offset = first, 0
         while not isinstance(event, Done):
-            if event.text:
-                yield sse(self._chunk(prep, event.text))
+            if event.text or event.logprobs:
+                lp = shaped(event.logprobs, prep.chat, offset) if event.logprobs else None
+                offset += sum(len(e["token"]) for e in event.logprobs)
+                yield sse(self._chunk(prep, event.text, logprobs=lp))
             event = await run.next_event()
         if event.error is not None:
             err = failure(event)

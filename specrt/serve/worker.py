@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from specrt.core.tokenizer import TextStage
 from specrt.runtime.request import GenerationRequest
+from specrt.serve.logprobs import entries
 
 
 @dataclasses.dataclass
@@ -35,6 +36,7 @@ class Delta:
     text: str  # may be "" (incomplete UTF-8, or text held back while it may start a stop string)
     tokens: int  # tokens produced by this step
     t: float  # time.perf_counter() when the step finished
+    logprobs: list = dataclasses.field(default_factory=list)  # with request.logprobs: the step's tokens' entries
 
 
 @dataclasses.dataclass
@@ -48,6 +50,7 @@ class Done:
 def run_job(gen: Any, job: Job, cancel: threading.Event, emit: Callable[[Any], None]) -> None:
     stage = TextStage(gen.tokenizer, job.stop)  # the one detokenize / stop-string stage (core/tokenizer.py)
     tokens, stats, finish = 0, None, None
+    names: dict = {}  # token id -> (string, bytes), for logprobs
     try:
         # the stop strings are watched here, on the text this stage makes: not a second time by stream_tokens
         steps = gen.stream_tokens(job.prompt_ids, request=job.request.replace(stop=()))
@@ -55,7 +58,9 @@ def run_job(gen: Any, job: Job, cancel: threading.Event, emit: Callable[[Any], N
             for ids, stats in steps:
                 tokens += len(ids)
                 text = stage.push(ids)
-                emit(Delta(text, len(ids), time.perf_counter()))
+                lp = entries(gen.tokenizer, stats.token_logprobs[tokens - len(ids):tokens], names) \
+                    if job.request.logprobs is not None else []
+                emit(Delta(text, len(ids), time.perf_counter(), lp))
                 if stage.stopped:
                     finish = "stop"
                     break

@@ -29,6 +29,10 @@ from specrt.cli.options import BatchSize, backend_option, method_option
 @click.option("--top-k", default=None, type=int, help="0 = off (default: the bundle's generation_config, else 0).")
 @click.option("--top-p", default=None, type=float, help="1 = off (default: the bundle's generation_config, else 1).")
 @click.option("--seed", default=None, type=int, help="Makes sampling reproducible.")
+@click.option("--presence-penalty", default=None, type=float, help="[-2, 2], over generated tokens (OpenAI).")
+@click.option("--frequency-penalty", default=None, type=float, help="[-2, 2], over generated tokens (OpenAI).")
+@click.option("--repetition-penalty", default=None, type=float,
+              help="(0, 2], over prompt + generated tokens (vLLM); 1 = off.")
 @method_option()
 @click.option("--num-speculative-tokens", "k", default="auto", show_default=True, type=KType(),
               help="Tokens drafted per step, or 'auto' (adaptive).")
@@ -50,7 +54,7 @@ from specrt.cli.options import BatchSize, backend_option, method_option
               help="Constrain the output to this grammar (a file: Lark / llguidance EBNF, or GBNF).")
 @handle_errors
 def generate_cmd(bundle, prompt, prompts_file, max_batch, chat, system, max_new_tokens, temperature, top_k, top_p, seed,
-                 method, k, ngram_min, ngram_max, backend, target_device, draft_device, threads, stream, strict, as_json,
+                 presence_penalty, frequency_penalty, repetition_penalty, method, k, ngram_min, ngram_max, backend, target_device, draft_device, threads, stream, strict, as_json,
                  json_schema, json_object, regex, grammar):
     """Generate text from BUNDLE with speculative decoding."""
     from specrt.core.errors import InvalidArgument
@@ -58,6 +62,8 @@ def generate_cmd(bundle, prompt, prompts_file, max_batch, chat, system, max_new_
     from specrt.cli.generate_output import context_warning, stats_line
     from specrt.runtime import load
 
+    penalties = dict(presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                     repetition_penalty=repetition_penalty)
     if sum(x is not None for x in (prompt, chat, prompts_file)) != 1:
         raise InvalidArgument("give exactly one of --prompt, --chat and --prompts-file")
     if prompts_file is not None:
@@ -67,7 +73,7 @@ def generate_cmd(bundle, prompt, prompts_file, max_batch, chat, system, max_new_
         return _generate_file(bundle, prompts_file, max_batch, max_new_tokens, backend, threads, target_device,
                               draft_device, dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                                                  method=method, num_speculative_tokens=k, ngram_min=ngram_min,
-                                                 ngram_max=ngram_max, strict=strict),
+                                                 ngram_max=ngram_max, strict=strict, **penalties),
                               (json_schema, json_object, regex, grammar))
     if system is not None and chat is None:
         raise InvalidArgument("--system needs --chat")
@@ -91,7 +97,7 @@ def generate_cmd(bundle, prompt, prompts_file, max_batch, chat, system, max_new_
         prompt = chat_prompt_ids(gen, chat, system, formatter)
     kwargs = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, method=method,
                   num_speculative_tokens=k, ngram_min=ngram_min, ngram_max=ngram_max, strict=strict,
-                  constraint=constraint)
+                  constraint=constraint, **penalties)
     if stream and not as_json:
         dec, stats = IncrementalDecoder(gen.tokenizer), None
         for chunk, stats in gen.stream_tokens(prompt, max_new_tokens, **kwargs):
