@@ -12,7 +12,7 @@ FUNCTIONS = [{"name": "get_weather", "description": "Weather for a city",
 
 
 @pytest.mark.parametrize("field, value, shown", [("functions", FUNCTIONS, "got a list of 1 item"),
-                                                 ("logprobs", True, "got True"),
+                                                 ("best_of", 3, "got 3"),
                                                  ("echo", True, "got True")])
 def test_unsupported_field_message_is_whole(server, field, value, shown):
     body = {"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}], field: value}
