@@ -103,7 +103,7 @@ def run_cli_capturing(monkeypatch, args):
     """Run `specrt compile ARGS` in-process; return the spec it passed to compile_bundle (nothing compiles)."""
     seen = []
 
-    def fake(spec, progress=None):
+    def fake(spec, progress=None, extra_steps=None):
         seen.append(spec)
         raise InvalidArgument("captured")
 
