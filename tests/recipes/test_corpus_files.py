@@ -37,3 +37,14 @@ def test_a_directory_reads_its_regular_files_and_skips_fifos(tmp_path):
     (tmp_path / "b.txt").write_bytes(b"beta \xff")  # not UTF-8: replacement characters, as before
     os.mkfifo(tmp_path / "c.fifo")
     assert read_text_files(tmp_path) == ["alpha", "beta \ufffd"]
+
+
+def test_distill_refuses_too_little_held_out_text_before_training(tmp_path, llama_target):
+    # 2 held-out tokens: the draft trained, then its evaluation crashed in a reshape (exit 1, no draft)
+    from specrt.recipes.distill import distill_draft
+
+    (tmp_path / "d.txt").write_text("hello world\nfoo bar\nimport os\nthe cat\n")  # 2 held-out tokens
+    with pytest.raises(InvalidArgument, match="held-out tokens .* needs 3"):
+        distill_draft(llama_target, [tmp_path / "d.txt"], tmp_path / "out", layers=1, hidden=64, steps=1, seq_len=16,
+                      batch_size=2, lr=1e-3, progress=False)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out_run" / "ckpt.pt").exists()
