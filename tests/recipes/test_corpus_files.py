@@ -5,6 +5,7 @@ a FIFO was "no such file" with exit 1, a 3 GB file was read whole until the proc
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +49,18 @@ def test_distill_refuses_too_little_held_out_text_before_training(tmp_path, llam
         distill_draft(llama_target, [tmp_path / "d.txt"], tmp_path / "out", layers=1, hidden=64, steps=1, seq_len=16,
                       batch_size=2, lr=1e-3, progress=False)
     assert not (tmp_path / "out").exists() and not (tmp_path / "out_run" / "ckpt.pt").exists()
+
+
+def test_train_head_prompts_past_the_cap_are_refused_before_they_are_read(tmp_path):
+    # a 3 GB --prompts file was read whole (6.5 GB of memory) before "needs at least 2 prompts"
+    from specrt.core.textfile import PROMPTS_MAX_BYTES
+    from specrt.recipes.head_data import read_prompts
+
+    huge = tmp_path / "prompts.txt"
+    with open(huge, "wb") as f:
+        f.truncate(PROMPTS_MAX_BYTES + 1)
+    with pytest.raises(InvalidArgument, match="--prompts .* the limit is 64.0 MiB"):
+        read_prompts(huge)
+    with pytest.raises(InvalidArgument, match="is a character device"):
+        read_prompts(Path("/dev/zero"))
+    assert len(read_prompts(None)) > 2  # the shipped set is read as before
