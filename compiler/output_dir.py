@@ -80,15 +80,19 @@ def bundle_extra_files(path: Path) -> list[str] | None:
 @dataclass(frozen=True)
 class OutputKind:
     """What a command writes into its output directory: `--force` replaces a directory of that kind only.
-    `files` are glob patterns of the top-level file names it writes (None: a specrt bundle, by manifest)."""
+    `files`: glob patterns of the top-level files it writes (None: a bundle, by manifest); `marker`: the file each
+    output of the kind holds (without it, a folder of only a README.md of yours is not a draft head)."""
 
     name: str
     files: tuple[str, ...] | None = None
+    marker: str | None = None
 
     def extra_files(self, path: Path) -> list[str] | None:
         """None if `path` is not of this kind, else the files in it that this kind does not write."""
         if self.files is None:
             return bundle_extra_files(path)
+        if self.marker is not None and (not (path / self.marker).is_file() or (path / self.marker).is_symlink()):
+            return None
         entries = sorted(path.iterdir())
         extra = [p.name for p in entries
                  if p.is_symlink() or p.is_dir() or not any(fnmatch(p.name, pat) for pat in self.files)]
@@ -100,8 +104,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "tokenizer.model", "chat_template.jinja")
 HF_CHECKPOINT = OutputKind("checkpoint written by specrt",
                            ("config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
-                            "model.safetensors.index.json", *TOKENIZER_FILES))
-MEDUSA_HEADS = OutputKind("Medusa heads directory", ("medusa_config.json", "medusa.safetensors"))
+                            "model.safetensors.index.json", *TOKENIZER_FILES), "config.json")
+MEDUSA_HEADS = OutputKind("Medusa heads directory", ("medusa_config.json", "medusa.safetensors"), "medusa_config.json")
 
 
 def check_replaceable(out: Path, kind: OutputKind = BUNDLE) -> None:

@@ -13,6 +13,8 @@ import sysconfig
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from specrt.core.errors import InvalidArgument
+
 EOS_TOKEN = "<|endoftext|>"
 EXCLUDED_DIRS = frozenset({"site-packages", "test", "tests", "idlelib", "lib2to3"})
 MAX_FILE_BYTES = 200_000
@@ -45,33 +47,37 @@ def split_files(files: Sequence[Path], every: int = HELDOUT_EVERY) -> tuple[list
 
 
 def _expand(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """The files named, and the regular files under the directories named (a FIFO or a device inside a
+    directory is skipped; one named is refused when read)."""
     out: list[Path] = []
     for p in paths:
         p = Path(p)
         if p.is_dir():
             out.extend(sorted(q for q in p.rglob("*") if q.is_file()))
-        elif p.is_file():
+        elif p.exists():
             out.append(p)
         else:
-            raise FileNotFoundError(f"no such file or directory: {p}")
+            raise InvalidArgument(f"--data {p}: no such file or directory")
     return out
 
 
 def read_text_files(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[str]:
     """Read text documents from files and/or directories (recursively, sorted).
 
-    Files that are not valid UTF-8 are decoded with replacement characters; empty
-    files are skipped.  Returns one string per file.
+    Only regular files are read, each up to CORPUS_MAX_BYTES (specrt/core/textfile.py: a FIFO, /dev/zero or
+    a file past the cap is one InvalidArgument, nothing read). Files that are not valid UTF-8 are decoded with
+    replacement characters; empty files are skipped.  Returns one string per file.
     """
+    from specrt.core.textfile import CORPUS_MAX_BYTES, read_user_bytes
+
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     docs = []
     for f in _expand(paths):
-        text = f.read_bytes().decode("utf-8", errors="replace")
+        text = read_user_bytes(f, "--data", CORPUS_MAX_BYTES).decode("utf-8", errors="replace")
         if text.strip():
             docs.append(text)
     return docs
-
 
 
 def stdlib_corpus(root: str | os.PathLike | None = None) -> dict:

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+from specrt.core.errors import InvalidArgument
 from specrt.recipes.common import autocast, pick_device, sample_batch, set_seed, train_loop
 from specrt.recipes.corpus import read_text_files
 from specrt.recipes.evaluate import greedy_acceptance, perplexity
@@ -58,6 +59,9 @@ def draft_config(target, eos_id: int, *, layers: int, hidden: int, intermediate:
                        tie_word_embeddings=True, rope_theta=float(theta or 10000.0),
                        max_position_embeddings=int(max_pos), eos_token_id=eos_id,
                        bos_token_id=None, pad_token_id=None)
+
+
+MIN_HELDOUT_TOKENS = 3  # the held-out perplexity's shortest window: one token after the shift
 
 
 def _checkpoint_dir(target: str | os.PathLike, run: Path) -> Path:
@@ -145,7 +149,11 @@ def _distill(target_dir, data_paths, out: Path, run: Path, *, layers, hidden, in
         cut = int(len(train) * 0.95)
         train, heldout = train[:cut], train[cut:]
     if len(train) <= seq_len + 1:
-        raise ValueError(f"only {len(train)} training tokens for seq_len {seq_len}")
+        raise InvalidArgument(f"--data holds only {len(train)} training tokens for --seq-len {seq_len}: give more "
+                              "text or a smaller --seq-len")
+    if eval_prompts and len(heldout) < MIN_HELDOUT_TOKENS:  # checked before training, not after it
+        raise InvalidArgument(f"only {len(heldout)} held-out tokens (the last 5% of --data, or the held-out files); "
+                              f"evaluating the draft needs {MIN_HELDOUT_TOKENS}: give more text")
 
     if init_layers is not None:
         from specrt.recipes.init_draft import draft_from_target

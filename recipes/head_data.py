@@ -45,12 +45,19 @@ def default_prompts_path() -> Path:
 
 
 def read_prompts(path: Path | None) -> list[str]:
-    """One prompt per line (blank lines and lines starting with '#' skipped)."""
-    path = Path(path) if path is not None else default_prompts_path()
-    lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
+    """One prompt per line (blank lines and lines starting with '#' skipped). A file of the user's (`--prompts`) is
+    read by the command-line file reader: a regular UTF-8 file of at most PROMPTS_MAX_BYTES (docs/safety.md §3)."""
+    from specrt.core.errors import InvalidArgument
+    from specrt.core.textfile import PROMPTS_MAX_BYTES, read_user_text
+
+    if path is None:
+        path, text = default_prompts_path(), default_prompts_path().read_text(encoding="utf-8")
+    else:
+        text = read_user_text(path, "--prompts", PROMPTS_MAX_BYTES)
+    lines = [ln.strip() for ln in text.splitlines()]
     prompts = [ln.replace("\\n", "\n") for ln in lines if ln and not ln.startswith("#")]
     if not prompts:
-        raise ValueError(f"{path} holds no prompts")
+        raise InvalidArgument(f"--prompts {path} holds no prompts")
     return prompts
 
 

@@ -30,7 +30,7 @@ RUN_MARK = "specrt-run.json"
 
 # what `train-head` writes into its output directory (its --force replaces only this)
 DRAFT_HEAD = OutputKind("draft-head directory written by specrt",
-                        ("head_config.json", "head.safetensors", "metrics.json", "README.md"))
+                        ("head_config.json", "head.safetensors", "metrics.json", "README.md"), "head_config.json")
 
 
 def default_run_dir(out: Path, run_dir: str | os.PathLike | None) -> Path:

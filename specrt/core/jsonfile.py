@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+JSON_MAX_BYTES = 64 << 20  # manifests, configs, head configs: a few KB to a few MB
+
 
 def parse_json(text: str | bytes, where: str, error: Callable[[str], Exception]) -> Any:
     """`json.loads(text)`, with every parse failure raised as `error("<where> is not valid JSON (...)")`."""
@@ -22,12 +24,17 @@ def parse_json(text: str | bytes, where: str, error: Callable[[str], Exception])
 
 
 def load_json(path: str | Path, error: Callable[[str], Exception]) -> Any:
-    """The parsed JSON file at `path` (see parse_json); a missing or unreadable file is `error` too."""
+    """The parsed JSON file at `path` (see parse_json); a missing or unreadable file is `error` too, and so is
+    anything but a regular file of at most JSON_MAX_BYTES (a FIFO in a bundle would block forever, a link to
+    /dev/zero would fill memory): read by specrt/core/textfile.py's reader."""
+    from specrt.core.errors import InvalidArgument
+    from specrt.core.textfile import read_user_bytes
+
     path = Path(path)
+    if not path.exists():
+        raise error(f"{path} not found")
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise error(f"{path} not found") from None
-    except OSError as exc:
-        raise error(f"cannot read {path}: {exc.strerror or exc}") from None
+        data = read_user_bytes(path, "JSON file", JSON_MAX_BYTES)
+    except InvalidArgument as exc:
+        raise error(str(exc)) from None
     return parse_json(data, str(path), error)

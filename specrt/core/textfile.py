@@ -20,6 +20,7 @@ from specrt.core.errors import InvalidArgument
 MIB = 1 << 20
 PROMPTS_MAX_BYTES = 64 * MIB  # --prompts-file, bench --prompts
 CALIBRATION_MAX_BYTES = 64 * MIB  # --calibration-data
+CORPUS_MAX_BYTES = 64 * MIB  # --data (distill-draft, train-medusa): each file
 
 
 def _kind(mode: int) -> str:
@@ -36,6 +37,15 @@ def _size(n: int) -> str:
 
 def read_user_text(path: str | Path, option: str, max_bytes: int) -> str:
     """The UTF-8 text of the regular file `path`, at most `max_bytes` long."""
+    data = read_user_bytes(path, option, max_bytes)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"{option} {path} is not UTF-8 text") from None
+
+
+def read_user_bytes(path: str | Path, option: str, max_bytes: int) -> bytes:
+    """The bytes of the regular file `path`, at most `max_bytes` of them."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
     except FileNotFoundError:
@@ -55,7 +65,4 @@ def read_user_text(path: str | Path, option: str, max_bytes: int) -> str:
             raise InvalidArgument(f"cannot read {option} {path}: {exc.strerror or exc}") from None
     if len(data) > max_bytes:  # it grew while read
         raise InvalidArgument(f"{option} {path} is larger than the limit of {_size(max_bytes)}")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidArgument(f"{option} {path} is not UTF-8 text") from None
+    return data

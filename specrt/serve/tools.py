@@ -15,12 +15,13 @@ otherwise the request is a 400 naming why (use `required` or a named function th
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import re
 from typing import Any, Optional
 
+from specrt.core.errors import InvalidArgument
+from specrt.runtime.constraint_limits import check_value_nesting
 from specrt.serve.errors import bad_request
 
 MAX_TOOLS = 128  # OpenAI's limit
@@ -64,28 +65,32 @@ class ToolPlan:
 
 
 def _hoist_defs(schema: dict[str, Any], prefix: str, defs: dict[str, Any]) -> dict[str, Any]:
-    """A tool's parameters schema nested inside the call schema: its own `$defs` / `definitions` move to the root
-    (renamed with `prefix`) and its local `$ref`s follow, so they still resolve."""
-    local = {**(schema.get("definitions") or {}), **(schema.get("$defs") or {})}
-    if not local:
+    """A tool's parameters schema nested inside the call schema, with every local `$ref` (a JSON pointer from the
+    parameters' own root: `#`, `#/$defs/X`, `#/definitions/X`, `#/properties/...`) rewritten so that it still
+    resolves to the same place: the parameters move to `$defs/PREFIXroot` and their own `$defs` / `definitions` to
+    `$defs/PREFIXX`. (Left as they were, `#...` would resolve against the call schema: `#` the call itself,
+    `#/properties/name` the function's name.) Nesting is bounded before this runs (_tool)."""
+    if "$ref" not in json.dumps(schema):
         return schema
+    local = {**(schema.get("definitions") or {}), **(schema.get("$defs") or {})}
 
     def walk(node: Any) -> Any:
         if isinstance(node, dict):
-            out = {k: walk(v) for k, v in node.items() if k not in ("$defs", "definitions")}
+            out = {k: walk(v) for k, v in node.items() if k not in ("$defs", "definitions") or node is not schema}
             ref = out.get("$ref")
-            if isinstance(ref, str):
+            if isinstance(ref, str) and ref.startswith("#") and (ref == "#" or ref.startswith("#/")):
                 for head in ("#/$defs/", "#/definitions/"):
                     if ref.startswith(head):
                         out["$ref"] = "#/$defs/" + prefix + ref[len(head):]
-                if ref == "#":  # the parameters object itself
-                    out["$ref"] = "#/$defs/" + prefix + "root"
+                        break
+                else:  # the parameters object itself, or a pointer into it
+                    out["$ref"] = "#/$defs/" + prefix + "root" + ref[1:]
             return out
         if isinstance(node, list):
             return [walk(v) for v in node]
         return node
 
-    root = walk(copy.deepcopy(schema))
+    root = walk(schema)
     for name, sub in local.items():
         defs[prefix + name] = walk(sub)
     defs[prefix + "root"] = root
@@ -118,6 +123,10 @@ def _tool(i: int, tool: Any) -> dict[str, Any]:
     if params.get("type", "object") != "object":
         raise bad_request(f"{where}.function.parameters must describe an object (arguments are a JSON object), "
                           f"got type {params.get('type')!r:.40}", f"{where}.function.parameters")
+    try:  # before anything walks it recursively (the call schema, the tools listing): nesting bounded
+        check_value_nesting(f"{where}.function.parameters", params)
+    except InvalidArgument as exc:
+        raise bad_request(str(exc), f"{where}.function.parameters", code="invalid_tool_schema") from None
     params = {"type": "object", **params} if params else EMPTY_PARAMETERS  # arguments are always an object
     if fn.get("strict") is not None and not isinstance(fn.get("strict"), bool):
         raise bad_request(f"{where}.function.strict must be true or false", f"{where}.function.strict")

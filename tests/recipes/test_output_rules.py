@@ -108,3 +108,22 @@ def test_cli_make_random_target_refuses_existing(ckpt):
     res = CliRunner().invoke(main, ["bench", "--make-random-target", str(ckpt), "--params", "200k"])
     assert res.exit_code == 2, res.output
     assert "--force" in res.output and snapshot(ckpt) == before
+
+
+@pytest.mark.parametrize("kind, mine", [("DRAFT_HEAD", "README.md"), ("HF_CHECKPOINT", "tokenizer.json"),
+                                        ("HF_CHECKPOINT", "generation_config.json"),
+                                        ("MEDUSA_HEADS", "medusa.safetensors")])
+def test_force_never_replaces_a_folder_holding_only_a_file_named_like_an_output_file(tmp_path, kind, mine):
+    # `train-head -o notes --force` replaced a folder holding only the user's README.md (a name a head also has)
+    from specrt.compiler import output_dir
+    from specrt.recipes import outputs
+
+    kinds = {"DRAFT_HEAD": outputs.DRAFT_HEAD, "HF_CHECKPOINT": output_dir.HF_CHECKPOINT,
+             "MEDUSA_HEADS": output_dir.MEDUSA_HEADS}
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / mine).write_text("years of work")
+    with pytest.raises(OutputError, match="exists and is not a"):
+        with staged_output(notes, True, (), kinds[kind]):
+            pass
+    assert [p.name for p in notes.iterdir()] == [mine] and (notes / mine).read_text() == "years of work"

@@ -137,3 +137,32 @@ def test_a_separate_tool_use_template_is_picked_for_tools(tmp_path):
     assert formatter.template_source == SMOLLM2 and formatter.with_tools().template_source == HERMES
     assert parse_tools({"tools": TOOLS}, formatter.with_tools()).parse_format == "hermes"
     assert ChatFormatter(HERMES).with_tools().template_source == HERMES  # one template: itself
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_refs_from_the_parameters_root_keep_their_target_in_the_call_schema(parallel):
+    # `#/properties/name` and `#` point into the parameters; left as they were they resolved against the call schema
+    # (the function's name {"const": ...}, the whole call): decoding was silently constrained to something else
+    params = {"type": "object", "required": ["name", "kids"], "properties": {
+        "name": {"type": "integer"}, "same": {"$ref": "#/properties/name"},
+        "kids": {"type": "array", "items": {"$ref": "#"}}}}
+    tool = {"type": "function", "function": {"name": "tree", "parameters": params}}
+    schema = parse_tools({"tools": [tool, TOOLS[1]], "tool_choice": "required", "parallel_tool_calls": parallel},
+                         ChatFormatter(HERMES)).schema()
+    good = {"name": "tree", "arguments": {"name": 1, "same": 2, "kids": [{"name": 3, "kids": []}]}}
+    jsonschema.validate([good] if parallel else good, schema)
+    for args in ({"name": 1, "same": "tree", "kids": []}, {"name": 1, "kids": [{"name": "tree", "arguments": {}}]}):
+        bad = {"name": "tree", "arguments": args}
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate([bad] if parallel else bad, schema)
+
+
+def test_parameters_nested_too_deeply_are_400_before_anything_walks_them():
+    params = {"type": "integer"}
+    for _ in range(700):  # under Python's recursion limit to parse, over it to copy and rewrite
+        params = {"type": "object", "properties": {"a": params}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": {**params, "$defs": {"x": {}}}}}
+    with pytest.raises(APIError) as info:
+        parse_tools({"tools": [tool], "tool_choice": "required"}, ChatFormatter(HERMES))
+    assert info.value.status == 400 and info.value.param == "tools.0.function.parameters"
+    assert "nests deeper than 128" in info.value.message
