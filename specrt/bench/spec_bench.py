@@ -47,12 +47,10 @@ def default_questions_path() -> Path:
 
 def load_questions(path: Path | None = None) -> list[Question]:
     """The question file (default: the shipped Spec-Bench copy); InvalidArgument with file:line on a bad line."""
+    from specrt.core.textfile import PROMPTS_MAX_BYTES, read_user_text
+
     path = Path(path) if path is not None else default_questions_path()
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidArgument(f"cannot read Spec-Bench questions {path}: {getattr(exc, 'strerror', None) or exc}") \
-            from None
+    lines = read_user_text(path, "--suite spec-bench", PROMPTS_MAX_BYTES).splitlines()  # regular file, capped
     out = []
     for no, line in enumerate(lines, 1):
         if not line.strip():
@@ -61,6 +59,8 @@ def load_questions(path: Path | None = None) -> list[Question]:
             item = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InvalidArgument(f"{path}:{no}: not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise InvalidArgument(f"{path}:{no}: nested too deeply") from None
         turns = item.get("turns") if isinstance(item, dict) else None
         if (not isinstance(item, dict) or not isinstance(item.get("category"), str) or not isinstance(turns, list)
                 or not turns or not all(isinstance(t, str) and t for t in turns)):

@@ -49,3 +49,18 @@ def test_bad_question_file_is_one_line(target_only_bundle, tmp_path):
     path.write_text('{"category": "qa"}\n')
     r = run_cli("bench", target_only_bundle, "--suite", f"spec-bench:{path}", "--quiet")
     assert r.returncode != 0 and "bad.jsonl:1" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_question_file_that_is_no_regular_file_is_one_clear_error(tmp_path):
+    """--suite spec-bench:FILE reads FILE as the other command-line files are read: a FIFO or a device is refused
+    before anything is read (it hung, or read /dev/zero until memory ran out)."""
+    import os
+
+    from specrt.bench.spec_bench import load_questions
+    from specrt.core.errors import InvalidArgument
+
+    fifo = tmp_path / "q.jsonl"
+    os.mkfifo(fifo)
+    for path, what in ((fifo, "FIFO"), ("/dev/zero", "character device")):
+        with pytest.raises(InvalidArgument, match=what):
+            load_questions(path)
