@@ -3,6 +3,8 @@ turn, and the per-category table on the toy bundle with a tiny question file."""
 
 import json
 
+import pytest
+
 from helpers import run_cli
 from specrt.bench.spec_bench import load_questions
 
