@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from specrt.core.errors import InvalidArgument
+from specrt.bundle.checks import available_memory  # the one MemAvailable reader (load checks it too)
 
 AUTO_SLOTS_PER_CORE = 4  # CPU: a batched pass of 8 rows costs ~1.5x one row on 2 cores (BENCHMARKS.md)
 AUTO_MAX = 16
@@ -21,21 +22,6 @@ EXPLICIT_KV_SHARE = 0.9  # an explicit size may use up to this share of the memo
 def physical_memory() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
-def available_memory() -> int:
-    """Bytes that can be allocated now without swapping (Linux: MemAvailable), else the free pages; 0 unknown."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 0
 

@@ -19,7 +19,6 @@ question is run twice by a method before it is measured.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,6 +46,7 @@ def default_questions_path() -> Path:
 
 def load_questions(path: Path | None = None) -> list[Question]:
     """The question file (default: the shipped Spec-Bench copy); InvalidArgument with file:line on a bad line."""
+    from specrt.bench.suites import json_line
     from specrt.core.textfile import PROMPTS_MAX_BYTES, read_user_text
 
     path = Path(path) if path is not None else default_questions_path()
@@ -55,12 +55,7 @@ def load_questions(path: Path | None = None) -> list[Question]:
     for no, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidArgument(f"{path}:{no}: not JSON ({exc.msg})") from None
-        except RecursionError:
-            raise InvalidArgument(f"{path}:{no}: nested too deeply") from None
+        item = json_line(line, f"{path}:{no}")
         turns = item.get("turns") if isinstance(item, dict) else None
         if (not isinstance(item, dict) or not isinstance(item.get("category"), str) or not isinstance(turns, list)
                 or not turns or not all(isinstance(t, str) and t for t in turns)):

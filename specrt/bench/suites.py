@@ -73,12 +73,7 @@ def load_prompts(path: Path, suites: list[str] | None = None) -> list[Prompt]:
     for no, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidArgument(f"{path}:{no}: not JSON ({exc.msg})") from None
-        except RecursionError:
-            raise InvalidArgument(f"{path}:{no}: nested too deeply") from None
+        item = json_line(line, f"{path}:{no}")
         if not isinstance(item, dict) or not isinstance(item.get("prompt"), str):
             raise InvalidArgument(f'{path}:{no}: expected {{"prompt": "...", "suite": "..."}}')
         suite = str(item.get("suite") or "custom")
@@ -88,3 +83,13 @@ def load_prompts(path: Path, suites: list[str] | None = None) -> list[Prompt]:
         wanted = f" in suites {', '.join(suites)}" if suites else ""
         raise InvalidArgument(f"{path}: no prompts{wanted}")
     return out
+
+
+def json_line(line: str, where: str):
+    """One line of a JSONL file the user names, parsed; InvalidArgument naming `where` (FILE:LINE) otherwise."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"{where}: not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise InvalidArgument(f"{where}: nested too deeply") from None
