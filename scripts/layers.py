@@ -12,7 +12,7 @@ import ast
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -95,22 +95,51 @@ class Import(NamedTuple):
     target: str      # the module named ("from a.b import c" gives "a.b" and "a.b.c": c may be a module)
     line: int
     relative: bool   # written with leading dots
+    form: str = "import"  # "import": a module the statement runs (`import a.b`, `from a import *`); "from": the a.b
+    #                       of `from a.b import c` (what it takes is said by its members); "member": a.b.c
+    lazy: bool = False         # inside a function: runs when the function first does, not when the module loads
+    typing_only: bool = False  # under `if TYPE_CHECKING:`: never runs (annotations only)
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _statements(nodes: Iterable[ast.AST], lazy: bool = False, typing_only: bool = False
+                ) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool, bool]]:
+    """(import statement, inside a function, under TYPE_CHECKING) for every import statement in `nodes`."""
+    for node in nodes:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node, lazy, typing_only
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            yield from _statements(ast.iter_child_nodes(node), True, typing_only)
+        elif isinstance(node, ast.If) and _type_checking(node):
+            yield from _statements(node.body, lazy, True)
+            yield from _statements(node.orelse, lazy, typing_only)
+        else:
+            yield from _statements(ast.iter_child_nodes(node), lazy, typing_only)
 
 
 def imports(name: str, is_pkg: bool, path: Path) -> Iterator[Import]:
-    """Every import statement of a module, lazy ones inside functions included; relative imports resolved."""
+    """Every import statement of a module, lazy ones inside functions included (marked `lazy`), and those under
+    `if TYPE_CHECKING:` (marked `typing_only`); relative imports resolved."""
     package = name if is_pkg else name.rsplit(".", 1)[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node, lazy, typing_only in _statements([tree]):
         if isinstance(node, ast.Import):
-            yield from (Import(a.name, node.lineno, False) for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")
-                mod = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
-            yield Import(mod, node.lineno, bool(node.level))
-            yield from (Import(f"{mod}.{a.name}", node.lineno, bool(node.level)) for a in node.names if a.name != "*")
+            yield from (Import(a.name, node.lineno, False, "import", lazy, typing_only) for a in node.names)
+            continue
+        if node.level:
+            parts = package.split(".")
+            mod = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+        else:
+            mod = node.module or ""
+        star = any(a.name == "*" for a in node.names)
+        yield Import(mod, node.lineno, bool(node.level), "import" if star else "from", lazy, typing_only)
+        yield from (Import(f"{mod}.{a.name}", node.lineno, bool(node.level), "member", lazy, typing_only)
+                    for a in node.names if a.name != "*")
 
 
 def area(module: str) -> str | None:
@@ -155,3 +184,95 @@ def folder_of(prefix: str, root: Path = ROOT) -> str:
     best = max((p for p in dirs if prefix == p or prefix.startswith(p + ".")), key=len)
     rest = prefix[len(best):].lstrip(".").replace(".", "/")
     return (dirs[best].relative_to(root) / rest).as_posix().rstrip("/") + "/"
+
+
+# ------------------------------------------------------------------------------------------ import cycles
+def module_graph(root: Path = ROOT, within: tuple[str, ...] = ()) -> dict[str, dict[str, Import]]:
+    """module -> {module it imports: the first statement that does}, every statement that runs counted (lazy ones
+    inside functions too; `if TYPE_CHECKING:` ones never run and are left out). `from a import b` is an edge to
+    a.b when that is a module, else to a; `import a.b` to a.b (the packages above a module are not edges: every
+    import of a submodule runs them). `within`: only modules under these import prefixes, at both ends."""
+    mods = {name for name, _, _ in modules(root)}
+    keep = {m for m in mods if not within or any(m == w or m.startswith(w + ".") for w in within)}
+    graph: dict[str, dict[str, Import]] = {m: {} for m in sorted(keep)}
+    for name, is_pkg, path in modules(root):
+        if name not in keep:
+            continue
+        for imp in imports(name, is_pkg, path):
+            if imp.typing_only or imp.form == "from":
+                continue
+            parts = imp.target.split(".")
+            if imp.form == "member":
+                dst = imp.target if imp.target in mods else ".".join(parts[:-1])
+            else:
+                dst = next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in mods), "")
+            if dst in keep and dst != name:
+                graph[name].setdefault(dst, imp)
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, Import]]) -> list[list[str]]:
+    """The import cycles of `graph`: its strongly connected components of more than one module (Tarjan's
+    algorithm, iterative), each sorted, in sorted order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(graph[start]))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            nxt = next(edges, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(graph[nxt])))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+def cycle_path(graph: dict[str, dict[str, Import]], component: list[str], root: Path = ROOT) -> str:
+    """One closed path through a cycle's modules, each step with the statement that makes it:
+    `a -> b (a.py:12, lazy) -> a (b.py:3)`."""
+    members, first = set(component), component[0]
+    paths = {first: [first]}
+    queue = [first]
+    while queue:  # breadth first: the shortest way back to `first`
+        node = queue.pop(0)
+        for dst in sorted(graph[node]):
+            if dst == first:
+                steps = paths[node] + [first]
+                return " -> ".join([steps[0]] + [f"{b} ({_where(graph[a][b], a, root)})"
+                                                  for a, b in zip(steps, steps[1:])])
+            if dst in members and dst not in paths:
+                paths[dst] = paths[node] + [dst]
+                queue.append(dst)
+    return " <-> ".join(component)
+
+
+def _where(imp: Import, module: str, root: Path) -> str:
+    path = next(p for name, _, p in modules(root) if name == module)
+    return f"{path.relative_to(root)}:{imp.line}" + (", lazy" if imp.lazy else "")
