@@ -1,88 +1,20 @@
-"""The draft head's runners: its graph (`draft_head/head.onnx`, or its TensorRT engine) and its own KV cache.
+"""The draft head's runners: `open_head_runner` picks one for a generator's backend.
 
-`HeadRunner` runs the graph on ONNX Runtime's CPU provider (one thread: a few rows per call); `TrtHeadRunner`
-(trt/head_runner.py) runs the bundle's head engine on the GPU with the same contract. `open_head_runner` picks
-one for a generator's backend. The proposer that drives them: runtime/proposers/head.py.
+`HeadRunner` (ort/head_runner.py) runs the head's graph (`draft_head/head.onnx`) and its own KV cache on ONNX
+Runtime's CPU provider; `TrtHeadRunner` (trt/head_runner.py) runs the bundle's head engine on the GPU with the same
+contract. The proposer that drives them: runtime/proposers/head.py.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from specrt.bundle.graph_io import HEAD_INPUTS
-from specrt.bundle.head_vocab import head_vocab_ids
-from specrt.core.errors import BackendUnavailable, InvalidArgument
-
-INPUTS = HEAD_INPUTS
-
-
-class HeadRunner:
-    """The draft head's KV cache [1, capacity, Hkv, D] and its calls; the graph runs in `_run`: ONNX Runtime's CPU
-    provider here, a TensorRT engine in `TrtHeadRunner` (trt/head_runner.py). A call of more rows
-    than `max_rows` (an engine's largest profile) runs as several calls in order: the head's attention is
-    causal, so each chunk reads the rows before it from the cache, as one call would."""
-
-    max_rows: int | None = None  # None: any number of rows per call
-
-    def __init__(self, manifest, capacity: int, threads: int = 1) -> None:
-        # [V'] logit index -> token id, checked against the manifest and the target (specrt/models/head_config.py)
-        self.vocab_ids = np.asarray(head_vocab_ids(manifest), dtype=np.int64)
-        self.capacity = capacity
-        self.length = 0
-        self._open(manifest, capacity, threads)
-
-    def _open(self, manifest, capacity: int, threads: int) -> None:
-        from specrt.runtime.backends.ort.runner import import_ort, small_session_options
-
-        try:
-            ort = import_ort()
-        except BackendUnavailable as exc:
-            raise BackendUnavailable(f"the draft head runs on ONNX Runtime: {exc}") from None
-        entry = manifest.draft_head
-        opts = small_session_options(ort, threads)  # a few rows per call: one thread, no pool to wake
-        self.session = ort.InferenceSession(str(manifest.path(entry.onnx)), opts, providers=["CPUExecutionProvider"])
-        shape = (1, capacity, entry.num_kv_heads, entry.head_dim)
-        self.keys = np.zeros(shape, dtype=np.float32)
-        self.values = np.zeros(shape, dtype=np.float32)
-        self._ids = np.empty((1, capacity), dtype=np.int64)
-
-    def truncate(self, length: int) -> None:
-        self.length = min(self.length, length)
-
-    def __call__(self, features: np.ndarray, token_ids: np.ndarray, position: int) -> tuple[np.ndarray, np.ndarray]:
-        """features [S, D], token_ids [S] at positions [position, position + S) -> (logits [S, V'], hidden [S, D])."""
-        p, s = self.length, token_ids.size
-        if p + s > self.capacity:
-            raise InvalidArgument(f"draft head cache full: {p} + {s} rows > capacity {self.capacity}")
-        step = self.max_rows or s
-        outs = []
-        for a in range(0, s, step):
-            b = min(s, a + step)
-            outs.append(self._run(features[a:b], token_ids[a:b], position + a, self.length))
-            self.length += b - a
-        if len(outs) == 1:
-            return outs[0]
-        return np.concatenate([o[0] for o in outs]), np.concatenate([o[1] for o in outs])
-
-    def _run(self, features: np.ndarray, token_ids: np.ndarray, position: int, p: int
-             ) -> tuple[np.ndarray, np.ndarray]:
-        """One graph call: S rows after the P cached ones; writes their keys / values at rows [P, P + S)."""
-        s = token_ids.size
-        self._ids[0, :s] = token_ids
-        feeds = dict(zip(INPUTS, (np.ascontiguousarray(features, dtype=np.float32)[None], self._ids[:, :s],
-                                  np.arange(position, position + s, dtype=np.int64)[None],
-                                  self.keys[:, :p], self.values[:, :p])))
-        logits, hidden, k, v = self.session.run(None, feeds)
-        self.keys[:, p:p + s], self.values[:, p:p + s] = k, v
-        return logits[0], hidden[0]
+from specrt.bundle.graph_io import HEAD_ENGINE_ROLE
+from specrt.runtime.backends.ort.head_runner import HeadRunner
 
 
 def open_head_runner(manifest, capacity: int, backend: str = "ort", device: str | None = None) -> HeadRunner:
     """The head's runner for a generator on `backend`: its TensorRT engine on the target's GPU when the backend is
     'trt' and the bundle has one (`engines.draft_head`), else ONNX Runtime's CPU provider (any backend: a TensorRT
     bundle compiled before head engines existed keeps its head on the CPU)."""
-    from specrt.bundle.graph_io import HEAD_ENGINE_ROLE
-
     if backend == "trt" and HEAD_ENGINE_ROLE in manifest.engines:
         from specrt.runtime.backends.trt.head_runner import TrtHeadRunner
 

@@ -8,7 +8,7 @@ import types
 import pytest
 
 from specrt.core.errors import BackendUnavailable
-from specrt.runtime.backends.ort.runner import check_single_ort_distribution
+from specrt.runtime.backends.ort.environment import check_single_ort_distribution
 
 
 def fake_ort(tmp_path, *dists):

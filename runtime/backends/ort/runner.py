@@ -21,49 +21,9 @@ from specrt.core.text import one_line  # noqa: F401 - re-exported: the ORT backe
 from specrt.models.config import DecoderConfig
 from specrt.runtime.kv_cache import KVCache
 from specrt.runtime.backends.base import Runner
-
-
-def import_ort():
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise BackendUnavailable(
-            "ONNX Runtime is not installed: pip install 'specrt[cpu]' (or 'specrt[gpu]' on NVIDIA GPUs)"
-        ) from None
-    check_single_ort_distribution(ort)
-    return ort
-
-
-def check_single_ort_distribution(ort=None) -> None:
-    """onnxruntime and onnxruntime-gpu share one directory; both installed is a broken environment. Read from the
-    `*.dist-info` folders beside the imported package (importlib.metadata costs ~70 ms of a cold start)."""
-    found = []
-    if ort is not None and getattr(ort, "__file__", None):
-        site = Path(ort.__file__).resolve().parent.parent
-        for dist, pattern in (("onnxruntime", "onnxruntime-*.dist-info"), ("onnxruntime-gpu", "onnxruntime_gpu-*.dist-info")):
-            if any(site.glob(pattern)):
-                found.append(dist)
-    else:
-        from importlib import metadata
-
-        for dist in ("onnxruntime", "onnxruntime-gpu"):
-            try:
-                metadata.version(dist)
-                found.append(dist)
-            except metadata.PackageNotFoundError:
-                pass
-    if len(found) > 1:
-        raise BackendUnavailable(
-            "both onnxruntime and onnxruntime-gpu are installed; they overwrite each other. Fix: "
-            "pip uninstall -y onnxruntime onnxruntime-gpu && pip install 'specrt[cpu]' (or 'specrt[gpu]')"
-        )
-
-
-def default_threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+# import_ort and default_threads are re-exported: the ONNX Runtime backends import them from here
+from specrt.runtime.backends.ort.environment import default_threads, import_ort  # noqa: F401
+from specrt.runtime.backends.ort.threads import on_shared_pool
 
 
 def cpu_session(ort, onnx_path: Path, threads: int | None, alternating: bool = False):
@@ -84,8 +44,6 @@ def cpu_session(ort, onnx_path: Path, threads: int | None, alternating: bool = F
 
 def session_options(ort, threads: int | None, alternating: bool = False):
     """specrt's SessionOptions for the CPU provider (see `cpu_session`)."""
-    from specrt.runtime.backends.ort.threads import on_shared_pool
-
     opts = ort.SessionOptions()
     opts.log_severity_level = 3  # errors only: the portable graph's defaulted logit_start input would warn on every load
     shared = on_shared_pool(opts)  # the process's one pool (threads.py): nothing spins against it
@@ -107,8 +65,6 @@ def session_options(ort, threads: int | None, alternating: bool = False):
 def small_session_options(ort, threads: int):
     """SessionOptions for a tiny model run a few rows at a time (Medusa heads, a draft head): `threads` threads, no
     spinning; on the process's shared pool when there is one (`threads.py`: then no session may have its own)."""
-    from specrt.runtime.backends.ort.threads import on_shared_pool
-
     opts = ort.SessionOptions()
     if not on_shared_pool(opts):
         opts.intra_op_num_threads = threads

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 
+from specrt.runtime.backends.ort.environment import default_threads, import_ort
+
 _POOL: int | None = None  # threads of the process's shared pool, once turned on
 
 
@@ -30,8 +32,6 @@ def share_thread_pool(threads: int | None = None) -> bool:
         return True
     if os.environ.get("SPECRT_SHARED_POOL", "1") == "0":
         return False
-    from specrt.runtime.backends.ort.runner import default_threads, import_ort
-
     ort = import_ort()
     n = threads or default_threads()
     ort.set_global_thread_pool_sizes(n, 1)

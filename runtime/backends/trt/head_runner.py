@@ -1,8 +1,8 @@
 """TensorRT runner of the draft head: the engine `engines.draft_head` (compile --engines trt with --draft head:DIR).
 
-The head's contract is the ONNX Runtime runner's (runtime/backends/head.py, `HeadRunner`): features [S, D] and
-token ids at positions [position, position + S) in, logits [S, V'] and features [S, D] out, one KV pair of
-[1, capacity, Hkv, D] on the device. As in the target's runner (runner.py), `past_key` / `past_value` are bound to
+The head's contract is the ONNX Runtime runner's (runtime/backends/ort/head_runner.py, `HeadRunner`): features
+[S, D] and token ids at positions [position, position + S) in, logits [S, V'] and features [S, D] out, one KV pair
+of [1, capacity, Hkv, D] on the device. As in the target's runner (runner.py), `past_key` / `past_value` are bound to
 rows [0, P) of that buffer and `new_key` / `new_value` to rows [P, P + S), so TensorRT writes the new rows in
 place. Profiles: `specrt.bundle.profiles.head_profiles` (decode: one row; prefill: up to PREFILL_CHUNK_MAX rows;
 longer calls run in chunks, `HeadRunner.__call__`). Buffers take the dtype the engine declares for each tensor
@@ -22,7 +22,7 @@ from specrt.bundle.profiles import head_phase, head_profiles
 from specrt.core.errors import BundleError, InvalidArgument
 from specrt.runtime.backends.trt.compat import check_call
 from specrt.runtime.backends.trt.runner import TrtEngine
-from specrt.runtime.backends.head import HeadRunner
+from specrt.runtime.backends.ort.head_runner import HeadRunner
 
 
 def max_rows(profiles: dict[str, Any]) -> int:
