@@ -3,7 +3,7 @@
 Graph: `features [1,S,D]`, `input_ids [1,S]`, `position_ids [1,S]`, `past_key`, `past_value [1,P,Hkv,D]`
 -> `logits [1,S,V']`, `hidden_states [1,S,D]`, `new_key`, `new_value [1,S,Hkv,D]` (only the S new rows, like
 the decoder graphs). Validated against the PyTorch module at compile (prefill-, draft- and catch-up-shaped
-calls); `draft_head/head_config.json` carries `vocab_ids` (logit index -> full-vocabulary token id). In a
+calls: compiler/draft_head_validate.py); `draft_head/head_config.json` carries `vocab_ids` (logit index -> full-vocabulary token id). In a
 quantized bundle (or with --draft-quantize) the graph is `draft_head/head.int4.onnx` / `head.int8.onnx` instead:
 compiler/draft_head_quantize.py.
 """
@@ -14,7 +14,6 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 
 from specrt.bundle.entries import TensorSpec
@@ -22,30 +21,21 @@ from specrt.bundle.graph_io import HEAD_INPUTS, HEAD_OUTPUTS
 from specrt.bundle.parts import DraftHeadEntry
 from specrt.bundle.writer import ManifestDraft
 from specrt.compiler.export import export_module
+from specrt.compiler.draft_head_quantize import quantize_head, target_rows, validate_quantized_head
+from specrt.compiler.draft_head_validate import sample_inputs, validate_head
 from specrt.compiler.quantize import QuantizeConfig
-from specrt.compiler.validate import ValidationError
+from specrt.compiler.sources import checkpoint_dir
 from specrt.models.checkpoint import open_checkpoint
 from specrt.models.draft_head import CONFIG, DraftHead, load_head, read_head_config
 
 PREFIX = "head:"
 INPUTS, OUTPUTS = HEAD_INPUTS, HEAD_OUTPUTS
-SHAPES = ((4, 0), (1, 4), (3, 5), (1, 9))  # (new rows S, past P) validated
 
 
 def head_dir_of(draft: str | Path | None) -> Path | None:
     """`head:DIR` -> DIR (None for any other --draft value)."""
     text = str(draft) if isinstance(draft, (str, Path)) else ""
     return Path(text[len(PREFIX):]) if text.startswith(PREFIX) else None
-
-
-def sample_inputs(head: DraftHead, s: int, p: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
-    c = head.config
-    g = torch.Generator().manual_seed(seed)
-    feats = torch.randn(1, s, c.hidden_size, generator=g)
-    ids = torch.randint(0, c.vocab_size, (1, s), generator=g)
-    pos = torch.arange(p, p + s)[None, :]
-    kv = (1, p, c.num_kv_heads, c.head_dim)
-    return feats, ids, pos, torch.randn(kv, generator=g), torch.randn(kv, generator=g)
 
 
 def export_head(head: DraftHead, path: Path) -> Path:
@@ -56,42 +46,10 @@ def export_head(head: DraftHead, path: Path) -> Path:
                          "the draft head")
 
 
-def validate_head(head: DraftHead, path: Path, atol: float = 1e-4, rtol: float = 1e-3) -> dict:
-    """Run the graph and the module on every SHAPES call; raise ValidationError beyond the bound."""
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    worst = 0.0
-    for i, (s, p) in enumerate(SHAPES):
-        args = sample_inputs(head, s, p, seed=i + 1)
-        got = sess.run(list(OUTPUTS), {n: a.numpy() for n, a in zip(INPUTS, args)})
-        with torch.no_grad():
-            ref = [t.numpy() for t in head(*args)]
-        for name, a, b in zip(OUTPUTS, got, ref):
-            diff = float(np.abs(a - b).max())
-            if not np.isfinite(a).all() or diff > atol + rtol * float(np.abs(b).max()):
-                raise ValidationError(f"draft head output {name} (S={s}, P={p}) differs from PyTorch by {diff:.3g}")
-            worst = max(worst, diff)
-        if not np.array_equal(got[0].argmax(-1), ref[0].argmax(-1)):
-            top2 = np.sort(ref[0], axis=-1)[..., -2:]
-            if float((top2[..., 1] - top2[..., 0]).min()) > 1e-3:
-                raise ValidationError(f"draft head argmax differs from PyTorch (S={s}, P={p})")
-    return {"max_abs_diff": worst, "shapes": [list(x) for x in SHAPES]}
-
-
-def _target_dir(target: str | Path, tmp: Path) -> Path:
-    """The target's checkpoint directory (a GGUF target was converted inside the temporary bundle)."""
-    from specrt.compiler.pipeline import SOURCES
-    from specrt.models.gguf_source import is_gguf_source
-
-    return tmp / SOURCES / "target" / "checkpoint" if is_gguf_source(target) else Path(target)
-
-
 def quantized_head(head: DraftHead, decoder, fp32: Path, tmp: Path, manifest: ManifestDraft,
                    cfg: QuantizeConfig) -> tuple[str, dict]:
     """`fp32` (the validated fp32 head graph) quantized to `draft_head/head.<type>.onnx` and validated on the
     target's features over the held-out text; the fp32 graph is then removed. Returns (relative path, record)."""
-    from specrt.compiler.draft_head_quantize import quantize_head, target_rows, validate_quantized_head
     from specrt.compiler.quality import heldout_text, text_token_ids
 
     rel = f"draft_head/head.{cfg.type}.onnx"
@@ -110,7 +68,7 @@ def draft_head_step(head_dir: Path, target: str | Path,
     read_head_config(head_dir)
 
     def step(tmp: Path, manifest: ManifestDraft) -> None:
-        decoder = open_checkpoint(_target_dir(target, tmp)).load_decoder(torch.float32)
+        decoder = open_checkpoint(checkpoint_dir(target, tmp)).load_decoder(torch.float32)
         head, _ = load_head(head_dir, decoder)
         (tmp / "draft_head").mkdir()
         onnx_path = export_head(head, tmp / "draft_head" / "head.onnx")

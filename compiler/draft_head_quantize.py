@@ -7,7 +7,7 @@ and symmetry follow the --quant-* options, as the target's do.
 The head graph (compiler/draft_head.py) is an export of a PyTorch module, like the target's portable graph, so
 `quantize_onnx` (compiler/quantize.py: ONNX Runtime's constant folding, then its MatMulNBitsQuantizer) turns its
 nine weight MatMuls (fc, q/k/v/o, gate/up/down, the reduced LM head [D, V']) into MatMulNBits. Its input
-embedding (the target's full table [V, D], fp16: the largest part of the head, 57 of 92 MB for SmolLM2-135M) then
+embedding (the target's full table [V, D], fp16: the largest part of the head; docs/draft-head.md) then
 becomes GatherBlockQuantized with the same bits and blocks (compiler/quantize_embed.py; scales kept in fp16, so the
 rows come out in fp16 as before). It gathers one row per drafted token: it costs memory, not time.
 
@@ -34,12 +34,11 @@ import torch
 from specrt.compiler.onnx_io import save_onnx
 from specrt.compiler.quantize import DEFAULT_ACCURACY_LEVEL, QuantizeConfig, quantize_onnx
 from specrt.compiler.quantize_embed import quantize_embedding
+from specrt.compiler.draft_head_validate import INPUTS, OUTPUTS, SHAPES, sample_inputs
 from specrt.compiler.validate import ValidationError
 
 EMBED_GATHER = "node_embedding"  # the exporter's name for DraftHead.embed's Gather (torch 2.13 dynamo)
-# Floors that only a broken graph misses. SmolLM2-135M's trained head (top-1 agreement, cosine) on the held-out
-# text: int8 0.96, 0.9995; int4 0.40-0.45, 0.937 (a head right on a third of the rows has many near-ties: int4
-# flips them, and costs 17% of its accuracy on chat answers). Unrelated logits: top-1 ~1/V', cosine ~0.
+# Floors that only a broken graph misses (what real heads reach: docs/draft-head.md, "Compile and use").
 MIN_TOP1_AGREEMENT = 0.2
 MIN_COSINE = 0.8
 MAX_ROWS = 128  # held-out tokens the target and the head run over
@@ -89,8 +88,6 @@ def validate_quantized_head(head, path: Path, features: np.ndarray, tokens: np.n
     """The quantized head graph `path` against the fp32 module `head` (DraftHead): SHAPES calls (shapes, finite),
     then one prefill call over the target's `features [R, D]` and `tokens [R]` (top-1 agreement, cosine)."""
     import onnxruntime as ort
-
-    from specrt.compiler.draft_head import INPUTS, OUTPUTS, SHAPES, sample_inputs
 
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 

@@ -18,6 +18,7 @@ from torch import nn
 from specrt.core.errors import SpecrtError
 from specrt.models import Decoder
 from specrt.bundle import graph_io
+from specrt.compiler.input_defaults import add_past_lengths_default
 from specrt.compiler.onnx_io import save_onnx
 
 ONNX_OPSET = 18
@@ -34,7 +35,7 @@ class _FlatDecoder(nn.Module):
 
     def forward(self, input_ids, position_ids, past, past_lengths, tree_mask):
         # input_ids, position_ids: [B, S]; past: tuple of 2L tensors (key, value per layer), each [B, P, Hkv, D];
-        # past_lengths: [B] valid past rows per sequence (compiler/past_lengths.py gives it a default: all P);
+        # past_lengths: [B] valid past rows per sequence (compiler/input_defaults.py gives it a default: all P);
         # tree_mask: [S, S] bool, a token tree's ancestor mask (docs/trees.md; default [[True]]: the chain)
         out = self.decoder(input_ids, position_ids, past[0::2], past[1::2], past_lengths, tree_mask)
         flat = [out.logits, out.hidden_states]
@@ -104,7 +105,5 @@ def onnx_from_decoder(decoder: Decoder, path: Path) -> Path:
     path = export_module(_FlatDecoder(decoder).eval(), (ids, pos, past, lengths, tree), path,
                          graph_io.input_names(c.num_layers) + [graph_io.PAST_LENGTHS, graph_io.TREE_MASK],
                          graph_io.output_names(c.num_layers), dynamic, c.architecture)
-    from specrt.compiler.past_lengths import add_past_lengths_default
-
     add_past_lengths_default(path)  # callers that never feed past_lengths get every past row, and a chain
     return path

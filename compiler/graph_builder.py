@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+MS = "com.microsoft"  # the domain of ONNX Runtime's contrib ops (GroupQueryAttention, MatMulNBits, ...)
+
 
 class GraphBuilder:
     """Collects nodes and initializers; `op` returns the output name(s) of the node it adds."""

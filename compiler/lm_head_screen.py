@@ -1,8 +1,8 @@
 """An exact greedy LM head for large vocabularies: an int8 screen, then fp32 logits for the candidates only.
 
 A decode step of a small model with a large vocabulary reads the LM head more than anything else (Gemma 3
-270M: 168M of its 268M weights, a 262,144 x 640 fp32 matrix, 671 MB per step). A greedy step only needs the
-argmax of each logits row, and that can be found exactly from much less:
+270M: 63% of its weights; docs/gemma3.md). A greedy step only needs the argmax of each logits row, and that can be
+found exactly from much less:
 
 1. a = x W8^T, the head with int8 weights (blocks of 128, 64 or 32 along the hidden size, round to nearest, one
    scale per block), as ONNX Runtime's MatMulNBits with accuracy level 4 (activations quantized to int8 per row
@@ -14,8 +14,7 @@ argmax of each logits row, and that can be found exactly from much less:
    with W1_rb = sum_b |w_r|, X1_b = sum_b |x|, d_rb the largest weight rounding error of block b of row r, and
    g_r = (K + 2) 2^-23 max|w_r| for fp32 rounding. The first two terms are twice the exact worst case of
    |(x - x^) w| + |x^ (w - w^)| with |x - x^| <= sa_b / 2 and |x^| <= |x| + sa_b / 2 (the factor 2 covers other
-   rounding rules); per-block activation steps keep one outlier activation (SmolLM2: max |x| 17, median 1)
-   from loosening every block's bound;
+   rounding rules); per-block activation steps keep one outlier activation from loosening every block's bound;
 3. u = a + eps is an upper bound of every exact logit; C = the `CANDIDATES` (256) tokens with the largest u;
 4. e = x W_C^T in fp32 for those rows only (a Gather of 256 rows and a small MatMul);
 5. if the smallest u in C is below max(e) for every row, no token outside C can reach max(e): the logits row
@@ -34,19 +33,20 @@ from __future__ import annotations
 import numpy as np
 
 from specrt.bundle.graph_io import LM_HEAD_FULL  # graph input: bool [], default true (full logits rows)
+from specrt.compiler.fused_layers import softcap as capped
+from specrt.compiler.graph_builder import MS, GraphBuilder
 
 CANDIDATES = 256  # tokens whose fp32 logits a screened row computes (at most a quarter of the vocabulary)
-BLOCKS = (128, 64, 32)  # int8 weight block along the hidden size: the largest that divides it (128: Gemma 3 270M's
-# int8 head 7.2 ms per row against 10.0 ms with blocks of 32, fewer scales to read; the bound grows a little)
+BLOCKS = (128, 64, 32)  # int8 weight block along the hidden size: the largest that divides it (fewer scales to
+# read; the bound grows a little: docs/gemma3.md, "The screened greedy head")
 MIN_VOCAB = 32768  # below this the head is small enough that the screen's fixed costs do not pay
 MIN_HEAD_SHARE = 0.25  # the head's share of the weights a decode step reads (see screen_wanted)
 
 
 def screen_wanted(mode: str, vocab_size: int, hidden_size: int, layer_weights: int) -> bool:
     """`mode` "on" / "off", or "auto": a vocabulary of at least MIN_VOCAB tokens whose head is at least
-    MIN_HEAD_SHARE of a step's weights (head + layers). Measured: SmolLM2-135M (real weights, head 21% of a step)
-    with the screen forced on: the screen decided 539 of 539 calls, outputs identical, 4% faster end to end; so
-    from a quarter on (Gemma 3 270M 63%, Gemma 3 1B ~30%, Qwen2.5-0.5B ~27%) it is on by default."""
+    MIN_HEAD_SHARE of a step's weights (head + layers): where the head's bytes dominate a step (the measurements
+    behind the threshold: docs/gemma3.md, "The screened greedy head")."""
     if mode in ("on", "off"):
         return mode == "on"
     head = vocab_size * hidden_size
@@ -113,8 +113,6 @@ def screened_head(g, rows2d: str, head: str, w: np.ndarray, softcap: float | Non
     logits [M, V] name."""
     from onnx import TensorProto, helper
 
-    from specrt.compiler.fused_graph import MS, _GraphBuilder, softcap as capped
-
     v, k = w.shape
     m = candidates(v)
     block = block_size(k)
@@ -133,11 +131,11 @@ def screened_head(g, rows2d: str, head: str, w: np.ndarray, softcap: float | Non
     g.inits.append(_bool(True, LM_HEAD_FULL))  # the input's default
 
     def full(name: str) -> "helper.GraphProto":
-        b = _GraphBuilder()
+        b = GraphBuilder()
         out = capped(b, b.op("Gemm", [rows2d, head], transB=1, name=f"{name}/gemm"), softcap, f"{name}/softcap")
         return _branch(b, name, out)
 
-    s = _GraphBuilder()
+    s = GraphBuilder()
     approx = s.op("MatMulNBits", [rows2d, "lm_head.int8.weight", "lm_head.int8.scales"], domain=MS, K=k, N=v,
                   bits=8, block_size=block, accuracy_level=4, name="lm_head/screen/int8")
     absx = s.op("Reshape", [s.op("Abs", [rows2d], name="lm_head/screen/abs"), "lm_head.blocks_shape"],
@@ -167,7 +165,7 @@ def screened_head(g, rows2d: str, head: str, w: np.ndarray, softcap: float | Non
     ok = s.op("Cast", [s.op("ReduceMin", [ok_rows], keepdims=0, name="lm_head/screen/all")], to=TensorProto.BOOL,
               name="lm_head/screen/ok")
 
-    sparse = _GraphBuilder()
+    sparse = GraphBuilder()
     ninf = sparse.op("ConstantOfShape", [sparse.op("Shape", [approx], name="lm_head/sparse/shape")],
                      value=helper.make_tensor("ninf", TensorProto.FLOAT, [1], [-np.inf]), name="lm_head/sparse/ninf")
     values = capped(sparse, exact, softcap, "lm_head/sparse/softcap")

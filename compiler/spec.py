@@ -22,7 +22,7 @@ from specrt.bundle.parts import MAX_DRAFT_TOKENS_LIMIT
 from specrt.core.errors import InvalidArgument
 from specrt.compiler.quantize import DEFAULT_BLOCK_SIZE, QUANT_TYPES, QuantizeConfig
 from specrt.compiler.tolerance import Tolerance
-from specrt.compiler.trt.compile_steps import MAX_BATCH_NEEDS_TRT, MAX_ENGINE_BATCH
+from specrt.compiler.trt.options import MAX_BATCH_NEEDS_TRT, MAX_ENGINE_BATCH
 from specrt.compiler.trt.ptq import METHODS, PTQ_PRECISIONS
 
 ORT_GRAPHS = ("fused", "portable", "both")  # both: fused, and a quantized model keeps its quantized portable graph
@@ -121,7 +121,7 @@ class EngineSpec:
         object.__setattr__(self, "timing_cache", _path(self.timing_cache, "--timing-cache"))
 
     def options(self) -> dict[str, Any]:
-        """The option dict of compiler/trt/compile_steps.py (keys: its OPTION_NAMES)."""
+        """The option dict of compiler/trt/compile_steps.py (keys: compiler/trt/options.py's OPTION_NAMES)."""
         names = ("precision", "ptq_method", "hardware_compat", "version_compatible", "workspace",
                  "builder_optimization_level", "timing_cache", "gpu_memory_budget", "max_batch")
         return {"engines": self.kind} | {n: getattr(self, n) for n in names}

@@ -11,7 +11,6 @@ is passed in (never imported at module level), so everything but the native call
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 import warnings
 from pathlib import Path
@@ -20,40 +19,11 @@ from typing import Any
 from specrt.bundle.parts import EngineEntry
 from specrt.core.errors import BackendError, InvalidArgument
 from specrt.core.trt import make_logger
-from specrt.compiler.trt.compile_steps import MAX_ENGINE_BATCH
-from specrt.compiler.trt.memory import DEFAULT_WORKSPACE
-from specrt.compiler.trt.precision import PRECISIONS, half_onnx_from_fp32
+from specrt.compiler.trt.options import HW_COMPAT, BuildOptions
+from specrt.compiler.trt.precision import half_onnx_from_fp32
 from specrt.compiler.trt.ptq import PTQ_PRECISIONS
 
-HW_COMPAT = {"none": "NONE", "ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}
 PHASE_ORDER = ("prefill", "decode", "verify")  # optimization profile index = position here
-
-
-@dataclasses.dataclass(frozen=True)
-class BuildOptions:
-    precision: str = "fp32"
-    hardware_compat: str = "none"  # manifest spelling: none | ampere_plus | same_compute_capability
-    version_compatible: bool = False
-    workspace: int = DEFAULT_WORKSPACE  # bytes, MemoryPoolType.WORKSPACE limit
-    builder_optimization_level: int | None = None  # 0..5, TensorRT's default (3) when None
-    timing_cache: Path | None = None
-    max_batch: int = 1  # sequences per pass the profiles take (1: the batch-1 profiles of every bundle)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.max_batch, int) or not 1 <= self.max_batch <= MAX_ENGINE_BATCH:
-            raise InvalidArgument(f"--max-batch must be in 1..{MAX_ENGINE_BATCH}, got {self.max_batch!r}")
-        if self.precision not in PRECISIONS + PTQ_PRECISIONS:
-            raise InvalidArgument(f"--precision {self.precision!r}: choose one of "
-                                  f"{', '.join(PRECISIONS + PTQ_PRECISIONS)}")
-        if self.hardware_compat not in HW_COMPAT:
-            raise InvalidArgument(f"--hardware-compat {self.hardware_compat!r}: choose none, ampere-plus or "
-                                  "same-compute-capability")
-        if self.workspace <= 0:
-            raise InvalidArgument(f"--workspace must be positive, got {self.workspace} bytes")
-        if self.builder_optimization_level is not None and not 0 <= self.builder_optimization_level <= 5:
-            raise InvalidArgument(f"--builder-optimization-level must be in 0..5, got {self.builder_optimization_level}")
-
-
 
 
 def polygraphy_profiles(profiles: dict[str, Any], order: tuple[str, ...] = PHASE_ORDER) -> list[tuple[str, Any]]:
@@ -173,12 +143,12 @@ def half_precision(precision: str) -> str | None:
 
 def trt_input_graph(onnx_path: Path, scratch: Path, max_batch: int = 1) -> Path:
     """The graph TensorRT parses: `past_lengths` as a real input (TensorRT takes an input with a default as a
-    constant; compiler/past_lengths.py), so the engine runs several sequences of different lengths per pass.
+    constant; compiler/input_defaults.py), so the engine runs several sequences of different lengths per pass.
     A batched build (max_batch > 1) needs a graph that reads it (InvalidArgument otherwise)."""
     import onnx
 
     from specrt.bundle.graph_io import PAST_LENGTHS
-    from specrt.compiler.past_lengths import graph_without_default
+    from specrt.compiler.input_defaults import graph_without_default
 
     src = graph_without_default(onnx_path, scratch)
     if max_batch > 1:

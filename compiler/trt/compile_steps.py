@@ -1,7 +1,7 @@
 """The compile steps for TensorRT engines and GPU memory budgets, from `specrt compile`'s option values.
 
 The options (click, specrt/cli/trt_options.py) become an `EngineSpec` (compiler/spec.py); compile_bundle's
-preflight (compiler/preflight.py) passes its option dict (keys: OPTION_NAMES) here:
+preflight (compiler/preflight.py) passes its option dict (keys: options.OPTION_NAMES) here:
 
     steps += prepare_trt_compile(spec.engines.options() | ..., target=..., draft=..., output=...,
                                  max_seq_len=..., max_draft_tokens=...)
@@ -20,34 +20,10 @@ from specrt.bundle.writer import ManifestDraft
 from specrt.core.errors import BackendUnavailable, InvalidArgument
 from specrt.compiler.trt.memory import (DEFAULT_WORKSPACE, check_budget, model_row, plan_from_rows,
                                        safetensors_parameters, weight_bytes)
+from specrt.compiler.trt.options import MAX_BATCH_NEEDS_TRT, build_options
 from specrt.compiler.trt.ptq import PTQ_PRECISIONS, PTQConfig
 
 Step = Callable[[Path, ManifestDraft], None]  # (temporary bundle directory, the manifest being written)
-# the keys of `trt_options` (specrt/cli/trt_options.py defines one option per key)
-OPTION_NAMES = ("engines", "precision", "ptq_method", "hardware_compat", "version_compatible", "workspace",
-                "builder_optimization_level", "timing_cache", "gpu_memory_budget", "max_batch")
-MAX_ENGINE_BATCH = 256  # --max-batch's upper bound
-MAX_BATCH_NEEDS_TRT = ("--max-batch is the batch range of TensorRT engines (add --engines trt); ONNX Runtime bundles "
-                       "batch at run time (specrt serve --max-batch)")
-
-
-def build_options(options: dict[str, Any], bundle: Path | None = None):
-    """CLI option dict -> BuildOptions (validated). The timing cache defaults to <bundle>.timing-cache."""
-    from specrt.compiler.trt.build import BuildOptions
-
-    cache = options.get("timing_cache")
-    if cache is None and bundle is not None:
-        bundle = Path(bundle)
-        cache = bundle.with_name(bundle.name + ".timing-cache")
-    return BuildOptions(
-        precision=options.get("precision") or "fp32",
-        hardware_compat=(options.get("hardware_compat") or "none").replace("-", "_"),
-        version_compatible=bool(options.get("version_compatible")),
-        workspace=options.get("workspace") or DEFAULT_WORKSPACE,
-        builder_optimization_level=options.get("builder_optimization_level"),
-        timing_cache=Path(cache) if cache is not None else None,
-        max_batch=options.get("max_batch") or 1,
-    )
 
 
 def check_trt_available(device: str = "cuda:0") -> None:

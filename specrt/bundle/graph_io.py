@@ -52,7 +52,7 @@ def output_names(num_layers: int) -> list[str]:
     return names
 
 
-# --- the portable graph's optional inputs (compiler/logit_rows.py, compiler/past_lengths.py) ---------------
+# --- the portable graph's optional inputs (compiler/logit_rows.py, compiler/input_defaults.py) -----------
 LOGIT_START = "logit_start"  # [1] int64, default 0: logits for rows [logit_start, S) of the new tokens
 # [B] int64: sequence b's valid past rows; rows [L_b, P) of its past are masked and its new tokens sit at positions
 # L_b.. (several sequences of different lengths in one pass). Default [INT64_MAX]: every past row (batch 1 as always).

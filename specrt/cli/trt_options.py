@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import click
 
-from specrt.compiler.trt.compile_steps import MAX_ENGINE_BATCH, OPTION_NAMES
+from specrt.compiler.trt.options import MAX_ENGINE_BATCH, OPTION_NAMES
 from specrt.compiler.trt.memory import parse_size
 from specrt.compiler.trt.ptq import METHODS, PTQ_PRECISIONS
 from specrt.core.errors import InvalidArgument

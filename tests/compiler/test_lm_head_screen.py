@@ -31,9 +31,9 @@ def _head_session(w: np.ndarray, softcap=None):
     from onnx import TensorProto, helper
 
     from specrt.compiler.export import ONNX_IR_VERSION, ONNX_OPSET
-    from specrt.compiler.fused_graph import MS, _GraphBuilder
+    from specrt.compiler.graph_builder import MS, GraphBuilder
 
-    g = _GraphBuilder()
+    g = GraphBuilder()
     head = g.weight("head", w)
     out = screened_head(g, "rows", head, w, softcap)
     g.nodes.append(helper.make_node("Identity", [out], ["logits"]))
@@ -53,7 +53,7 @@ def _kernel_error_and_bound(w: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, n
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from specrt.compiler.fused_graph import MS
+    from specrt.compiler.graph_builder import MS
 
     k = w.shape[1]
     packed, scales = quantize_head(w)

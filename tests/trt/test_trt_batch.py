@@ -15,7 +15,8 @@ from specrt.bundle.checks import check_profiles
 from specrt.bundle.manifest import read_manifest
 from specrt.bundle.profiles import phase_in_profiles, profiles_for_model, profiles_max_batch
 from specrt.compiler import EngineSpec
-from specrt.compiler.trt.build import BuildOptions, trt_input_graph
+from specrt.compiler.trt.build import trt_input_graph
+from specrt.compiler.trt.options import BuildOptions
 from specrt.compiler.trt.compile_steps import batched_entry, trt_extra_steps
 from specrt.core.errors import BackendUnavailable, InvalidArgument
 from specrt.runtime.backends import create_batch_runner

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from specrt.cli.main import handle_errors
 from specrt.cli.trt_options import trt_compile_options
-from specrt.compiler.trt.compile_steps import (build_options, check_budget_before_build, prepare_trt_compile,
-                                               trt_extra_steps)
+from specrt.compiler.trt.compile_steps import check_budget_before_build, prepare_trt_compile, trt_extra_steps
+from specrt.compiler.trt.options import build_options
 from specrt.core.errors import BackendUnavailable, InvalidArgument
 
 tensorrt_missing = pytest.mark.skipif(

@@ -141,7 +141,8 @@ def test_auto_backend_falls_back_to_ort_with_a_warning(pair_bundle, tmp_path):
 
 
 def test_engine_entry_written_by_the_builder_reads_back_and_passes_the_check():
-    from specrt.compiler.trt.build import BuildOptions, engine_entry
+    from specrt.compiler.trt.build import engine_entry
+    from specrt.compiler.trt.options import BuildOptions
 
     facts = dict(HERE, tensorrt_version="10.3.0.26")
     entry = engine_entry("target", "target/model.fp16.engine", BuildOptions(precision="fp16"), facts)

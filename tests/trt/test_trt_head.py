@@ -116,7 +116,7 @@ def test_compile_records_the_head_engine_beside_the_models(trt_head_bundle):
 
 
 def test_a_ptq_bundles_head_engine_is_fp16():
-    from specrt.compiler.trt.build import BuildOptions
+    from specrt.compiler.trt.options import BuildOptions
     from specrt.compiler.trt.compile_steps import head_build_options
 
     assert head_build_options(BuildOptions(precision="int8")).precision == "fp16"

@@ -25,7 +25,8 @@ from specrt.bundle.manifest import read_manifest  # noqa: E402
 from specrt.bundle.writer import ManifestDraft, write_manifest  # noqa: E402
 from specrt.compiler.quality import GraphScorer  # noqa: E402
 from specrt.compiler.quantize_step import QualityRefused  # noqa: E402
-from specrt.compiler.trt.build import BuildOptions, engine_entry, half_precision  # noqa: E402
+from specrt.compiler.trt.build import engine_entry, half_precision  # noqa: E402
+from specrt.compiler.trt.options import BuildOptions  # noqa: E402
 from specrt.compiler.trt.compile_steps import ptq_config, ptq_step, trt_extra_steps  # noqa: E402
 from specrt.compiler.trt.memory import model_row, weight_bytes  # noqa: E402
 from specrt.compiler.trt.precision import half_onnx_from_fp32  # noqa: E402
