@@ -12,16 +12,10 @@ import re
 import statistics
 from typing import Iterable, Sequence
 
-from specrt.core.errors import InvalidArgument, SpecrtError
+from specrt.core.errors import InvalidArgument, MissingDependency
 from specrt.core.text import pack  # noqa: F401  (re-exported: the CLI modules import it from here)
 
 COMPACT_WIDTH = 100  # below this many columns the CLI prints compact tables
-
-
-class MissingDependency(SpecrtError):
-    """An optional dependency a requested output needs is not installed (checked before measuring)."""
-
-    exit_code = 2
 
 
 def require(module: str, flag: str, extra: str) -> None:

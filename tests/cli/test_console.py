@@ -7,7 +7,7 @@ from rich.console import Console
 
 from specrt.cli.console import busy_warning, check_repeats, flag_names, pack, require, spread
 from specrt.cli.demo_screen import DemoScreen
-from specrt.core.errors import InvalidArgument, SpecrtError
+from specrt.core.errors import InvalidArgument, MissingDependency
 
 
 def test_pack_never_breaks_a_phrase():
@@ -25,9 +25,11 @@ def test_flag_names_and_spread_and_repeats():
     assert spread([1.2, 1.5, 1.4]) == {"median": 1.4, "min": 1.2, "max": 1.5}
     with pytest.raises(InvalidArgument, match="--repeats must be an integer >= 1, got 0"):
         check_repeats(0)
-    with pytest.raises(SpecrtError, match=r"--plot needs no_such_module_x, which is not installed: "
-                                          r"pip install 'specrt\[bench\]'"):
+    # the one MissingDependency (specrt.core.errors), exit 2 like the compile extra's
+    with pytest.raises(MissingDependency, match=r"--plot needs no_such_module_x, which is not installed: "
+                                                r"pip install 'specrt\[bench\]'") as caught:
         require("no_such_module_x", "--plot", "bench")
+    assert caught.value.exit_code == 2
 
 
 def test_busy_warning(monkeypatch):
