@@ -1,7 +1,8 @@
 """The layer table and the one import walker: what each folder is, what it may import, and which modules the tree holds.
 
 Read by scripts/import_graph.py (the diagram and docs/layout.md's folder table), tests/test_layering.py,
-tests/test_import_graph.py and tests/test_wheel.py. The folder-to-package mapping itself is stated once, in
+tests/test_import_graph.py, tests/test_import_cycles.py (`module_graph`, `cycles`), tests/test_module_size.py and
+tests/test_wheel.py. The folder-to-package mapping itself is stated once, in
 pyproject.toml (`[tool.setuptools] package-dir`; setup.py discovers the packages under it); this table names the
 areas by import name. Nothing here imports specrt: the tree is read with `ast`.
 """
