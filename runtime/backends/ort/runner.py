@@ -29,10 +29,9 @@ from specrt.runtime.backends.ort.threads import on_shared_pool
 def cpu_session(ort, onnx_path: Path, threads: int | None, alternating: bool = False):
     """(InferenceSession on the CPU provider, its SessionOptions) with specrt's thread settings.
 
-    Pool threads spin-wait for work (waking a sleeping thread for every operator costs 10-30% of a small
-    model's decode step). `alternating`: another multi-threaded session (the draft) runs between this
-    one's runs on the same cores, so both stop spinning when a run ends (`session.force_spinning_stop`);
-    spinning against each other made a speculative step 2x slower. SPECRT_ORT_SPIN=0 turns spinning off
+    Pool threads spin-wait for work. `alternating`: another multi-threaded session (the draft) runs between this
+    one's runs on the same cores, so both stop spinning when a run ends (`session.force_spinning_stop`); why and
+    the measurements: docs/benchmarks.md, "Design note: CPU execution". SPECRT_ORT_SPIN=0 turns spinning off
     (a machine shared with other busy processes).
     """
     opts = session_options(ort, threads, alternating)
@@ -53,7 +52,7 @@ def session_options(ort, threads: int | None, alternating: bool = False):
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     # Pre-pack constant weights (MatMulNBits' int4 blocks, fp32 GEMM panels) on the intra-op pool instead of one
-    # thread: the same packed bytes, ~0.1 s less session creation for SmolLM2 int4 on 2 cores (cold start).
+    # thread: the same packed bytes, a faster cold start (docs/first-run.md, "Cold start").
     opts.add_session_config_entry("session.prepack.enable_parallel", "1")
     if os.environ.get("SPECRT_ORT_SPIN", "1") == "0":
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -74,9 +73,9 @@ def small_session_options(ort, threads: int):
 
 def binding_runner(session, binding):
     """A no-argument call running `session` on `binding`. The public `run_with_iobinding` adds a Python wrapper
-    and a WebGPU graph-capture query per call (with the other per-step trims, plain decoding of the demo pair went
-    from 83 to 55 us per token outside ONNX Runtime), so the C-level session is called directly; the public API
-    if a future onnxruntime moves these internals."""
+    and a WebGPU graph-capture query per call, so the C-level session is called directly (the per-token cost
+    outside ONNX Runtime: docs/benchmarks.md, "Design note: CPU execution"); the public API if a future
+    onnxruntime moves these internals."""
     try:
         native_run, native_binding = session._sess.run_with_iobinding, binding._iobinding
     except AttributeError:

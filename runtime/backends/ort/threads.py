@@ -1,10 +1,7 @@
 """One ONNX Runtime thread pool for every CPU session of the process (opt-in: the batch engine's processes).
 
-Each ONNX Runtime session has its own intra-op pool by default, and a pool's threads spin-wait for work a while
-after a run. Two multi-threaded sessions that take turns on the same cores (the batch engine's fused and packed
-sessions, a target and a multi-threaded draft) then fight: measured on SmolLM2 fp32, 2 cores, a batched decode
-pass 20 ms and a packed pass 25 ms each alone, 41 and 50 ms when they alternate. On ONE pool shared by both
-(ONNX Runtime's global thread pools) they alternate at 21 and 25 ms: switching sessions costs nothing.
+Why: sessions with pools of their own that take turns on the same cores spin against each other (2x slower right
+after a switch); on one pool switching is free (measurements: docs/batching.md, "Limits", one thread pool).
 
 The global pools are a property of ONNX Runtime's process-wide environment: once they exist, ONNX Runtime refuses
 any session of that process that asks for a pool of its own ("use_per_session_threads must be false when using a
