@@ -188,7 +188,7 @@ class Generator:
         `prefix_cache_mb`: the prefix cache's budget in MiB (None: the default, 256; 0: off): prompt KV rows kept
         across requests, reused exactly (runtime/batch/prefix_cache.py, docs/batching.md "Prefix cache")."""
         from specrt.runtime.batch.engine import BatchEngine
-        from specrt.runtime.batch.prefix_cache import DEFAULT_PREFIX_CACHE_MB
+        from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB
 
         mb = DEFAULT_PREFIX_CACHE_MB if prefix_cache_mb is None else prefix_cache_mb
         return BatchEngine(self, max_batch=max_batch, prefix_cache_mb=mb)

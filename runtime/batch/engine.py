@@ -21,7 +21,7 @@ from typing import Any, Iterator, Sequence as Seq
 
 from specrt.core.errors import EngineClosed, InvalidArgument
 from specrt.core.tokenizer import TextStage
-from specrt.runtime.batch.prefix_cache import DEFAULT_PREFIX_CACHE_MB, check_budget_mb
+from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB, check_budget_mb
 from specrt.runtime.batch.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
 from specrt.runtime.batch.sequence import Sequence
 from specrt.runtime.request import GenerationRequest

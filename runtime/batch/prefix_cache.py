@@ -19,20 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from specrt.core.errors import InvalidArgument
 from specrt.runtime.batch.pool import RegionPool
-from specrt.runtime.batch.prefix_store import DEFAULT_BLOCK, MB, PrefixStore
+from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB, MB, check_budget_mb  # noqa: F401
+from specrt.runtime.batch.prefix_store import DEFAULT_BLOCK, PrefixStore
 from specrt.runtime.batch.sequence import Sequence
-
-DEFAULT_PREFIX_CACHE_MB = 256  # SmolLM2-135M: 45 KiB of KV a token, ~5,800 tokens
-
-
-def check_budget_mb(mb) -> float:
-    """The prefix cache budget in MiB (0: off), validated; the bad value in the message."""
-    if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not mb >= 0 or mb == float("inf"):
-        raise InvalidArgument(f"prefix_cache_mb must be a number of MiB >= 0 (0 turns the prefix cache off), "
-                              f"got {mb!r}")
-    return float(mb)
 
 
 def reusable_length(prompt_len: int, cached: int, block: int, chunk: int) -> int:
@@ -79,7 +69,7 @@ class PrefixCaching:
             s = slice(j * self.block, (j + 1) * self.block)
             for i, buf in enumerate(bufs):
                 buf[b, :, s] = rows[i]
-        seq.target.cache.length = seq.prefilled = seq.cached_tokens = h
+        seq.target.cache.length = seq.prefilled = seq.cached_tokens = seq.stats.cached_tokens = h
         self.hits += h
 
     def on_chunk(self, seq: Sequence, size: int) -> None:

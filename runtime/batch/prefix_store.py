@@ -20,7 +20,6 @@ import numpy as np
 from specrt.core.errors import InvalidArgument
 
 DEFAULT_BLOCK = 16  # tokens per block (vLLM's default block size)
-MB = 1 << 20
 
 
 class PrefixStore:

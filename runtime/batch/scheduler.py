@@ -41,7 +41,8 @@ from specrt.runtime.backends.ort.fused_runner import OrtFusedRunner
 from specrt.runtime.backends.ort.threads import shared_pool
 from specrt.runtime.batch.goodput import CostTable, StepPlan, plan_packed, plan_step
 from specrt.runtime.batch.pool import RegionPool
-from specrt.runtime.batch.prefix_cache import DEFAULT_PREFIX_CACHE_MB, PrefixCaching
+from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB
+from specrt.runtime.batch.prefix_cache import PrefixCaching
 from specrt.runtime.batch.sequence import DRAFT_KIND, Sequence
 from specrt.runtime.batch.shared_prompt import PromptSharing
 from specrt.runtime.loop import pick_token
