@@ -60,7 +60,8 @@ def create_app(bundle_or_generators: Union[str, Path, Any, Sequence[Any]], *, se
     keys to /health (the Ray replica's name and the replica count). `max_batch` N >= 1 (a bundle path): one
     generator and N slots that decode as one batch (serve/batching.py) instead of one generator per slot;
     "auto": N from the device (`auto_max_batch`), or one slot without batching where the bundle cannot batch.
-    `prefix_cache_mb`: the batch engine's prefix cache budget (None: its default; 0: off; runtime/batch/prefix_cache.py)."""
+    `prefix_cache_mb`: the batch engine's prefix cache budget (None: its default; 0: off; runtime/batch/
+    prefix_cache.py)."""
     engine = None
     if max_batch == "auto" and max_concurrency > 1:
         max_batch = 0  # several generators were asked for

@@ -14,7 +14,7 @@ Metrics added to /metrics (vLLM's names where it has one for the same thing, bes
 | specrt_kv_bytes_per_slot | KV memory of one slot (target + draft), preallocated |
 | specrt_shared_prompt_tokens | prompt tokens copied from a sequence of the batch with the same prompt, not prefilled |
 | vllm:prefix_cache_queries_total | prompt tokens looked up in the prefix cache (counter, tokens, as vLLM) |
-| vllm:prefix_cache_hits_total | prompt tokens whose KV rows came from the prefix cache, not prefilled (counter, tokens) |
+| vllm:prefix_cache_hits_total | prompt tokens whose KV rows came from the prefix cache, not prefilled (counter) |
 | specrt_prefix_cache_hit_rate | hits / queries since start |
 | specrt_prefix_cache_bytes, specrt_prefix_cache_budget_bytes | KV bytes the prefix cache holds / may hold |
 | specrt_prefix_cache_evicted_blocks_total | blocks evicted (least recently used first) to stay within the budget |

@@ -54,7 +54,8 @@ from specrt.cli.options import BatchSize, backend_option, method_option, prefix_
 @click.option("--grammar", default=None, type=click.Path(path_type=Path),
               help="Constrain the output to this grammar (a file: Lark / llguidance EBNF, or GBNF).")
 @handle_errors
-def generate_cmd(bundle, prompt, prompts_file, max_batch, prefix_cache_mb, no_prefix_cache, chat, system, max_new_tokens, temperature, top_k, top_p, seed,
+def generate_cmd(bundle, prompt, prompts_file, max_batch, prefix_cache_mb, no_prefix_cache, chat, system,
+                 max_new_tokens, temperature, top_k, top_p, seed,
                  presence_penalty, frequency_penalty, repetition_penalty, method, k, ngram_min, ngram_max, backend, target_device, draft_device, threads, stream, strict, as_json,
                  json_schema, json_object, regex, grammar):
     """Generate text from BUNDLE with speculative decoding."""

@@ -44,8 +44,9 @@ from specrt.cli.options import BatchSize, backend_option, method_option, prefix_
 @click.option("--cpus-per-replica", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="--ray: CPUs Ray reserves per replica (and its threads unless --threads is given).")
 @handle_errors
-def serve_cmd(bundle, host, port, method, k, max_concurrency, max_batch, prefix_cache_mb, no_prefix_cache, max_queue, backend, api_key, served_model_name,
-              threads, log_level, use_ray, replicas, min_replicas, max_replicas, ray_address, cpus_per_replica):
+def serve_cmd(bundle, host, port, method, k, max_concurrency, max_batch, prefix_cache_mb, no_prefix_cache, max_queue,
+              backend, api_key, served_model_name, threads, log_level, use_ray, replicas, min_replicas, max_replicas,
+              ray_address, cpus_per_replica):
     """Serve BUNDLE with the OpenAI API (/v1/completions, /v1/chat/completions) on HOST:PORT.
 
     With --ray, --threads counts per replica."""
