@@ -49,6 +49,8 @@ class PrefixCaching:
         if self.enabled:
             c = pool.config
             self.block_bytes = 2 * c.num_layers * c.num_kv_heads * block * c.head_dim * 4
+        # answers' rows are stored only where no call has one row (one-row passes compute rows differently in fp32)
+        self.answers = self.enabled and pool.runners[0].min_rows > 1
 
     def on_admit(self, seq: Sequence) -> None:
         """`seq` has its empty region (and no donor of the batch: PromptSharing runs first): copy the longest
@@ -80,10 +82,20 @@ class PrefixCaching:
 
     def on_prefilled(self, seq: Sequence) -> None:
         """`seq`'s prompt rows are in its region: store its full blocks (up to its exact rows) not stored yet."""
-        if not self.enabled:
+        if self.enabled:
+            self._capture(seq, seq.prompt_ids, seq.prompt_ids.size if seq.exact_rows is None else seq.exact_rows)
+
+    def on_finish(self, seq: Sequence, reason: str) -> None:
+        """`seq` ends, its region not yet released: on a target whose every call has two rows or more (`min_rows`,
+        int4 at accuracy level 4) its answer's rows are a prefill's rows too (measured), so the committed rows
+        (prompt and answer but the last token) are stored: a chat's next turn reuses the answer as well."""
+        if not (self.enabled and self.answers and reason in ("stop", "length") and seq.target is not None
+                and seq.exact_rows is None and seq.tokens is not None):
             return
-        limit = seq.prompt_ids.size if seq.exact_rows is None else seq.exact_rows
-        keys = self.store.chain(seq.prompt_ids, min(limit // self.block, self.store.budget_bytes // self.block_bytes))
+        self._capture(seq, seq.tokens[:seq.target.length], seq.target.length)
+
+    def _capture(self, seq: Sequence, ids: np.ndarray, limit: int) -> None:
+        keys = self.store.chain(ids, min(limit // self.block, self.store.budget_bytes // self.block_bytes))
         if not keys:
             return
         self.store.touch(keys)  # the stored head of the chain is not evicted by its own tail's insertion
@@ -97,7 +109,7 @@ class PrefixCaching:
         self.store.touch(keys)
 
     def describe(self) -> dict:
-        """The numbers /metrics and `describe` report."""
+        """The numbers /metrics reports (specrt/serve/batching.py) and scripts/prefix_bench.py prints."""
         return {"enabled": self.enabled, "block": self.block, "queries": self.queries, "hits": self.hits,
                 "used_bytes": self.store.used_bytes, "budget_bytes": self.store.budget_bytes,
                 "blocks": len(self.store), "evicted": self.store.evicted}

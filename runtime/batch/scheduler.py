@@ -557,6 +557,7 @@ class Scheduler:
 
     def _finish(self, s: Sequence, reason: str, release: bool = True) -> None:
         self.sharing.on_finish(s)
+        self.prefix.on_finish(s, reason)
         if release:
             self.targets.release(s.target)
             if s.draft is not None:

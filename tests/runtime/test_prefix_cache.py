@@ -132,3 +132,19 @@ def test_the_store_stays_within_a_small_budget(engines):
             eng.generate_batch([rng.integers(10, 200, 48).tolist()], 2, method="none")
             assert 0 < pc.store.used_bytes <= pc.store.budget_bytes
         assert pc.store.evicted > 0 and len(pc.store) == pc.store.budget_bytes // pc.block_bytes
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+def test_a_next_turn_reuses_the_answer_only_where_every_call_has_two_rows(engines, precision):
+    # int4 at accuracy level 4 runs every call as two rows or more: an answer's rows equal a prefill's (measured,
+    # scripts/prefix_rows.py), so they are stored; fp32 one-token decode rows differ from prefill rows: not stored
+    gen, eng = engines[precision]
+    prompt = np.random.default_rng(11).integers(10, 200, 40).tolist()
+    first = eng.generate_batch([prompt], 40, method="ngram")[0]
+    assert len(first.token_ids) == 40
+    turn = prompt + first.token_ids + [7, 8, 9, 10, 11]
+    got = eng.generate_batch([turn], 8, method="ngram")[0]
+    assert got.token_ids == gen.generate(turn, 8, method="ngram").token_ids
+    answer_rows = (len(prompt) + len(first.token_ids) - 1) // 16 * 16  # the last token has no row yet
+    assert got.stats.cached_tokens == (answer_rows if precision == "int4" else 32)
+    assert eng.scheduler.prefix.answers == (precision == "int4")
