@@ -1,15 +1,16 @@
 """Prefix caching: a request whose prompt starts with rows computed for an earlier prompt copies them and prefills
 only the rest (docs/batching.md, "Prefix cache"). The generalisation across time of PromptSharing (shared_prompt.py),
-with the same hooks in the scheduler: `on_admit`, `on_chunk`, `on_prefilled`.
+with the same hooks in the scheduler: `on_admit`, `on_chunk`, `on_prefilled`, `on_finish`.
 
 Exactness (measured: scripts/prefix_rows.py, SmolLM2 fp32 and int4): a KV row written by a prefill chunk of two
 rows or more is bit-identical whatever the chunking (256+256+88, 300+300, 6x100, 496+104, 38x16 all equal one
 600-row pass), and so is a row of a several-row verify pass; a row written by a ONE-row pass (a one-token decode
-step, a one-row prefill chunk) differs in fp32 (~2e-5). So the store keeps prompt rows only, and only up to the
-first one-row chunk inside the prompt (a shared prefill budget can cut one: `on_chunk`); answers' rows (one-token
-decode steps among them) are never kept. A hit takes a multiple of the block size, leaves at least one row to
-prefill, and leaves a suffix whose last chunk is one row exactly when the prompt's own last chunk would be
-(`reusable_length`): the rows a hit prefills are then the rows the request computes without the cache.
+step, a one-row prefill chunk) differs in fp32 (~2e-5). So the store keeps prompt rows, only up to the first
+one-row chunk inside the prompt (a shared prefill budget can cut one: `on_chunk`), and answers' rows only where no
+call has one row (`min_rows` > 1: int4 at accuracy level 4, whose two-row decode rows equal prefill rows: `on_finish`).
+A hit takes a multiple of the block size, leaves at least one row to prefill, and leaves a suffix whose last chunk is
+one row exactly when the prompt's own last chunk would be (`reusable_length`): the rows a hit prefills are then the
+rows the request computes without the cache.
 
 Fused CPU pools (`RegionPool`) only: batch runners (SlotPool) have no row copy between slots. The draft model's
 rows are not cached (a draft model catches up lazily, on the request's first drafting step, after its first token).
