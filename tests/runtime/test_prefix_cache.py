@@ -148,3 +148,13 @@ def test_a_next_turn_reuses_the_answer_only_where_every_call_has_two_rows(engine
     answer_rows = (len(prompt) + len(first.token_ids) - 1) // 16 * 16  # the last token has no row yet
     assert got.stats.cached_tokens == (answer_rows if precision == "int4" else 32)
     assert eng.scheduler.prefix.answers == (precision == "int4")
+
+
+def test_a_hit_keeps_seeded_sampling_reproducible(engines):
+    gen, eng = engines["fp32"]
+    base = np.random.default_rng(21).integers(10, 200, 50).tolist()
+    opts = dict(method="ngram", temperature=0.9, top_p=0.95, seed=5)
+    eng.generate_batch([base], 4, **opts)
+    got = eng.generate_batch([base + [9, 8, 7]], 16, **opts)[0]
+    assert got.stats.cached_tokens == 48
+    assert got.token_ids == gen.generate(base + [9, 8, 7], 16, **opts).token_ids
