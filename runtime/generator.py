@@ -179,15 +179,19 @@ class Generator:
     def default_method(self) -> str:
         return self.methods[0] if self.draft is not None or self.manifest.draft_head is not None else "ngram"
 
-    def engine(self, max_batch: int = 8):
+    def engine(self, max_batch: int = 8, prefix_cache_mb: float | None = None):
         """A continuous-batching engine on this generator's weights: several requests decode together
         (`generate_batch([...])`, `stream_tokens(...)` from any thread; runtime/batch/engine.py, docs/batching.md).
         Close it when done (requests it still holds then end with EngineClosed); this Generator stays usable for
         single calls meanwhile (its own KV cache). `max_batch` slots' KV cache must fit in the memory available
-        (InvalidArgument with the numbers otherwise, before anything is allocated: runtime/batch/memory.py)."""
+        (InvalidArgument with the numbers otherwise, before anything is allocated: runtime/batch/memory.py).
+        `prefix_cache_mb`: the prefix cache's budget in MiB (None: the default, 256; 0: off): prompt KV rows kept
+        across requests, reused exactly (runtime/batch/prefix_cache.py, docs/batching.md "Prefix cache")."""
         from specrt.runtime.batch.engine import BatchEngine
+        from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB
 
-        return BatchEngine(self, max_batch=max_batch)
+        mb = DEFAULT_PREFIX_CACHE_MB if prefix_cache_mb is None else prefix_cache_mb
+        return BatchEngine(self, max_batch=max_batch, prefix_cache_mb=mb)
 
     def request(self, public: str = "generate", max_new_tokens: int | None = None,
                 request: GenerationRequest | None = None, **options: Any) -> GenerationRequest:

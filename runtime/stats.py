@@ -24,6 +24,7 @@ class GenerationStats:
     backend: str = ""
     num_speculative_tokens: int = 0
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens whose KV rows came from the prefix cache (runtime/batch/prefix_cache.py)
     new_tokens: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0

@@ -21,6 +21,7 @@ from typing import Any, Iterator, Sequence as Seq
 
 from specrt.core.errors import EngineClosed, InvalidArgument
 from specrt.core.tokenizer import TextStage
+from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB, check_budget_mb
 from specrt.runtime.batch.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
 from specrt.runtime.batch.sequence import Sequence
 from specrt.runtime.request import GenerationRequest
@@ -31,12 +32,14 @@ END = object()
 
 class BatchEngine:
     def __init__(self, gen, max_batch: int = 8, prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
-                 packed: bool | None = None) -> None:
+                 packed: bool | None = None, prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB) -> None:
+        """`prefix_cache_mb`: the prefix cache's memory budget in MiB, 0 = off (runtime/batch/prefix_cache.py)."""
         from specrt.runtime.batch.memory import check_max_batch
 
         self.gen = gen
+        check_budget_mb(prefix_cache_mb)
         check_max_batch(gen, max_batch)  # before anything is preallocated
-        self.scheduler = Scheduler(gen, max_batch, prefill_chunk, packed)
+        self.scheduler = Scheduler(gen, max_batch, prefill_chunk, packed, prefix_cache_mb)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._wake = threading.Event()
         self._ids = itertools.count()

@@ -41,6 +41,8 @@ from specrt.runtime.backends.ort.fused_runner import OrtFusedRunner
 from specrt.runtime.backends.ort.threads import shared_pool
 from specrt.runtime.batch.goodput import CostTable, StepPlan, plan_packed, plan_step
 from specrt.runtime.batch.pool import RegionPool
+from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB
+from specrt.runtime.batch.prefix_cache import PrefixCaching
 from specrt.runtime.batch.sequence import DRAFT_KIND, Sequence
 from specrt.runtime.batch.shared_prompt import PromptSharing
 from specrt.runtime.loop import pick_token
@@ -61,9 +63,10 @@ PROBE_AFTER = 8  # steps without drafting after which a draft-model request draf
 
 class Scheduler:
     def __init__(self, gen, max_batch: int, prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
-                 packed: bool | None = None) -> None:
+                 packed: bool | None = None, prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB) -> None:
         """`packed`: use the packed pass (a second ONNX Runtime session over the same weights file, so the weights
-        are pre-packed twice in memory; runtime/batch/packed.py). None: on unless SPECRT_PACKED=0."""
+        are pre-packed twice in memory; runtime/batch/packed.py). None: on unless SPECRT_PACKED=0.
+        `prefix_cache_mb`: the prefix cache's budget (prefix_cache.py); 0 turns it off."""
         from specrt.runtime.backends import BATCH_BACKENDS
         from specrt.runtime.batch.slots import batch_backend
 
@@ -81,6 +84,7 @@ class Scheduler:
             self.targets = slot_pool(gen, max_batch)
         self.drafts = RegionPool(gen.draft, max_batch) if fused and isinstance(gen.draft, OrtFusedRunner) else None
         self.sharing = PromptSharing(self.targets)  # one prefill per prompt (shared_prompt.py)
+        self.prefix = PrefixCaching(self.targets, prefix_cache_mb, prefill_chunk)  # across time (prefix_cache.py)
         self.waiting: collections.deque[Sequence] = collections.deque()
         self.prefilling: list[Sequence] = []
         self.running: list[Sequence] = []
@@ -157,6 +161,7 @@ class Scheduler:
                 # alone (the Generator's count-only policy), whatever the plan would choose for it
                 seq.policy = gen.make_policy(seq.request.num_speculative_tokens, seq.method, seeded=True)
             self.sharing.on_admit(seq, self.running + self.prefilling)
+            self.prefix.on_admit(seq)
             self.prefilling.append(seq)
 
     def _complete_shared(self) -> None:
@@ -297,6 +302,7 @@ class Scheduler:
             if budget <= 0 or self.sharing.blocked(seq):
                 break
             ids = seq.prompt_ids[seq.prefilled:seq.prefilled + budget]
+            self.prefix.on_chunk(seq, ids.size)
             budget -= ids.size
             chunks.append((seq, ids))
         return chunks
@@ -317,6 +323,7 @@ class Scheduler:
     def _prefill_done(self, seq: Sequence, last: np.ndarray) -> None:
         """The prompt is in the cache: pick the first token from its last row's logits; decode from the next step."""
         self.sharing.on_prefilled(seq, last)
+        self.prefix.on_prefilled(seq)
         first = pick_token(last, seq.request.sampling, seq.rng)
         seq.tokens[seq.n] = first
         seq.n += 1
@@ -550,6 +557,7 @@ class Scheduler:
 
     def _finish(self, s: Sequence, reason: str, release: bool = True) -> None:
         self.sharing.on_finish(s)
+        self.prefix.on_finish(s, reason)
         if release:
             self.targets.release(s.target)
             if s.draft is not None:

@@ -54,6 +54,10 @@ class Sequence:
     followers: list = dataclasses.field(default_factory=list)
     prompt_last: np.ndarray | None = None
     shared_last: np.ndarray | None = None
+    # prefix caching (prefix_cache.py): prompt rows copied from the store, and how many prompt rows are exact to keep
+    # (None: all; a one-row chunk inside the prompt or a donor's rows stop them)
+    cached_tokens: int = 0
+    exact_rows: int | None = None
     started: float = 0.0  # time.perf_counter() at submission
 
     @property

@@ -199,7 +199,9 @@ def run_concurrency(gen, levels: list[int], max_new_tokens: int, method: str, pe
 
     texts = prompts or CHAT_PROMPTS
     fitted = [ids.tolist() for ids in fit_prompts(gen, [Prompt("custom", t) for t in texts], max_new_tokens)[0]]
-    engine = BatchEngine(gen, max_batch=max(levels))
+    # the prefix cache off: every round repeats the same prompts, which it would turn into hits after the first (the
+    # sequential baseline prefills in full); it is measured apart, on fresh prompts: scripts/prefix_bench.py
+    engine = BatchEngine(gen, max_batch=max(levels), prefix_cache_mb=0)
     rows = []
     try:
         ps = [fitted[i % len(fitted)] for i in range(max(len(fitted), max(levels)))]  # the same prompts at every level

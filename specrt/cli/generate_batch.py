@@ -73,9 +73,10 @@ def _entry(value: Any, where: str) -> Any:
 
 
 def run_file(gen, prompts: list[Any], max_batch, max_new_tokens: int, options: dict,
-             wheres: list[str] | None = None) -> tuple[list, float, int]:
+             wheres: list[str] | None = None, prefix_cache_mb: float | None = None) -> tuple[list, float, int]:
     """(results in order, seconds, the batch size used: 0 = one at a time). Every prompt is checked before any
-    runs; an error names the prompt's place (`wheres`, "FILE:LINE")."""
+    runs; an error names the prompt's place (`wheres`, "FILE:LINE"). `prefix_cache_mb`: the batch engine's prefix
+    cache (None: its default; 0: off)."""
     from specrt.runtime.arguments import check_text
 
     wheres = wheres or [f"prompt {i + 1}" for i in range(len(prompts))]
@@ -108,7 +109,7 @@ def run_file(gen, prompts: list[Any], max_batch, max_new_tokens: int, options: d
     if n <= 1:
         results = [gen.generate(p, max_new_tokens, **options) for p in prompts]
         return results, time.perf_counter() - t0, 0
-    engine = gen.engine(max_batch=n)
+    engine = gen.engine(max_batch=n, prefix_cache_mb=prefix_cache_mb)
     try:
         results = engine.generate_batch(prompts, max_new_tokens, **options)
     finally:

@@ -33,3 +33,20 @@ class BatchSize(click.ParamType):
         if n < 0:
             self.fail(f"{value!r} is not an integer >= 0 or 'auto'", param, ctx)
         return n
+
+
+def prefix_cache_options(fn):
+    """--prefix-cache-mb and --no-prefix-cache (the batch engine's prefix cache: runtime/batch/prefix_cache.py);
+    the command gets `prefix_cache_mb` (0 when turned off) and `no_prefix_cache`: use `prefix_cache_budget`."""
+    from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB
+
+    fn = click.option("--no-prefix-cache", is_flag=True,
+                      help="Prefill every prompt in full (no KV rows reused from earlier prompts).")(fn)
+    return click.option("--prefix-cache-mb", default=DEFAULT_PREFIX_CACHE_MB, show_default=True,
+                        type=click.FloatRange(min=0),
+                        help="Memory for prompt KV rows kept across requests (batch engine; LRU; 0 = off); a "
+                             "prompt that starts with a kept prefix prefills only the rest, output unchanged.")(fn)
+
+
+def prefix_cache_budget(prefix_cache_mb: float, no_prefix_cache: bool) -> float:
+    return 0.0 if no_prefix_cache else prefix_cache_mb

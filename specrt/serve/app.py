@@ -52,20 +52,23 @@ def create_app(bundle_or_generators: Union[str, Path, Any, Sequence[Any]], *, se
                method: Optional[str] = None, num_speculative_tokens: Union[int, str] = "auto",
                backend: str = "auto", threads: Optional[int] = None, max_body_bytes: int = 1 << 20,
                body_timeout_s: float = 30.0, max_batch: Union[int, str] = 0,
-               health_extra: Optional[Callable[[], Awaitable[dict[str, Any]]]] = None) -> FastAPI:
+               health_extra: Optional[Callable[[], Awaitable[dict[str, Any]]]] = None,
+               prefix_cache_mb: Optional[float] = None) -> FastAPI:
     """A bundle path loads `max_concurrency` generators; a Generator or a list of them is used as given
     (one slot each). With an `api_key` the API docs (/docs, /redoc, /openapi.json) are off;
     `body_timeout_s` bounds how long a request body may take to arrive (408 after it); `health_extra` adds
     keys to /health (the Ray replica's name and the replica count). `max_batch` N >= 1 (a bundle path): one
     generator and N slots that decode as one batch (serve/batching.py) instead of one generator per slot;
-    "auto": N from the device (`auto_max_batch`), or one slot without batching where the bundle cannot batch."""
+    "auto": N from the device (`auto_max_batch`), or one slot without batching where the bundle cannot batch.
+    `prefix_cache_mb`: the batch engine's prefix cache budget (None: its default; 0: off; runtime/batch/
+    prefix_cache.py)."""
     engine = None
     if max_batch == "auto" and max_concurrency > 1:
         max_batch = 0  # several generators were asked for
     if max_batch and isinstance(bundle_or_generators, (str, Path)):
         from specrt.serve.batching import batched_generators
 
-        generators, engine = batched_generators(bundle_or_generators, max_batch, backend, threads)
+        generators, engine = batched_generators(bundle_or_generators, max_batch, backend, threads, prefix_cache_mb)
     elif isinstance(bundle_or_generators, (str, Path)):
         generators = load_generators(bundle_or_generators, max_concurrency, backend, threads)
     elif isinstance(bundle_or_generators, (list, tuple)):

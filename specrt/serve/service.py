@@ -56,9 +56,14 @@ def k_used(stats: Any) -> int:
     return max(stats.k_history, default=0)
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def usage(prompt_tokens: int, completion_tokens: int, stats: Any = None) -> dict[str, Any]:
+    """OpenAI's usage object; with the request's stats, `prompt_tokens_details.cached_tokens` (the prompt tokens the
+    prefix cache supplied: runtime/batch/prefix_cache.py)."""
+    body: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                            "total_tokens": prompt_tokens + completion_tokens}
+    if stats is not None:
+        body["prompt_tokens_details"] = {"cached_tokens": stats.cached_tokens}
+    return body
 
 
 def _constrained(body: Any) -> bool:
@@ -245,7 +250,7 @@ class Service:
         else:
             choice["text"] = text
         return {**self._head(prep, chunk=False), "choices": [choice],
-                "usage": usage(len(prep.job.prompt_ids), done.completion_tokens),
+                "usage": usage(len(prep.job.prompt_ids), done.completion_tokens, done.stats),
                 "speculative_stats": spec_stats(done.stats)}
 
     def _head(self, prep: Prepared, chunk: bool) -> dict[str, Any]:
@@ -286,5 +291,5 @@ class Service:
             yield sse(last)
             if prep.include_usage:
                 yield sse({**self._head(prep, chunk=True), "choices": [],
-                           "usage": usage(len(prep.job.prompt_ids), event.completion_tokens)})
+                           "usage": usage(len(prep.job.prompt_ids), event.completion_tokens, event.stats)})
         yield DONE

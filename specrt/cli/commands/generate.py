@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from specrt.cli.main import KType, echo_json, exit_fast_when_done, handle_errors, main
-from specrt.cli.options import BatchSize, backend_option, method_option
+from specrt.cli.options import BatchSize, backend_option, method_option, prefix_cache_budget, prefix_cache_options
 
 
 @main.command("generate")
@@ -21,6 +21,7 @@ from specrt.cli.options import BatchSize, backend_option, method_option
                    "JSON line per prompt, in order.")
 @click.option("--max-batch", default="auto", show_default=True, type=BatchSize(),
               help="With --prompts-file: requests decoded at once (auto: as specrt serve; 0: one at a time).")
+@prefix_cache_options
 @click.option("--chat", "chat", default=None, help="A user message, rendered with the bundle's chat template.")
 @click.option("--system", default=None, help="A system message for --chat.")
 @click.option("--max-new-tokens", default=128, show_default=True, type=int)
@@ -53,7 +54,8 @@ from specrt.cli.options import BatchSize, backend_option, method_option
 @click.option("--grammar", default=None, type=click.Path(path_type=Path),
               help="Constrain the output to this grammar (a file: Lark / llguidance EBNF, or GBNF).")
 @handle_errors
-def generate_cmd(bundle, prompt, prompts_file, max_batch, chat, system, max_new_tokens, temperature, top_k, top_p, seed,
+def generate_cmd(bundle, prompt, prompts_file, max_batch, prefix_cache_mb, no_prefix_cache, chat, system,
+                 max_new_tokens, temperature, top_k, top_p, seed,
                  presence_penalty, frequency_penalty, repetition_penalty, method, k, ngram_min, ngram_max, backend, target_device, draft_device, threads, stream, strict, as_json,
                  json_schema, json_object, regex, grammar):
     """Generate text from BUNDLE with speculative decoding."""
@@ -74,7 +76,8 @@ def generate_cmd(bundle, prompt, prompts_file, max_batch, chat, system, max_new_
                               draft_device, dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                                                  method=method, num_speculative_tokens=k, ngram_min=ngram_min,
                                                  ngram_max=ngram_max, strict=strict, **penalties),
-                              (json_schema, json_object, regex, grammar))
+                              (json_schema, json_object, regex, grammar),
+                              prefix_cache_budget(prefix_cache_mb, no_prefix_cache))
     if system is not None and chat is None:
         raise InvalidArgument("--system needs --chat")
     from specrt.runtime.arguments import check_text
@@ -122,7 +125,7 @@ def generate_cmd(bundle, prompt, prompts_file, max_batch, chat, system, max_new_
 
 
 def _generate_file(bundle, prompts_file, max_batch, max_new_tokens, backend, threads, target_device, draft_device,
-                   options, constraint_args):
+                   options, constraint_args, prefix_cache_mb):
     """--prompts-file: every prompt on the batching scheduler, one JSON line each (specrt/cli/generate_batch.py)."""
     from specrt.cli.constraint_options import constraint_from_options
     from specrt.cli.generate_batch import read_located, result_line, run_file
@@ -139,7 +142,7 @@ def _generate_file(bundle, prompts_file, max_batch, max_new_tokens, backend, thr
     with loading_status(bundle):
         gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
     results, seconds, batch = run_file(gen, prompts, max_batch, max_new_tokens, dict(options, constraint=constraint),
-                                       wheres)
+                                       wheres, prefix_cache_mb)
     for i, res in enumerate(results):
         click.echo(result_line(i, res))
     for where, res in zip(wheres, results):

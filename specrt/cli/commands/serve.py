@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from specrt.cli.main import KType, handle_errors, main
-from specrt.cli.options import BatchSize, backend_option, method_option
+from specrt.cli.options import BatchSize, backend_option, method_option, prefix_cache_budget, prefix_cache_options
 
 
 @main.command("serve")
@@ -24,6 +24,7 @@ from specrt.cli.options import BatchSize, backend_option, method_option
                    "per --max-concurrency slot). auto: 4 per CPU core (at most 16, fewer if their KV would pass a "
                    "quarter of the memory) when the bundle's fused graph batches on this backend, else off; off "
                    "with --max-concurrency > 1 or --ray.")
+@prefix_cache_options
 @click.option("--max-queue", default=64, show_default=True, type=click.IntRange(min=0),
               help="Requests waiting for a slot before the server answers 429.")
 @backend_option()
@@ -43,8 +44,9 @@ from specrt.cli.options import BatchSize, backend_option, method_option
 @click.option("--cpus-per-replica", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="--ray: CPUs Ray reserves per replica (and its threads unless --threads is given).")
 @handle_errors
-def serve_cmd(bundle, host, port, method, k, max_concurrency, max_batch, max_queue, backend, api_key, served_model_name,
-              threads, log_level, use_ray, replicas, min_replicas, max_replicas, ray_address, cpus_per_replica):
+def serve_cmd(bundle, host, port, method, k, max_concurrency, max_batch, prefix_cache_mb, no_prefix_cache, max_queue,
+              backend, api_key, served_model_name, threads, log_level, use_ray, replicas, min_replicas, max_replicas,
+              ray_address, cpus_per_replica):
     """Serve BUNDLE with the OpenAI API (/v1/completions, /v1/chat/completions) on HOST:PORT.
 
     With --ray, --threads counts per replica."""
@@ -73,7 +75,8 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_batch, max_que
 
     app = create_app(bundle, served_model_name=served_model_name, api_key=api_key,
                      max_concurrency=max_concurrency, max_queue=max_queue, method=method,
-                     num_speculative_tokens=k, backend=backend, threads=threads, max_batch=max_batch)
+                     num_speculative_tokens=k, backend=backend, threads=threads, max_batch=max_batch,
+                     prefix_cache_mb=prefix_cache_budget(prefix_cache_mb, no_prefix_cache))
     sock = listen_socket(host, port)  # bound here, so the banner shows the real port (also for --port 0)
     real_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
