@@ -16,6 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
+from specrt.runtime.batch.streams import END, RequestOutput
 from specrt.serve.slots import RequestStream
 from specrt.serve.worker import Delta, Done, Job, run_job
 
@@ -42,8 +43,6 @@ class Producers:
 
 
 def _on_engine(engine: Any, job: Job, stream: RequestStream) -> None:
-    from specrt.runtime.batch.streams import END, RequestOutput
-
     tokens = [0]
 
     def deliver(ev: Any) -> None:  # on the engine thread
