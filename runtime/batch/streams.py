@@ -1,14 +1,14 @@
-"""The engine's output side: each request's one detokenize / stop-string stage, run on the engine thread.
+"""The engine's output side: each request's one detokenize / stop-string stage, run as each step emits.
 
     out = RequestOutput(tokenizer, stops, deliver)   # the request's `Sequence.emit`
-    deliver(Step(t, ids, text, stopped))            # once per step, on the engine thread
+    deliver(Step(t, ids, text, stopped))            # once per step (on the engine thread, or where out is called)
     deliver(END) | deliver(exception)               # exactly once at the end
 
 A request's stop strings are found as its step emits (the shared `TextStage`, core/tokenizer.py), so a request that
 reaches one leaves the batch at the end of that step, whenever its caller reads it; steps after it are dropped.
 Where `deliver` hands the steps is the caller's: a `queue.SimpleQueue` for the engine's own blocking calls
-(`BatchEngine.events`, `generate_batch`, `stream_tokens`), an asyncio queue of the server's loop for a served request
-(specrt/serve/engine_stream.py).
+(`BatchEngine.events`, `generate_batch`, `stream_tokens`). The server runs the stage on its loop instead (each
+step's ids handed over as they are: specrt/serve/engine_stream.py), so the engine's thread decodes nothing for it.
 """
 
 from __future__ import annotations
@@ -40,8 +40,11 @@ class RequestOutput:
         self.deliver = deliver
         self.seq: Any = None  # the request's Sequence, once it has emitted
 
-    def __call__(self, chunk: Any, seq: Any) -> None:  # on the engine thread (or the thread that closes it)
+    def __call__(self, chunk: Any, seq: Any, t: float | None = None) -> None:
+        """On the engine thread (or the thread that closes it), or on the thread the caller hands it to (with `t`,
+        the time the step emitted)."""
         self.seq = seq
+        t = time.perf_counter() if t is None else t
         if isinstance(chunk, BaseException):
             self.deliver(chunk)
         elif chunk:
@@ -49,14 +52,14 @@ class RequestOutput:
                 return
             text = self.stage.push(chunk) if self.decode else ""
             if self.stage.stopped:
-                seq.cancel.set()  # retired at the end of this step
-            self.deliver(Step(time.perf_counter(), list(chunk), text, self.stage.stopped))
+                seq.cancel.set()  # retired at the end of this step (of the step in progress, from another thread)
+            self.deliver(Step(t, list(chunk), text, self.stage.stopped))
         else:
             tail = self.stage.finish() if self.decode else ""
             if self.stage.stopped:
                 seq.stats.finish_reason = "stop"  # after the scheduler's "cancelled"
             if tail:
-                self.deliver(Step(time.perf_counter(), [], tail, self.stage.stopped))
+                self.deliver(Step(t, [], tail, self.stage.stopped))
             self.deliver(END)
 
 

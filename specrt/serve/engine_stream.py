@@ -1,9 +1,9 @@
 """The producers of a served request's `RequestStream` (slots.py): the batch engine's thread, or a worker thread.
 
 `Producers.start(slot, job, stream)`:
-* with `--max-batch`, a request the batch runs is queued on the `BatchEngine`, its output stage
-  (runtime/batch/streams.py: the one detokenize / stop-string stage) turning each step into a `Delta` on the engine's
-  thread and handing it to the loop with `call_soon_threadsafe`: no thread per request or per slot;
+* with `--max-batch`, a request the batch runs is queued on the `BatchEngine`, whose thread hands each step's ids
+  to the loop with `call_soon_threadsafe`; there the request's output stage (runtime/batch/streams.py: the one
+  detokenize / stop-string stage) turns it into a `Delta`: no thread per request or per slot;
 * otherwise `worker.run_job` drives a Generator in a worker thread: the slot's own generator (one thread per
   generator, `--max-concurrency`), or, beside the batch, the engine's generator for a request the batch does not run
   (a constraint, penalties, logprobs, a method such as medusa): one side thread, those run one at a time anyway.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
@@ -43,22 +44,32 @@ class Producers:
 
 
 def _on_engine(engine: Any, job: Job, stream: RequestStream) -> None:
+    """Queue `job` on the engine. Its steps cross to the loop as they are (ids), and the request's output stage runs
+    there: the engine's thread decodes nothing for it and goes on with the next step while the loop detokenizes (as
+    vLLM's output handler); a request that reaches a stop string is cancelled from the loop."""
     tokens = [0]
 
-    def deliver(ev: Any) -> None:  # on the engine thread
+    def deliver(ev: Any) -> None:  # on the loop
         seq = output.seq
         if ev is END:
-            stream.emit(Done(seq.stats.finish_reason or "length", tokens[0], seq.stats))
+            stream.deliver(Done(seq.stats.finish_reason or "length", tokens[0], seq.stats))
         elif isinstance(ev, BaseException):
-            stream.emit(Done("error", tokens[0], seq.stats, ev))
+            stream.deliver(Done("error", tokens[0], seq.stats, ev))
         else:
             tokens[0] += len(ev.ids)
-            stream.emit(Delta(ev.text, len(ev.ids), ev.t))
+            stream.deliver(Delta(ev.text, len(ev.ids), ev.t))
 
     output = RequestOutput(engine.gen.tokenizer, job.stop, deliver)
+
+    def emit(chunk: Any, seq: Any) -> None:  # Sequence.emit, on the engine's thread
+        try:
+            stream.loop.call_soon_threadsafe(output, chunk, seq, time.perf_counter())
+        except RuntimeError:  # the loop is closed (server shut down): nobody listens any more
+            seq.cancel.set()
+
     try:
-        seq, _ = engine.submit(job.prompt_ids, job.request, output=output)
+        seq, _ = engine.submit(job.prompt_ids, job.request, output=emit)
     except Exception as exc:  # noqa: BLE001 - a request the engine refuses (closed, a bad argument): its Done
-        stream.emit(Done("error", 0, None, exc))
+        stream.deliver(Done("error", 0, None, exc))
         return
     stream.stop = lambda: engine.cancel(seq)

@@ -111,11 +111,11 @@ class RequestStream:
 
     def emit(self, event: Any) -> None:  # from the producer's thread
         try:
-            self.loop.call_soon_threadsafe(self._deliver, event)
+            self.loop.call_soon_threadsafe(self.deliver, event)
         except RuntimeError:  # the loop is closed (server shut down): nobody listens any more
             self.stop()
 
-    def _deliver(self, event: Any) -> None:  # on the loop: metrics see every event, read or not
+    def deliver(self, event: Any) -> None:  # on the loop: metrics see every event, read or not
         if isinstance(event, Done):  # the slot is idle again: free it before answering
             self.finished = True
             self.release()
