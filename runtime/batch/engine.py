@@ -5,13 +5,13 @@
     results = engine.generate_batch(["a", "b"], max_new_tokens=32)       # several prompts, one call
 
 One Generator (one weights copy) whatever the batch. Requests join and leave at step boundaries; closing a
-stream (or `cancel`) frees its slot within one step. `close()` (or `with engine:`) ends every request the engine
+stream (or `cancel`) frees its slot within one step. Each request's output (the one detokenize / stop-string stage)
+runs on this thread as its step emits: runtime/batch/streams.py. `close()` (or `with engine:`) ends every request the engine
 still holds with `EngineClosed`, and later calls raise it at once.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import queue
 import threading
@@ -20,14 +20,12 @@ from collections.abc import Mapping, Set as AbstractSet
 from typing import Any, Iterator, Sequence as Seq
 
 from specrt.core.errors import EngineClosed, InvalidArgument
-from specrt.core.tokenizer import TextStage
 from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB, check_budget_mb
 from specrt.runtime.batch.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
 from specrt.runtime.batch.sequence import Sequence
+from specrt.runtime.batch.streams import blocking, result, steps, token_steps
 from specrt.runtime.request import GenerationRequest
 from specrt.runtime.stats import GenerationStats
-
-END = object()
 
 
 class BatchEngine:
@@ -115,15 +113,23 @@ class BatchEngine:
                 if sched.drafts is not None:
                     sched.drafts.used = 0
 
-    def submit(self, prompt, request: GenerationRequest | None = None, **options: Any):
-        """Queue one request; returns (Sequence, event queue). Events: (time.perf_counter(), new token ids) per step,
-        then `END` (the stats are complete) or the exception that ended the request."""
-        seq, events = self._sequence(prompt, request, **options)
+    def submit(self, prompt, request: GenerationRequest | None = None, *, output: Any = None, **options: Any):
+        """Queue one request; returns (Sequence, event queue). Its steps go to `output` (a `streams.RequestOutput`:
+        e.g. the server's per-request async stream; the queue is then None); without one, to the returned queue:
+        `Step`s ((time, ids, ...) tuples: runtime/batch/streams.py), then `END` (the stats are complete) or the
+        exception that ended the request (read them with `events`)."""
+        seq, events = self._sequence(prompt, request, output, **options)
         self._queue([seq])
         return seq, events
 
-    def _sequence(self, prompt, request: GenerationRequest | None = None, **options: Any):
-        """A checked request, not yet queued: (Sequence, its event queue)."""
+    def cancel(self, seq: Sequence) -> None:
+        """Stop a submitted request from any thread: it leaves the batch within one step (its end is then emitted)."""
+        seq.cancel.set()
+        self._wake.set()
+
+    def _sequence(self, prompt, request: GenerationRequest | None = None, output: Any = None, **options: Any):
+        """A checked request, not yet queued: (Sequence, its event queue); its steps go to `output` (its emit; the
+        queue is then None), or to the queue (`streams.blocking`)."""
         if self._closed:
             raise EngineClosed("this BatchEngine is closed: create a new one (Generator.engine())")
         max_new = options.pop("max_new_tokens", None)
@@ -139,20 +145,12 @@ class BatchEngine:
         self.gen.check_room(ids, req)
         k = req.num_speculative_tokens
         max_k = self.gen.max_draft_tokens if k == "auto" else k
-        events: queue.SimpleQueue = queue.SimpleQueue()
-
-        def emit(chunk, seq):
-            if isinstance(chunk, BaseException):
-                events.put(chunk)
-            elif chunk:
-                events.put((time.perf_counter(), chunk))
-            else:
-                events.put(END)
-
         stats = GenerationStats(method=method, backend=self.gen.backend, prompt_tokens=int(ids.size),
                                 provider="batched", context_limited=req.max_new_tokens > self.gen.max_seq_len - ids.size)
-        seq = Sequence(next(self._ids), ids, req, method, max_k, emit, stats, started=time.perf_counter())
-        return seq, events
+        events = None
+        if output is None:
+            output, events = blocking(self.gen.tokenizer, (), text=False)
+        return Sequence(next(self._ids), ids, req, method, max_k, output, stats, started=time.perf_counter()), events
 
     def batchable(self, request: GenerationRequest) -> bool:
         """Whether `request` (resolved) runs on the batch: its method is batched and it has no constraint, no
@@ -165,49 +163,21 @@ class BatchEngine:
         """Like `Generator.stream_tokens`: (new token ids, stats) per step, ending with the step whose text reaches a
         stop string (finish_reason "stop"). Closing the iterator cancels.
         A request the batch does not run (a constraint, penalties or logprobs, a method such as medusa) runs on the
-        Generator's
-        one-request loop instead, beside the batch (one at a time among themselves)."""
+        Generator's one-request loop instead, beside the batch (one at a time among themselves)."""
         req = self.gen.request("stream_tokens", max_new_tokens, request, **options)
         if not self.batchable(req):
             yield from self.gen.stream_tokens(prompt, request=req)
             return
-        seq, events = self.submit(prompt, req)
-        stage = TextStage(self.gen.tokenizer, req.stop) if req.stop else None  # as Generator.stream_tokens
-        with contextlib.closing(self.events(seq, events)) as steps:
-            for _, chunk in steps:
-                if stage is not None and chunk:
-                    stage.push(chunk)
-                    if stage.stopped:
-                        seq.stats.finish_reason = "stop"
-                if stage is not None and stage.stopped:  # leaves at the end of this step: its END comes next
-                    seq.cancel.set()
-                    self._wake.set()
-                    with contextlib.suppress(Exception):
-                        for _ in steps:  # a step of tokens after the stop, if any: not its output
-                            pass
-                    seq.stats.finish_reason = "stop"  # after the scheduler's "cancelled"
-                yield chunk, seq.stats
-                if stage is not None and stage.stopped:
-                    return
-            if stage is not None:
-                stage.finish()
-                if stage.stopped:
-                    seq.stats.finish_reason = "stop"
+        output, events = blocking(self.gen.tokenizer, req.stop, text=False)  # decoded only to find stop strings
+        seq, _ = self.submit(prompt, req, output=output)
+        yield from token_steps(seq, events, lambda: self.cancel(seq))
 
-    def events(self, seq: Sequence, events: queue.SimpleQueue) -> Iterator[tuple[float, list[int]]]:
-        """(time the step emitted it, new token ids) per step of a submitted request until it ends; raises the
-        error that ended it. Closing the iterator early cancels the request (its slot is free within a step)."""
-        try:
-            while True:
-                ev = events.get()
-                if ev is END:
-                    return
-                if isinstance(ev, BaseException):
-                    raise ev
-                yield ev
-        finally:
-            seq.cancel.set()
-            self._wake.set()
+    def events(self, seq: Sequence, events) -> Iterator[tuple[float, list[int]]]:
+        """(time the step emitted it, new token ids) per step of a request `submit` queued without an output, until
+        it ends; raises the error that ended it. Closing the iterator early cancels the request (its slot is free
+        within a step)."""
+        for step in steps(events, lambda: self.cancel(seq)):
+            yield step.t, step.ids
 
     def generate_batch(self, prompts: Seq, max_new_tokens: int | None = None, *,
                        request: GenerationRequest | None = None, requests: Seq | None = None, **options: Any) -> list:
@@ -234,81 +204,23 @@ class BatchEngine:
             return [self.gen.generate(p, request=r) for p, r in zip(prompts, reqs)]
         subs = []
         for i, (p, r) in enumerate(zip(prompts, reqs)):
+            output, events = blocking(self.gen.tokenizer, r.stop)  # the text cut at stop strings, on the engine thread
             try:
-                subs.append(self._sequence(p, r))
+                subs.append((self._sequence(p, r, output)[0], events))
             except InvalidArgument as exc:
                 raise InvalidArgument(f"prompt {i}: {exc}") from None
-        watches = [_StopWatch(seq, self.gen.tokenizer) for seq, _ in subs]  # before queuing: it sees every step
         self._queue([seq for seq, _ in subs])  # queued together: admitted in one step, prefilled in one pass
-        out = []
-        for (seq, events), watch in zip(subs, watches):
-            ids = [t for _, chunk in self.events(seq, events) for t in chunk]
-            text = watch.finish(ids)
-            if watch.stage.stopped:
-                seq.stats.finish_reason = "stop"
-            out.append(GenerationResult(text, ids, seq.prompt_ids.tolist(), seq.stats, seq.stats.finish_reason))
-        return out
+        return [result(GenerationResult, seq, events, lambda s=seq: self.cancel(s)) for seq, events in subs]
 
     def stream(self, prompt, max_new_tokens: int | None = None, *, request: GenerationRequest | None = None,
                **options: Any) -> Iterator[str]:
-        """Like `Generator.stream`: text pieces, cut before the first stop string."""
+        """Like `Generator.stream`: text pieces, cut before the first stop string (decoded on the engine thread)."""
         req = self.gen.request("stream", max_new_tokens, request, **options)
-        stage = TextStage(self.gen.tokenizer, req.stop)
-        with contextlib.closing(self.stream_tokens(prompt, request=req)) as steps:
-            for ids, _ in steps:
-                piece = stage.push(ids)
-                if piece:
-                    yield piece
-                if stage.stopped:
-                    return
-        tail = stage.finish()
-        if tail:
-            yield tail
-
-
-class _StopWatch:
-    """A request's stop strings, watched on the engine's thread as each step emits (so a request that reaches one
-    leaves at the end of that step, whenever its caller reads it): the text cut before the first stop string
-    (the shared `TextStage`), and no tokens after that step's."""
-
-    def __init__(self, seq: Sequence, tokenizer) -> None:
-        self.stage = TextStage(tokenizer, seq.request.stop)
-        self.text: list[str] = []
-        self._emit = seq.emit
-        self.watched = bool(seq.request.stop)  # without stop strings nothing is decoded on the engine's thread
-        if self.watched:
-            seq.emit = self._on_step
-
-    def _on_step(self, chunk, seq: Sequence) -> None:
-        if isinstance(chunk, list) and chunk:
-            if self.stage.stopped:  # steps after the stop (none once the request has left): not its output
-                return
-            self.text.append(self.stage.push(chunk))
-            if self.stage.stopped:
-                seq.cancel.set()  # retired at the end of this step
-        self._emit(chunk, seq)
-
-    def finish(self, ids: list[int]) -> str:
-        """The text, once the request has ended with `ids`."""
-        if not self.watched:  # decoded here, at once
-            self.text.append(self.stage.push(ids))
-        self.text.append(self.stage.finish())
-        return "".join(self.text)
-
-
-class EngineClient:
-    """A Generator look-alike for one server slot: everything from the generator, except that generations run
-    on the shared engine (so N slots batch together on one weights copy)."""
-
-    def __init__(self, engine: BatchEngine) -> None:
-        self._engine = engine
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine.gen, name)
-
-    @property
-    def methods(self) -> list[str]:
-        return self._engine.gen.methods  # the batched ones on the batch, the others on the one-request loop
-
-    def stream_tokens(self, *args: Any, **kwargs: Any):
-        return self._engine.stream_tokens(*args, **kwargs)
+        if not self.batchable(req):
+            yield from self.gen.stream(prompt, request=req)
+            return
+        output, events = blocking(self.gen.tokenizer, req.stop)
+        seq, _ = self.submit(prompt, req, output=output)
+        for step in steps(events, lambda: self.cancel(seq)):
+            if step.text:
+                yield step.text

@@ -58,7 +58,7 @@ def create_app(bundle_or_generators: Union[str, Path, Any, Sequence[Any]], *, se
     (one slot each). With an `api_key` the API docs (/docs, /redoc, /openapi.json) are off;
     `body_timeout_s` bounds how long a request body may take to arrive (408 after it); `health_extra` adds
     keys to /health (the Ray replica's name and the replica count). `max_batch` N >= 1 (a bundle path): one
-    generator and N slots that decode as one batch (serve/batching.py) instead of one generator per slot;
+    generator and N slots that are the rows of one batch (serve/batching.py) instead of one generator per slot;
     "auto": N from the device (`auto_max_batch`), or one slot without batching where the bundle cannot batch.
     `prefix_cache_mb`: the batch engine's prefix cache budget (None: its default; 0: off; runtime/batch/
     prefix_cache.py)."""
@@ -66,9 +66,10 @@ def create_app(bundle_or_generators: Union[str, Path, Any, Sequence[Any]], *, se
     if max_batch == "auto" and max_concurrency > 1:
         max_batch = 0  # several generators were asked for
     if max_batch and isinstance(bundle_or_generators, (str, Path)):
-        from specrt.serve.batching import batched_generators
+        from specrt.serve.batching import batched_engine
 
-        generators, engine = batched_generators(bundle_or_generators, max_batch, backend, threads, prefix_cache_mb)
+        gen, engine = batched_engine(bundle_or_generators, max_batch, backend, threads, prefix_cache_mb)
+        generators = [gen]
     elif isinstance(bundle_or_generators, (str, Path)):
         generators = load_generators(bundle_or_generators, max_concurrency, backend, threads)
     elif isinstance(bundle_or_generators, (list, tuple)):
@@ -78,7 +79,7 @@ def create_app(bundle_or_generators: Union[str, Path, Any, Sequence[Any]], *, se
     name = served_model_name or Path(generators[0].manifest.root).resolve().name
     config = ServeConfig(served_model_name=name, api_key=api_key, max_queue=max_queue, method=method,
                          num_speculative_tokens=num_speculative_tokens, max_body_bytes=max_body_bytes)
-    service = Service(generators, config)
+    service = Service(generators, config, engine)
     if engine is not None:
         from specrt.serve.batching import add_batch_metrics
 

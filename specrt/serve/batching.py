@@ -1,13 +1,14 @@
 """`specrt serve --max-batch N`: one Generator (one weights copy) behind a `BatchEngine`, N slots that batch.
 
-Each slot is an `EngineClient` (a Generator look-alike whose generations run on the shared engine), so the slot
-pool, the bounded queue and its 429, stop strings and cancellation work exactly as with one generator per slot.
+The N slots of the server's one admission queue (slots.py: bounded, 429 when full) are the batch's rows: a request
+that has one is queued on the engine, which admits it at once, and reads its output from a per-request async stream
+that the engine's thread feeds (engine_stream.py); no thread per slot.
 
 Metrics added to /metrics (vLLM's names where it has one for the same thing, beside specrt's):
 | metric | meaning |
 |---|---|
 | specrt_batch_size, vllm:num_requests_running | sequences in the batch now (decoding + the one in prefill) |
-| vllm:num_requests_waiting | requests waiting to run: in the server's queue (specrt_queue_depth) or the scheduler's |
+| vllm:num_requests_waiting | requests waiting to run: those in the admission queue (specrt_queue_depth) |
 | specrt_batch_max | --max-batch |
 | specrt_goodput_tokens_per_second | tokens emitted by decode steps / their seconds, since start |
 | specrt_request_acceptance_rate | histogram of each finished request's accepted / drafted tokens |
@@ -33,14 +34,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from specrt.runtime.batch.memory import AUTO_MAX, AUTO_SLOTS_PER_CORE, auto_max_batch, kv_bytes_per_slot  # noqa: F401
 
 
-def batched_generators(bundle: Union[str, Path, Any], max_batch: Union[int, str], backend: str = "auto",
-                       threads: Optional[int] = None, prefix_cache_mb: Optional[float] = None) -> tuple[list[Any], Any]:
-    """(slot clients, the engine) on one loaded generator (`bundle`: a path, or a loaded Generator).
-    max_batch "auto": `auto_max_batch`; when that is 0, ([the generator], None): one slot, no engine (and no prefix
+def batched_engine(bundle: Union[str, Path, Any], max_batch: Union[int, str], backend: str = "auto",
+                   threads: Optional[int] = None, prefix_cache_mb: Optional[float] = None) -> tuple[Any, Any]:
+    """(the generator, its engine) on one loaded generator (`bundle`: a path, or a loaded Generator).
+    max_batch "auto": `auto_max_batch`; when that is 0, (the generator, None): one slot, no engine (and no prefix
     cache). `prefix_cache_mb`: the engine's prefix cache budget (None: the default; 0: off)."""
     from specrt.core.errors import InvalidArgument
     from specrt.runtime import load
-    from specrt.runtime.batch.engine import BatchEngine, EngineClient
+    from specrt.runtime.batch.engine import BatchEngine
 
     from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB, check_budget_mb
 
@@ -58,18 +59,16 @@ def batched_generators(bundle: Union[str, Path, Any], max_batch: Union[int, str]
     if max_batch == "auto":
         max_batch = auto_max_batch(gen)
         if max_batch == 0:
-            return [gen], None
-    engine = BatchEngine(gen, max_batch=max_batch, prefix_cache_mb=prefix_cache_mb)
-    return [EngineClient(engine) for _ in range(max_batch)], engine
+            return gen, None
+    return gen, BatchEngine(gen, max_batch=max_batch, prefix_cache_mb=prefix_cache_mb)
 
 
 def add_batch_metrics(metrics: Any, engine: Any) -> None:
     r, sched = metrics.registry, engine.scheduler
     Gauge("specrt_batch_size", "Sequences in the batch", registry=r).set_function(lambda: sched.active)
     Gauge("vllm:num_requests_running", "Sequences in the batch", registry=r).set_function(lambda: sched.active)
-    pool = metrics.pool  # as vLLM's: every request not yet running, whichever queue holds it
-    Gauge("vllm:num_requests_waiting", "Requests waiting to run", registry=r).set_function(
-        lambda: pool.waiting + len(sched.waiting))
+    pool = metrics.pool  # as vLLM's: every request not yet running; the admission queue is the only one
+    Gauge("vllm:num_requests_waiting", "Requests waiting to run", registry=r).set_function(lambda: pool.waiting)
     Gauge("specrt_batch_max", "Batch slots (--max-batch)", registry=r).set(sched.max_batch)
     Gauge("specrt_packed_pass", "1 when several sequences' passes run as one packed pass (SPECRT_PACKED)",
           registry=r).set(int(sched.packed))

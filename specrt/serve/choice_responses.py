@@ -9,7 +9,6 @@ at the end (then the finish chunk).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, AsyncIterator, Optional
 
 from fastapi import Request
@@ -144,32 +143,26 @@ async def _collect(run: ChoiceRun, first: tuple[int, Any]) -> tuple[dict[int, st
 
 async def respond_choices(service: Any, request: Request, prep: Any, arrived: float, endpoint: str) -> Response:
     """The response to a request with several choices or tools (service._respond's counterpart)."""
-    from specrt.serve.service import failure, wait_disconnect
+    from specrt.serve.disconnect import collect_or_gone
+    from specrt.serve.service import failure
 
     state = request.scope.setdefault("state", {})
     observers = [service._observer(job_view(prep, job), arrived, endpoint) for job in prep.jobs]
-    gen = await service._acquire(request)  # the first slot: a 429 when the queue is full
-    if gen is None:
+    slot = await service._acquire(request)  # the first slot: a 429 when the queue is full
+    if slot is None:
         return Response(status_code=499)
     run = ChoiceRun(service, prep.jobs, observers)
-    run.start(gen)
+    run.start(slot)
     first = await run.next()
     if isinstance(first[1], Done) and first[1].error is not None:
         run.stop()
         raise failure(first[1])
     if prep.stream:
         return EventStream(_events(service, run, first, prep, state), lambda: None if run.finished else run.stop())
-    collect = asyncio.ensure_future(_collect(run, first))
-    gone = asyncio.ensure_future(wait_disconnect(request))
-    try:
-        await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-    if not collect.done():  # the client left: stop generating for nobody
-        run.stop()
-        collect.cancel()
+    done, collected = await collect_or_gone(request, _collect(run, first), run.stop)
+    if not done:
         return Response(status_code=499)
-    texts, dones = collect.result()
+    texts, dones = collected
     failed = next((d for d in dones.values() if d.error is not None), None)
     if failed is not None:
         run.stop()

@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 from specrt.runtime.request import MAX_CHOICES, GenerationRequest
 from specrt.serve.errors import bad_request
-from specrt.serve.slots import QueueFull, Run
+from specrt.serve.slots import QueueFull, RequestStream
 from specrt.serve.worker import Done, Job
 
 
@@ -52,23 +52,23 @@ def plan_jobs(prompts: list[list[int]], request: GenerationRequest, n: int) -> t
 
 
 class _Keep:
-    """Stands in for the slot pool in a lane's `Run`: the slot stays with the lane between its jobs; once the
-    lane has ended, a slot handed back goes to the pool."""
+    """Stands in for the admission queue in a lane's streams: the slot stays with the lane between its jobs; once
+    the lane has ended, a slot handed back goes to the queue."""
 
     def __init__(self, pool: Any) -> None:
-        self.pool, self.gen, self.closed = pool, None, False
+        self.pool, self.slot, self.closed = pool, None, False
 
-    def release(self, gen: Any) -> None:
+    def release(self, slot: Any) -> None:
         if self.closed:
-            self.pool.release(gen)
+            self.pool.release(slot)
         else:
-            self.gen = gen
+            self.slot = slot
 
     def close(self) -> None:
         self.closed = True
-        if self.gen is not None:
-            gen, self.gen = self.gen, None
-            self.pool.release(gen)
+        if self.slot is not None:
+            slot, self.slot = self.slot, None
+            self.pool.release(slot)
 
 
 class ChoiceRun:
@@ -78,7 +78,7 @@ class ChoiceRun:
         self.service, self.jobs, self.observers = service, jobs, observers
         self.pending = collections.deque(range(len(jobs)))
         self.events: asyncio.Queue = asyncio.Queue()
-        self.runs: list[Run] = []
+        self.runs: list[RequestStream] = []
         self.tasks: list[asyncio.Future] = []
         self.stopped = False
         self.done = 0
@@ -88,20 +88,20 @@ class ChoiceRun:
         self.tasks = [asyncio.ensure_future(self._lane(first_slot))]
         self.tasks += [asyncio.ensure_future(self._lane(None)) for _ in range(lanes - 1)]
 
-    async def _lane(self, gen: Optional[Any]) -> None:
+    async def _lane(self, slot: Optional[Any]) -> None:
         pool = self.service.pool
-        if gen is None:
+        if slot is None:
             try:
-                gen = await pool.acquire()
+                slot = await pool.acquire()
             except QueueFull:
                 return  # the lanes that have a slot decode this lane's share
         keep = _Keep(pool)
-        keep.gen = gen
+        keep.slot = slot
         try:
             while self.pending and not self.stopped:
                 j = self.pending.popleft()
-                gen, keep.gen = keep.gen, None
-                run = Run(keep, gen, self.jobs[j], self.service.executor, self.observers[j])
+                slot, keep.slot = keep.slot, None
+                run = self.service.start(keep, slot, self.jobs[j], self.observers[j])
                 self.runs.append(run)
                 while True:
                     event = await run.next_event()
@@ -125,8 +125,7 @@ class ChoiceRun:
         """Cancel what runs and what waits (the client left, or one choice failed)."""
         self.stopped = True
         for run in self.runs:
-            if not run.finished:
-                run.cancel.set()
+            run.cancel()
         for task in self.tasks:
             task.cancel()
 

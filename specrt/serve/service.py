@@ -25,11 +25,13 @@ from fastapi.responses import JSONResponse, Response
 from specrt.core.errors import InvalidArgument
 from specrt.runtime.chat_template import ChatFormatter
 from specrt.serve.config import ServeConfig
+from specrt.serve.disconnect import collect_or_gone, wait_disconnect
 from specrt.serve.errors import APIError, error_body
 from specrt.serve.logprobs import shaped
 from specrt.serve.metrics import ServerMetrics
 from specrt.serve.requests import Prepared, prepare_chat, prepare_completion
-from specrt.serve.slots import QueueFull, Run, SlotPool
+from specrt.serve.engine_stream import Producers
+from specrt.serve.slots import AdmissionQueue, QueueFull, RequestStream
 from specrt.serve.sse import DONE, EventStream, sse
 from specrt.serve.worker import Delta, Done
 
@@ -98,26 +100,26 @@ def _other_failure(done: Done) -> APIError:
     return APIError(500, f"generation failed: {type(done.error).__name__}: {done.error}", type="server_error")
 
 
-async def wait_disconnect(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
 class Service:
-    def __init__(self, generators: list[Any], config: ServeConfig) -> None:
+    """`generators`: one slot each (a worker thread each); or `engine` (a BatchEngine): its max_batch slots are the
+    batch's rows, its requests' streams fed by the engine's thread (engine_stream.py)."""
+
+    def __init__(self, generators: list[Any], config: ServeConfig, engine: Optional[Any] = None) -> None:
         self.config = config
-        self.generator = generators[0]  # for tokenization and limits: every slot loads the same bundle
-        self.pool = SlotPool(generators, config.max_queue)
+        # for tokenization and limits: every slot loads the same bundle
+        self.generator = engine.gen if engine is not None else generators[0]
+        slots = list(range(engine.max_batch)) if engine is not None else generators
+        self.pool = AdmissionQueue(slots, config.max_queue)  # the one queue a request waits in
+        self.producers = Producers(generators, engine)
         self.metrics = ServerMetrics(self.pool, self.generator.max_draft_tokens)
         self.chat = ChatFormatter.from_manifest(self.generator.manifest)
-        self.executor = ThreadPoolExecutor(max_workers=len(generators), thread_name_prefix="specrt-slot")
         self.render_pool = ThreadPoolExecutor(max_workers=RENDER_THREADS, thread_name_prefix="specrt-chat")
         # constrained requests' checks, and waits on the compile threads (runtime/constraint_pool.py): never the
         # default executor, which tokenizes every plain request
         self.compile_pool = ThreadPoolExecutor(max_workers=COMPILE_THREADS, thread_name_prefix="specrt-compile-wait")
 
     def close(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.producers.close()
         self.render_pool.shutdown(wait=False, cancel_futures=True)
         self.compile_pool.shutdown(wait=False, cancel_futures=True)
 
@@ -137,8 +139,14 @@ class Service:
         return await self._respond(request, prep, arrived, "/v1/chat/completions")
 
     # -------------------------------------------------------------------------------- internals
+    def start(self, pool: Any, slot: Any, job: Any, observe: Any) -> RequestStream:
+        """`job` running on `slot` (taken from `pool`, given back to it when the generation is over)."""
+        stream = RequestStream(lambda: pool.release(slot), observe)
+        self.producers.start(slot, job, stream)
+        return stream
+
     async def _acquire(self, request: Request, admitted: bool = False) -> Optional[Any]:
-        """A free generator, or None when the client left while waiting in the queue."""
+        """A free slot, or None when the client left while waiting in the queue."""
         acquire = asyncio.ensure_future(self.pool.acquire(admitted))
         gone = asyncio.ensure_future(wait_disconnect(request))
         try:
@@ -204,36 +212,25 @@ class Service:
             from specrt.serve.choice_responses import respond_choices
 
             return await respond_choices(self, request, prep, arrived, endpoint)
-        gen = await self._acquire(request, admitted=spec is not None)
-        if gen is None:
+        slot = await self._acquire(request, admitted=spec is not None)
+        if slot is None:
             return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
-        run = Run(self.pool, gen, prep.job, self.executor, self._observer(prep, arrived, endpoint,
-                                                                            request.scope.setdefault("state", {})))
+        run = self.start(self.pool, slot, prep.job, self._observer(prep, arrived, endpoint,
+                                                                    request.scope.setdefault("state", {})))
         first = await run.next_event()
         if isinstance(first, Done) and first.error is not None:
             raise failure(first)
         if prep.stream:
-            def on_close() -> None:
-                if not run.finished:
-                    run.cancel.set()
-
-            return EventStream(self._events(run, first, prep), on_close)
-        collect = asyncio.ensure_future(self._collect(run, first))
-        gone = asyncio.ensure_future(wait_disconnect(request))
-        try:
-            await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-        if not collect.done():  # the client left: stop generating for nobody
-            run.cancel.set()
-            collect.cancel()
+            return EventStream(self._events(run, first, prep), run.cancel)
+        done, collected = await collect_or_gone(request, self._collect(run, first), run.cancel)
+        if not done:
             return Response(status_code=499)
-        text, done, lp = collect.result()
+        text, done, lp = collected
         if done.error is not None:
             raise failure(done)
         return JSONResponse(self._final_body(prep, text, done, lp))
 
-    async def _collect(self, run: Run, first: Any) -> tuple[str, Done, list]:
+    async def _collect(self, run: RequestStream, first: Any) -> tuple[str, Done, list]:
         parts, lp = [], []
         event = first
         while not isinstance(event, Done):
@@ -272,7 +269,7 @@ class Service:
             body["usage"] = None
         return body
 
-    async def _events(self, run: Run, first: Any, prep: Prepared) -> AsyncIterator[bytes]:
+    async def _events(self, run: RequestStream, first: Any, prep: Prepared) -> AsyncIterator[bytes]:
         if prep.chat:
             yield sse(self._chunk(prep, "", role=True))
         event, offset = first, 0

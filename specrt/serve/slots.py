@@ -1,38 +1,38 @@
-"""Slots: N generators (one generation at a time each), a bounded wait queue, and cancellable runs.
+"""The server's one admission queue (`AdmissionQueue`) and each request's async stream of events (`RequestStream`).
 
-    pool = SlotPool(generators, max_queue=64)
-    gen = await pool.acquire()        # waits in FIFO order; raises QueueFull beyond max_queue waiters
-    pool.admit(); ...; pool.unadmit(); gen = await pool.acquire(admitted=True)   # work before the slot (a compile)
-    run = Run(pool, gen, job, executor)   # the model work runs in a worker thread, never on the loop
-    async for event in run: ...       # Delta / Done events, handed over with call_soon_threadsafe
-    run.cancel.set()                  # the worker stops between two steps; its slot is then released
+    pool = AdmissionQueue(slots, max_queue=64)   # slots: the generators, or the batch's slot numbers
+    slot = await pool.acquire()       # waits in FIFO order; raises QueueFull beyond max_queue waiters
+    pool.admit(); ...; pool.unadmit(); slot = await pool.acquire(admitted=True)   # work before the slot (a compile)
+    stream = RequestStream(lambda: pool.release(slot))  # fed by a producer thread (engine_stream.py)
+    async for event in stream: ...    # Delta / Done events, handed over with call_soon_threadsafe
+    stream.cancel()                   # the producer stops between two steps; the slot is then released
 
-A slot goes back to the pool when its worker has finished with the generator (not when the client
-leaves), so a generator is never driven by two threads; it is back before the response ends, so a
-client that sends its next request right after an answer never finds its own slot still taken.
+A slot is a generator (one generation at a time each, in a worker thread) or, with `--max-batch N`, one of the N
+rows of the engine's batch: the engine admits a request the moment it is queued, so this is the only queue a
+request waits in. A slot goes back when the producer has finished with it (not when the client leaves), so a
+generator is never driven by two threads and a batch never holds more than N requests; it is back before the
+response ends, so a client that sends its next request right after an answer never finds its own slot still taken.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
-from concurrent.futures import Executor
 from typing import Any, AsyncIterator, Callable, Optional, Sequence
 
-from specrt.serve.worker import Done, Job, run_job
+from specrt.serve.worker import Done
 
 
 class QueueFull(Exception):
     """Every slot is busy and max_queue requests already wait."""
 
 
-class SlotPool:
-    def __init__(self, generators: Sequence[Any], max_queue: int) -> None:
-        if not generators:
-            raise ValueError("a slot pool needs at least one generator")
+class AdmissionQueue:
+    def __init__(self, slots: Sequence[Any], max_queue: int) -> None:
+        if not slots:
+            raise ValueError("an admission queue needs at least one slot")
         if max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {max_queue}")
-        self.generators = list(generators)
+        self.slots = list(slots)
         self.max_queue = max_queue
         self.waiting = 0  # requests waiting for a slot
         self.admitted = 0  # admitted, not yet waiting (compiling their response_format): each holds a queue place
@@ -40,7 +40,7 @@ class SlotPool:
 
     @property
     def size(self) -> int:
-        return len(self.generators)
+        return len(self.slots)
 
     @property
     def free(self) -> int:
@@ -53,8 +53,8 @@ class SlotPool:
     def _queue(self) -> asyncio.Queue:
         if self._free is None:
             self._free = asyncio.Queue()
-            for gen in self.generators:
-                self._free.put_nowait(gen)
+            for slot in self.slots:
+                self._free.put_nowait(slot)
         return self._free
 
     def admit(self) -> None:
@@ -69,8 +69,8 @@ class SlotPool:
         self.admitted -= 1
 
     async def acquire(self, admitted: bool = False) -> Any:
-        """A free generator, in FIFO order; QueueFull beyond max_queue waiters (not for an `admitted` request:
-        its place was taken by `admit`)."""
+        """A free slot, in FIFO order; QueueFull beyond max_queue waiters (not for an `admitted` request: its place
+        was taken by `admit`)."""
         free = self._queue()
         if self.waiting == 0 and not free.empty():
             return free.get_nowait()
@@ -82,40 +82,43 @@ class SlotPool:
         finally:
             self.waiting -= 1
 
-    def release(self, gen: Any) -> None:
-        self._queue().put_nowait(gen)
+    def release(self, slot: Any) -> None:
+        self._queue().put_nowait(slot)
 
 
-class Run:
-    """One generation on one slot, in a worker thread; iterate it for events."""
+class RequestStream:
+    """One generation's events on the serving loop (Delta..., then one Done), whichever thread produces them: the
+    producer calls `emit`; `release` (the slot's return) runs once, on the loop, before Done is delivered."""
 
-    def __init__(self, pool: SlotPool, gen: Any, job: Job, executor: Executor,
-                 observe: Optional[Callable[[Any], None]] = None) -> None:
+    def __init__(self, release: Callable[[], None], observe: Optional[Callable[[Any], None]] = None) -> None:
         self.loop = asyncio.get_running_loop()
-        self.cancel = threading.Event()
         self.events: asyncio.Queue = asyncio.Queue()
         self.done = False
-        self.finished = False  # the worker's Done event has arrived on the loop (read or not)
+        self.finished = False  # the producer's Done event has arrived on the loop (read or not)
+        self.stop: Callable[[], None] = lambda: None  # set by the producer: stop between two steps (any thread)
         self._observe = observe
-        self._pool, self._gen = pool, gen
-        self.future = self.loop.run_in_executor(executor, run_job, gen, job, self.cancel, self._emit)
-        self.future.add_done_callback(lambda _: self._release())  # in case run_job died before Done
+        self._release: Optional[Callable[[], None]] = release
 
-    def _release(self) -> None:
-        if self._gen is not None:
-            self._pool.release(self._gen)
-            self._gen = None
+    def release(self) -> None:  # on the loop; once
+        if self._release is not None:
+            release, self._release = self._release, None
+            release()
 
-    def _emit(self, event: Any) -> None:  # called from the worker thread
+    def cancel(self) -> None:
+        """The client left: stop the generation (its slot is released when the producer has stopped)."""
+        if not self.finished:
+            self.stop()
+
+    def emit(self, event: Any) -> None:  # from the producer's thread
         try:
-            if isinstance(event, Done):  # the generator is idle again: free the slot before answering
-                self.loop.call_soon_threadsafe(self._release)
-            self.loop.call_soon_threadsafe(self._deliver, event)
+            self.loop.call_soon_threadsafe(self.deliver, event)
         except RuntimeError:  # the loop is closed (server shut down): nobody listens any more
-            self.cancel.set()
+            self.stop()
 
-    def _deliver(self, event: Any) -> None:  # on the loop: metrics see every event, read or not
-        self.finished = self.finished or isinstance(event, Done)
+    def deliver(self, event: Any) -> None:  # on the loop: metrics see every event, read or not
+        if isinstance(event, Done):  # the slot is idle again: free it before answering
+            self.finished = True
+            self.release()
         if self._observe is not None:
             self._observe(event)
         self.events.put_nowait(event)

@@ -56,9 +56,9 @@ def test_disabled_by_environment_in_a_fresh_process(pair_bundle):
 
 def test_a_batching_server_turns_it_on(pair_bundle):
     # what `specrt serve --max-batch N` runs: the engine's sessions on the process's one pool
-    code = ("import sys; from specrt.serve.batching import batched_generators; "
+    code = ("import sys; from specrt.serve.batching import batched_engine; "
             "from specrt.runtime.backends.ort.threads import shared_pool; "
-            "clients, engine = batched_generators(sys.argv[1], 2, 'ort'); "
+            "gen, engine = batched_engine(sys.argv[1], 2, 'ort'); "
             "print(shared_pool(), engine.scheduler.switch_free); engine.close()")
     env = {**os.environ, "SPECRT_SHARED_POOL": "1"}
     proc = subprocess.run([sys.executable, "-c", code, str(pair_bundle)], capture_output=True, text=True, env=env,

@@ -86,12 +86,12 @@ def test_max_batch_auto_batches_where_the_bundle_can_and_falls_back_where_it_can
         assert engine is not None
         assert engine.max_batch == auto_max_batch(engine.gen)
         assert 1 <= engine.max_batch <= min(AUTO_MAX, AUTO_SLOTS_PER_CORE * os.cpu_count())
-        assert len(app.state.service.pool.generators) == engine.max_batch
+        assert app.state.service.pool.size == engine.max_batch
     finally:
         engine.close()
     # several generators asked for: auto means no batching
     app = create_app(str(pair_bundle), max_batch="auto", max_concurrency=2, backend="ort")
-    assert app.state.engine is None and len(app.state.service.pool.generators) == 2
+    assert app.state.engine is None and app.state.service.pool.size == 2
     # the portable graph: batches on its batch runner (runtime/batch/slots.py)
     from specrt.runtime.batch.slots import SlotPool
 
@@ -106,7 +106,7 @@ def test_max_batch_auto_batches_where_the_bundle_can_and_falls_back_where_it_can
 
     monkeypatch.setattr(graph_io, "PAST_LENGTHS", "no_such_input")
     app = create_app(str(pair_bundle), max_batch="auto", backend="ort-portable")
-    assert app.state.engine is None and len(app.state.service.pool.generators) == 1
+    assert app.state.engine is None and app.state.service.pool.size == 1
 
 
 def test_server_batches_on_a_batch_runner(workdir, llama_target):

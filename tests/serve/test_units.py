@@ -10,7 +10,7 @@ import pytest
 from specrt.core.errors import BundleError, InvalidArgument
 from specrt.runtime.chat_template import ChatFormatter, plain_template
 from specrt.serve.config import ServeConfig
-from specrt.serve.slots import QueueFull, SlotPool
+from specrt.serve.slots import AdmissionQueue, QueueFull
 from specrt.core.tokenizer import StopText
 
 LLAMA3_LIKE = (
@@ -76,9 +76,9 @@ def test_template_errors(tmp_path):
         sandboxed.render([{"role": "user", "content": "x"}])
 
 
-def test_slot_pool_fifo_and_queue_limit():
+def test_admission_queue_fifo_and_queue_limit():
     async def main():
-        pool = SlotPool(["g0"], max_queue=2)
+        pool = AdmissionQueue(["g0"], max_queue=2)
         assert await pool.acquire() == "g0" and pool.busy == 1
         waiters = [asyncio.ensure_future(pool.acquire()) for _ in range(2)]
         await asyncio.sleep(0)  # let both reach the queue

@@ -82,7 +82,7 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_batch, prefix_
     shown = f"[{host}]" if ":" in host else host
     engine = app.state.engine
     slots = (f"batch of up to {engine.max_batch}" if engine is not None
-             else f"{len(app.state.service.pool.generators)} slot(s), no batching")
+             else f"{app.state.service.pool.size} slot(s), no batching")
     click.echo(f"serving {bundle} as {app.state.service.config.served_model_name!r} on http://{shown}:{real_port}/v1 "
                f"({slots}, queue {max_queue})", err=True)
     from specrt.serve.access_log import configure
