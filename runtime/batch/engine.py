@@ -23,6 +23,8 @@ from specrt.core.errors import EngineClosed, InvalidArgument
 from specrt.core.tokenizer import TextStage
 from specrt.runtime.batch.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
 from specrt.runtime.batch.sequence import Sequence
+from specrt.runtime.batch import intake
+from specrt.runtime.prepared import PreparedRequest
 from specrt.runtime.request import GenerationRequest
 from specrt.runtime.stats import GenerationStats
 
@@ -95,7 +97,7 @@ class BatchEngine:
         while not self._closed:
             while True:
                 try:
-                    for seq in self._inbox.get_nowait():  # methods were checked by _sequence
+                    for seq in self._inbox.get_nowait():  # checked by the intake (intake.py)
                         sched.add(seq)
                 except queue.Empty:
                     break
@@ -113,27 +115,29 @@ class BatchEngine:
                     sched.drafts.used = 0
 
     def submit(self, prompt, request: GenerationRequest | None = None, **options: Any):
-        """Queue one request; returns (Sequence, event queue). Events: (time.perf_counter(), new token ids) per step,
-        then `END` (the stats are complete) or the exception that ended the request."""
-        seq, events = self._sequence(prompt, request, **options)
+        """Queue one request (a prompt and its options, or a PreparedRequest alone); returns (Sequence, event queue).
+        Events: (time.perf_counter(), new token ids) per step, then `END` (the stats are complete) or the exception
+        that ended the request."""
+        prepared = self._prepared("submit", prompt, options.pop("max_new_tokens", None), request, options)
+        seq, events = self._sequence(prepared)
         self._queue([seq])
         return seq, events
 
-    def _sequence(self, prompt, request: GenerationRequest | None = None, **options: Any):
-        """A checked request, not yet queued: (Sequence, its event queue)."""
+    def _prepared(self, public: str, prompt, max_new_tokens: int | None, request: GenerationRequest | None,
+                  options: dict) -> PreparedRequest:
         if self._closed:
             raise EngineClosed("this BatchEngine is closed: create a new one (Generator.engine())")
-        max_new = options.pop("max_new_tokens", None)
-        req = self.gen.request("submit", max_new, request, **options)
-        method = req.method or self.gen.default_method
-        if req.constraint is not None:  # structured output runs on the one-request loop (runtime/constrained.py)
-            raise InvalidArgument("a constraint (response_format) is not supported with batching yet: serve without "
-                                  "--max-batch for structured output")
-        if method not in self.scheduler.methods:
-            raise InvalidArgument(f"method {method!r} is not available with batching; choose one of "
-                                  f"{', '.join(self.scheduler.methods)}")
-        ids = self.gen.encode_prompt(prompt)
-        self.gen.check_room(ids, req)
+        return intake.prepared(self.gen, f"BatchEngine.{public}", prompt, max_new_tokens, request, options)
+
+    def _refusal(self, prepared: PreparedRequest, loop_only: bool = True) -> str:
+        return intake.refusal(prepared, self.scheduler.methods, loop_only)
+
+    def _sequence(self, prepared: PreparedRequest, checked: bool = False):
+        """A prepared request as a batch Sequence, not yet queued: (Sequence, its event queue)."""
+        refusal = "" if checked else self._refusal(prepared, loop_only=False)
+        if refusal:
+            raise InvalidArgument(refusal)
+        req, ids = prepared.request, prepared.prompt_ids
         k = req.num_speculative_tokens
         max_k = self.gen.max_draft_tokens if k == "auto" else k
         events: queue.SimpleQueue = queue.SimpleQueue()
@@ -146,29 +150,29 @@ class BatchEngine:
             else:
                 events.put(END)
 
-        stats = GenerationStats(method=method, backend=self.gen.backend, prompt_tokens=int(ids.size),
-                                provider="batched", context_limited=req.max_new_tokens > self.gen.max_seq_len - ids.size)
-        seq = Sequence(next(self._ids), ids, req, method, max_k, emit, stats, started=time.perf_counter())
+        stats = GenerationStats(method=prepared.method, backend=self.gen.backend, prompt_tokens=int(ids.size),
+                                provider="batched", context_limited=prepared.context_limited)
+        seq = Sequence(next(self._ids), ids, req, prepared.method, max_k, emit, stats, started=time.perf_counter())
         return seq, events
 
-    def batchable(self, request: GenerationRequest) -> bool:
-        """Whether `request` (resolved) runs on the batch: its method is batched and it has no constraint, no
-        penalty, logit_bias or logprobs (those run on the one-request loop, runtime/logits_processors.py)."""
-        return request.constraint is None and not request.logits_params.active \
-            and (request.method or self.gen.default_method) in self.scheduler.methods
+    def batchable(self, request: PreparedRequest) -> bool:
+        """Whether a prepared request runs on the batch: its method is batched and it has no constraint, no
+        penalty, logit_bias or logprobs, no hooks (those run on the one-request loop, runtime/logits_processors.py)."""
+        return not self._refusal(request)
 
     def stream_tokens(self, prompt, max_new_tokens: int | None = None, *, request: GenerationRequest | None = None,
                       **options: Any) -> Iterator[tuple[list[int], GenerationStats]]:
         """Like `Generator.stream_tokens`: (new token ids, stats) per step, ending with the step whose text reaches a
-        stop string (finish_reason "stop"). Closing the iterator cancels.
+        stop string (finish_reason "stop"). Closing the iterator cancels. `prompt` may be a PreparedRequest.
         A request the batch does not run (a constraint, penalties or logprobs, a method such as medusa) runs on the
-        Generator's
-        one-request loop instead, beside the batch (one at a time among themselves)."""
-        req = self.gen.request("stream_tokens", max_new_tokens, request, **options)
-        if not self.batchable(req):
-            yield from self.gen.stream_tokens(prompt, request=req)
+        Generator's one-request loop instead, beside the batch (one at a time among themselves)."""
+        prepared = self._prepared("stream_tokens", prompt, max_new_tokens, request, options)
+        if self._refusal(prepared):
+            yield from self.gen.stream_tokens(prepared)
             return
-        seq, events = self.submit(prompt, req)
+        seq, events = self._sequence(prepared, checked=True)
+        self._queue([seq])
+        req = prepared.request
         stage = TextStage(self.gen.tokenizer, req.stop) if req.stop else None  # as Generator.stream_tokens
         with contextlib.closing(self.events(seq, events)) as steps:
             for _, chunk in steps:
@@ -212,29 +216,19 @@ class BatchEngine:
         `prompts`: a list (or any ordered iterable) of texts or token-id lists; a bad one is named by its index.
         `requests`: one GenerationRequest per prompt instead of one for all (e.g. the n choices of a request, each
         with its seed: runtime/choices.py)."""
-        from specrt.runtime.generator import GenerationResult
+        from specrt.runtime.results import GenerationResult
 
         if (isinstance(prompts, (str, bytes, bytearray, Mapping, AbstractSet))
                 or not hasattr(prompts, "__iter__")):
             raise InvalidArgument(f"prompts must be a list of prompts (texts or token-id lists), got "
                                   f"{type(prompts).__name__}; for one prompt use generate or stream_tokens")
         prompts = list(prompts)
-        if requests is None:
-            reqs = [self.gen.request("generate_batch", max_new_tokens, request, **options)] * len(prompts)
-        else:
-            requests = list(requests)
-            if len(requests) != len(prompts):
-                raise InvalidArgument(f"requests must hold one request per prompt: {len(requests)} for "
-                                      f"{len(prompts)}")
-            reqs = [self.gen.request("generate_batch", max_new_tokens, r) for r in requests]
-        if not all(self.batchable(r) for r in reqs):  # see stream_tokens: the one-request loop, prompt after prompt
-            return [self.gen.generate(p, request=r) for p, r in zip(prompts, reqs)]
-        subs = []
-        for i, (p, r) in enumerate(zip(prompts, reqs)):
-            try:
-                subs.append(self._sequence(p, r))
-            except InvalidArgument as exc:
-                raise InvalidArgument(f"prompt {i}: {exc}") from None
+        if self._closed:
+            raise EngineClosed("this BatchEngine is closed: create a new one (Generator.engine())")
+        prepared = intake.prepare_batch(self.gen, prompts, max_new_tokens, request, requests, options)
+        if not all(self.batchable(p) for p in prepared):  # see stream_tokens: the one-request loop, one after another
+            return [self.gen.generate(p) for p in prepared]
+        subs = [self._sequence(p, checked=True) for p in prepared]
         watches = [_StopWatch(seq, self.gen.tokenizer) for seq, _ in subs]  # before queuing: it sees every step
         self._queue([seq for seq, _ in subs])  # queued together: admitted in one step, prefilled in one pass
         out = []
@@ -249,9 +243,9 @@ class BatchEngine:
     def stream(self, prompt, max_new_tokens: int | None = None, *, request: GenerationRequest | None = None,
                **options: Any) -> Iterator[str]:
         """Like `Generator.stream`: text pieces, cut before the first stop string."""
-        req = self.gen.request("stream", max_new_tokens, request, **options)
-        stage = TextStage(self.gen.tokenizer, req.stop)
-        with contextlib.closing(self.stream_tokens(prompt, request=req)) as steps:
+        prepared = self._prepared("stream", prompt, max_new_tokens, request, options)
+        stage = TextStage(self.gen.tokenizer, prepared.stop)
+        with contextlib.closing(self.stream_tokens(prepared)) as steps:
             for ids, _ in steps:
                 piece = stage.push(ids)
                 if piece:
