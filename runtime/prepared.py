@@ -25,6 +25,7 @@ import numpy as np
 
 from specrt.core.errors import InvalidArgument
 from specrt.runtime.logits_processors import LogitsParams
+from specrt.runtime.policy import KPolicy
 from specrt.runtime.request import GenerationRequest, RequestFieldError
 
 HOOKS = ("proposer", "policy", "on_step")  # call options that are objects, not request fields
@@ -53,8 +54,6 @@ def context_room(prompt_tokens: int, request: GenerationRequest, context: int) -
 
 def check_hooks(hooks: dict[str, Any]) -> None:
     """proposer: an object with `propose`; policy: a KPolicy; on_step: a callable."""
-    from specrt.runtime.policy import KPolicy
-
     policy, proposer, on_step = hooks.get("policy"), hooks.get("proposer"), hooks.get("on_step")
     if policy is not None and not isinstance(policy, KPolicy):
         raise InvalidArgument(f"policy must implement next_k / current_k / update, got {type(policy).__name__}")
