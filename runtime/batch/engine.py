@@ -129,14 +129,10 @@ class BatchEngine:
             raise EngineClosed("this BatchEngine is closed: create a new one (Generator.engine())")
         return intake.prepared(self.gen, f"BatchEngine.{public}", prompt, max_new_tokens, request, options)
 
-    def _refusal(self, prepared: PreparedRequest, loop_only: bool = True) -> str:
-        return intake.refusal(prepared, self.scheduler.methods, loop_only)
-
     def _sequence(self, prepared: PreparedRequest, checked: bool = False):
         """A prepared request as a batch Sequence, not yet queued: (Sequence, its event queue)."""
-        refusal = "" if checked else self._refusal(prepared, loop_only=False)
-        if refusal:
-            raise InvalidArgument(refusal)
+        if not checked and (why := intake.refusal(prepared, self.scheduler.methods, loop_only=False)):
+            raise InvalidArgument(why)
         req, ids = prepared.request, prepared.prompt_ids
         k = req.num_speculative_tokens
         max_k = self.gen.max_draft_tokens if k == "auto" else k
@@ -156,9 +152,8 @@ class BatchEngine:
         return seq, events
 
     def batchable(self, request: PreparedRequest) -> bool:
-        """Whether a prepared request runs on the batch: its method is batched and it has no constraint, no
-        penalty, logit_bias or logprobs, no hooks (those run on the one-request loop, runtime/logits_processors.py)."""
-        return not self._refusal(request)
+        """Whether a prepared request runs on the batch (else on the one-request loop: `intake.refusal` says why)."""
+        return not intake.refusal(request, self.scheduler.methods)
 
     def stream_tokens(self, prompt, max_new_tokens: int | None = None, *, request: GenerationRequest | None = None,
                       **options: Any) -> Iterator[tuple[list[int], GenerationStats]]:
@@ -167,7 +162,7 @@ class BatchEngine:
         A request the batch does not run (a constraint, penalties or logprobs, a method such as medusa) runs on the
         Generator's one-request loop instead, beside the batch (one at a time among themselves)."""
         prepared = self._prepared("stream_tokens", prompt, max_new_tokens, request, options)
-        if self._refusal(prepared):
+        if not self.batchable(prepared):
             yield from self.gen.stream_tokens(prepared)
             return
         seq, events = self._sequence(prepared, checked=True)

@@ -24,21 +24,19 @@ def prepared(gen, public: str, prompt: Any, max_new_tokens: int | None, request:
 
 
 def refusal(prepared: PreparedRequest, methods: list[str], loop_only: bool = True) -> str:
-    """Why the batch does not run `prepared` ("" when it does). `loop_only=False` (`submit`): only what the batch
-    cannot run at all (a constraint, a method); else also what runs on the one-request loop instead (penalties,
-    logit_bias, logprobs: runtime/logits_processors.py; hooks)."""
+    """Why the batch does not run `prepared` ("" when it does): a constraint, a method it does not batch, hooks; and
+    (`loop_only`, not for `submit`) penalties, logit_bias and logprobs (runtime/logits_processors.py), which the
+    engine's `stream_tokens` / `generate_batch` run on the one-request loop instead."""
     request = prepared.request
     if request.constraint is not None:  # structured output runs on the one-request loop (runtime/constrained.py)
         return ("a constraint (response_format) is not supported with batching yet: serve without --max-batch "
                 "for structured output")
     if prepared.method not in methods:
         return f"method {prepared.method!r} is not available with batching; choose one of {', '.join(methods)}"
-    if not loop_only:
-        return ""
-    if request.logits_params.active:
-        return "penalties, logit_bias and logprobs run on the one-request loop"
     if prepared.proposer is not None or prepared.policy is not None or prepared.on_step is not None:
-        return "proposer / policy / on_step hooks run on the one-request loop"
+        return "proposer / policy / on_step hooks run on the one-request loop (Generator.generate), not on the batch"
+    if loop_only and request.logits_params.active:
+        return "penalties, logit_bias and logprobs run on the one-request loop"
     return ""
 
 
