@@ -26,6 +26,7 @@ from specrt.runtime.batch.sequence import Sequence
 from specrt.runtime.batch import intake
 from specrt.runtime.prepared import PreparedRequest
 from specrt.runtime.request import GenerationRequest
+from specrt.runtime.results import GenerationResult
 from specrt.runtime.stats import GenerationStats
 
 END = object()
@@ -208,11 +209,8 @@ class BatchEngine:
     def generate_batch(self, prompts: Seq, max_new_tokens: int | None = None, *,
                        request: GenerationRequest | None = None, requests: Seq | None = None, **options: Any) -> list:
         """Generate for several prompts at once (batched); returns one GenerationResult per prompt, in order.
-        `prompts`: a list (or any ordered iterable) of texts or token-id lists; a bad one is named by its index.
-        `requests`: one GenerationRequest per prompt instead of one for all (e.g. the n choices of a request, each
-        with its seed: runtime/choices.py)."""
-        from specrt.runtime.results import GenerationResult
-
+        `prompts`: a list (or any ordered iterable) of texts or token-id lists (a bad one is named by its index), or
+        of PreparedRequests alone. `requests`: one GenerationRequest per prompt instead of one for all."""
         if (isinstance(prompts, (str, bytes, bytearray, Mapping, AbstractSet))
                 or not hasattr(prompts, "__iter__")):
             raise InvalidArgument(f"prompts must be a list of prompts (texts or token-id lists), got "
