@@ -119,8 +119,7 @@ class BatchEngine:
         """Queue one request (a prompt and its options, or a PreparedRequest alone); returns (Sequence, event queue).
         Events: (time.perf_counter(), new token ids) per step, then `END` (the stats are complete) or the exception
         that ended the request."""
-        prepared = self._prepared("submit", prompt, options.pop("max_new_tokens", None), request, options)
-        seq, events = self._sequence(prepared)
+        seq, events = self._sequence(prompt, request, **options)
         self._queue([seq])
         return seq, events
 
@@ -130,8 +129,10 @@ class BatchEngine:
             raise EngineClosed("this BatchEngine is closed: create a new one (Generator.engine())")
         return intake.prepared(self.gen, f"BatchEngine.{public}", prompt, max_new_tokens, request, options)
 
-    def _sequence(self, prepared: PreparedRequest, checked: bool = False):
-        """A prepared request as a batch Sequence, not yet queued: (Sequence, its event queue)."""
+    def _sequence(self, prompt, request: GenerationRequest | None = None, *, checked: bool = False, **options: Any):
+        """A request (a PreparedRequest, or a prompt and its options: prepared here) as a batch Sequence, not yet
+        queued: (Sequence, its event queue)."""
+        prepared = self._prepared("submit", prompt, options.pop("max_new_tokens", None), request, options)
         if not checked and (why := intake.refusal(prepared, self.scheduler.methods, loop_only=False)):
             raise InvalidArgument(why)
         req, ids = prepared.request, prepared.prompt_ids
