@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Sequence
 
+from specrt.runtime.prepared import PreparedRequest, prepare_call
 from specrt.runtime.request import MAX_CHOICES, GenerationRequest, RequestFieldError, _is_int
 
 
@@ -28,15 +29,16 @@ def generate_choices(gen: Any, prompt: str | Sequence[int], n: int, *, request: 
     engine = gen if hasattr(gen, "generate_batch") and hasattr(gen, "scheduler") else None
     base = engine.gen if engine is not None else gen
     max_new = options.pop("max_new_tokens", None)
-    req = base.request("generate_choices", max_new, request, **options)
-    if req.sampling.greedy:
-        one = _run(gen, engine, prompt, req)
+    base._check_open()
+    prepared = prepare_call(base, "generate_choices", prompt, max_new, request, options)  # checked once
+    if prepared.request.sampling.greedy:
+        one = _run(gen, engine, prepared)
         return [one] + [copy.deepcopy(one) for _ in range(n - 1)]
-    reqs = [req.for_choice(i) for i in range(n)]
+    choices = [prepared.for_choice(i) for i in range(n)]
     if engine is None:
-        return [_run(gen, None, prompt, r) for r in reqs]
-    return engine.generate_batch([prompt] * n, requests=reqs)  # admitted together: one prefill (shared_prompt.py)
+        return [_run(gen, None, p) for p in choices]
+    return engine.generate_batch(choices)  # admitted together: one prefill (shared_prompt.py)
 
 
-def _run(gen: Any, engine: Any, prompt: Any, req: GenerationRequest) -> Any:
-    return engine.generate_batch([prompt], request=req)[0] if engine is not None else gen.generate(prompt, request=req)
+def _run(gen: Any, engine: Any, prepared: PreparedRequest) -> Any:
+    return engine.generate_batch([prepared])[0] if engine is not None else gen.generate(prepared)

@@ -5,16 +5,15 @@
     res = gen.generate("def fib(n):", request=GenerationRequest(max_new_tokens=128, temperature=0.7))
     res.text, res.token_ids, res.stats.acceptance_rate
     for piece in gen.stream("def fib(n):", max_new_tokens=64): print(piece, end="")
+    p = gen.prepare("def fib(n):", max_new_tokens=64); gen.generate(p)   # checked once, run later
+    with load("artifacts/my-pair") as gen: ...       # close(): sessions released, later calls raise GeneratorClosed
 
-Every argument is validated before a backend runs, so a bad call raises `InvalidArgument` and leaves
-the generator usable.
+Every call is resolved once, by `prepare` (runtime/prepared.py), before a backend runs: a bad call raises
+`InvalidArgument`, the generator stays usable. See also runtime/open.py, results.py, generation.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import time
 import weakref
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -22,38 +21,22 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from specrt.bundle.manifest import Manifest, read_manifest, verify_files
-from specrt.core.errors import InvalidArgument
-from specrt.core.tokenizer import TextStage, Tokenizer
+from specrt.core.errors import GeneratorClosed, InvalidArgument
 from specrt.runtime import backends
 from specrt.runtime.arguments import check_threads, prompt_ids
-from specrt.runtime.exclusive import GenerationLock, Steps
-from specrt.runtime.loop import decode
-from specrt.runtime.logits_processors import LogitsState
-from specrt.runtime.policy import AdaptiveK, CountOnlyAdaptiveK, FixedK, KPolicy, model_draft_cost
-from specrt.runtime.proposers.base import Proposer
+from specrt.runtime.exclusive import GenerationLock
+from specrt.runtime.generation import start
+from specrt.runtime.open import close_models, open_constraints, open_models
+from specrt.runtime.policy import AdaptiveK, CountOnlyAdaptiveK, FixedK, model_draft_cost
+from specrt.runtime.prepared import PreparedRequest, prepare_call, resolve_request
 from specrt.runtime.proposers.draft_model import DraftModelProposer
 from specrt.runtime.proposers.ngram import NgramProposer
 from specrt.runtime.request import METHODS, GenerationRequest, generation_defaults
+from specrt.runtime.results import GenerationResult, collect, text_pieces, token_steps
 from specrt.runtime.sampling import SamplingParams
-from specrt.runtime.stats import GenerationStats
 from specrt.runtime.warmup import warm_up
 
-HOOKS = ("proposer", "policy", "on_step")  # call options that are objects, not request fields
-SMALL_DRAFT_PARAMETERS = 50_000_000
-
-
-@dataclasses.dataclass
-class GenerationResult:
-    text: str
-    token_ids: list[int]  # the new tokens only
-    prompt_token_ids: list[int]
-    stats: GenerationStats
-    finish_reason: str
-    logprobs: list | None = None  # with request.logprobs: a TokenLogprob per new token (runtime/logits_processors.py)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "token_ids": self.token_ids, "finish_reason": self.finish_reason,
-                "stats": self.stats.to_dict()}
+__all__ = ["GenerationResult", "Generator", "METHODS", "load"]
 
 
 def load(bundle: str | Path, backend: str = "auto", *, threads: int | None = None,
@@ -78,26 +61,11 @@ def load(bundle: str | Path, backend: str = "auto", *, threads: int | None = Non
                      draft_device=draft_device, warmup=warmup, verify_checksums=verify_checksums)
 
 
-def open_batch_runner(bundle: str | Path, role: str = "target", backend: str = "ort-portable", *, max_batch: int = 8,
-                      threads: int | None = None, device: str | None = None, verify_checksums: bool = True):
-    """One model of a bundle as a `BatchRunner` (runtime/backends/batch.py): several sequences per pass on the
-    batched portable graph, "ort-portable" (ONNX Runtime, CPU), "torch" (the PyTorch reference, CPU or CUDA) or
-    "trt" (engines compiled with `--max-batch`).
-    The manifest and the checksums of the files it opens are checked first, as by `load`."""
-    check_threads(threads)
-    manifest = read_manifest(bundle, verify_checksums=False)
-    if role not in manifest.models:
-        raise InvalidArgument(f"the bundle has no {role!r} model (it has {', '.join(manifest.models)})")
-    if verify_checksums:
-        verify_files(manifest, backends.files_to_verify(manifest, backend))
-    return backends.create_batch_runner(manifest, role, backend, max_batch=max_batch, threads=threads, device=device)
-
-
 class Generator:
     """A loaded bundle: target (and draft) runners, tokenizer and per-method k policies.
 
     One generation runs at a time per Generator (runners hold KV state); `generate`, `stream` and
-    `stream_tokens` share the options documented on `generate`.
+    `stream_tokens` share the options documented on `generate`. `close()` (or `with`) releases the sessions.
     """
 
     def __init__(self, manifest: Manifest, backend: str = "auto", *, threads: int | None = None,
@@ -111,48 +79,22 @@ class Generator:
             verify_files(manifest, backends.files_to_verify(manifest, self.backend))
         self.max_seq_len = manifest.max_seq_len
         self.max_draft_tokens = manifest.max_draft_tokens
-        tok = manifest.tokenizer
-        self.eos_ids = frozenset(int(t) for t in tok.eos_token_ids)
-        self.bos_id = tok.bos_token_id
-        short = self.max_draft_tokens + 2
-        draft_entry = manifest.models.get("draft")
-        # A small draft runs fastest on one thread (no pool synchronisation per tiny matmul); a larger one
-        # gets a thread pool too, and then the two sessions must not spin against each other.
-        small = draft_entry is not None and (draft_entry.num_parameters or 0) < SMALL_DRAFT_PARAMETERS
-        draft_threads = 1 if small else threads
-        alternating = draft_entry is not None and (draft_threads or backends.default_threads()) > 1
-
-        def target_runner():
-            return backends.create_runner(manifest, "target", self.backend, capacity=self.max_seq_len,
-                                          max_short_tokens=short, threads=threads,
-                                          want_hidden=manifest.medusa is not None or manifest.draft_head is not None,
-                                          device=target_device, alternating=alternating)
-
-        def tokenizer():
-            return Tokenizer(manifest.path(tok.path))
-
-        if self.backend == "ort":  # the tokenizer loads while ONNX Runtime initializes the target's session
-            from specrt.runtime.backends.ort.overlap import alongside
-
-            self.target, self.tokenizer = alongside(target_runner, tokenizer)
-        else:
-            self.tokenizer = tokenizer()
-            self.target = target_runner()
+        self.eos_ids = frozenset(int(t) for t in manifest.tokenizer.eos_token_ids)
+        self.bos_id = manifest.tokenizer.bos_token_id
+        self.closed = False
+        models = open_models(manifest, self.backend, threads, target_device, draft_device)
+        self.target, self.draft, self.tokenizer = models.target, models.draft, models.tokenizer
         self.vocab_size = self.target.vocab_size
-        self.draft = None
-        if draft_entry is not None:
-            self.draft = backends.create_runner(manifest, "draft", self.backend, capacity=self.max_seq_len,
-                                                max_short_tokens=short, threads=draft_threads,
-                                                device=draft_device, alternating=alternating)
         self.sampling_defaults = generation_defaults(manifest.root) if manifest.root is not None else {}
         self._medusa_cache: dict = {}  # the heads session, created on first use
         self._head_runner = None  # the draft head's session and cache (draft_head bundles), created on first use
         self._policies: dict = {}  # AdaptiveK per (method, max k), kept across calls
         self._constraints = None  # ConstraintCompiler and MaskWorker, built on the first constrained call
         self._load_costs = None  # (verify seconds per k, draft seconds), from warmup()
+        self._engines: weakref.WeakSet = weakref.WeakSet()  # BatchEngines on these weights: closed by close()
+        self._lock = GenerationLock()  # one generation at a time per Generator (runners hold state; exclusive.py)
         if warmup:
             self.warmup()
-        self._lock = GenerationLock()  # one generation at a time per Generator (runners hold state; exclusive.py)
 
     def warmup(self) -> None:
         """Run and time every verify shape (see warmup.py): first-use costs stay out of later timings, and
@@ -180,40 +122,37 @@ class Generator:
         return self.methods[0] if self.draft is not None or self.manifest.draft_head is not None else "ngram"
 
     def engine(self, max_batch: int = 8, prefix_cache_mb: float | None = None):
-        """A continuous-batching engine on this generator's weights: several requests decode together
-        (`generate_batch([...])`, `stream_tokens(...)` from any thread; runtime/batch/engine.py, docs/batching.md).
-        Close it when done (requests it still holds then end with EngineClosed); this Generator stays usable for
-        single calls meanwhile (its own KV cache). `max_batch` slots' KV cache must fit in the memory available
-        (InvalidArgument with the numbers otherwise, before anything is allocated: runtime/batch/memory.py).
-        `prefix_cache_mb`: the prefix cache's budget in MiB (None: the default, 256; 0: off): prompt KV rows kept
-        across requests, reused exactly (runtime/batch/prefix_cache.py, docs/batching.md "Prefix cache")."""
+        """A continuous-batching engine on this generator's weights (runtime/batch/engine.py, docs/batching.md).
+        Close it when done (this Generator's `close()` closes it too); this Generator stays usable for single calls
+        meanwhile. `max_batch` slots' KV cache must fit in the memory available (else InvalidArgument).
+        `prefix_cache_mb`: the prefix cache's budget in MiB (None: the default, 256; 0: off; docs/batching.md)."""
         from specrt.runtime.batch.engine import BatchEngine
         from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB
 
+        self._check_open()
         mb = DEFAULT_PREFIX_CACHE_MB if prefix_cache_mb is None else prefix_cache_mb
-        return BatchEngine(self, max_batch=max_batch, prefix_cache_mb=mb)
+        engine = BatchEngine(self, max_batch=max_batch, prefix_cache_mb=mb)
+        self._engines.add(engine)
+        return engine
 
     def request(self, public: str = "generate", max_new_tokens: int | None = None,
                 request: GenerationRequest | None = None, **options: Any) -> GenerationRequest:
-        """The resolved `GenerationRequest` of a call: `request` or the keyword options (not both), with
-        `max_new_tokens` when given, omitted sampling fields from the bundle's generation_config (else greedy),
-        checked against the bundle (k, method). Raises InvalidArgument / TypeError before any runner runs."""
-        if request is None:
-            request = GenerationRequest.from_options(f"Generator.{public}", **options)
-        elif not isinstance(request, GenerationRequest):
-            raise InvalidArgument(f"request must be a GenerationRequest, got {type(request).__name__}")
-        elif options:
-            raise TypeError(f"Generator.{public}() takes either request= or keyword options, not both "
-                            f"(got {', '.join(options)})")
-        if max_new_tokens is not None:
-            request = request.replace(max_new_tokens=max_new_tokens)
-        request = request.with_defaults(self.sampling_defaults)
-        request.check_for(self.max_draft_tokens, self.methods)
-        return request
+        """The resolved `GenerationRequest` of a call (runtime/prepared.py `resolve_request`)."""
+        return resolve_request(self, public, max_new_tokens, request, options)
+
+    def prepare(self, prompt: str | Sequence[int], request: GenerationRequest | None = None, *,
+                max_new_tokens: int | None = None, compile_constraint: bool = True, **options: Any) -> PreparedRequest:
+        """Resolve and check a call once (runtime/prepared.py): the request (`request`, or its fields and the hooks
+        as keyword options, as `generate` takes them), the prompt's ids, the context, penalties against the
+        vocabulary, the hooks and the constraint (compiled; `compile_constraint=False` leaves it to the run: the
+        server compiles after admission). Raises InvalidArgument / TypeError / ConstraintError; runs no model."""
+        self._check_open()
+        return prepare_call(self, "prepare", prompt, max_new_tokens, request, options, compile_constraint)
 
     def generate(self, prompt: str | Sequence[int], max_new_tokens: int | None = None, *,
                  request: GenerationRequest | None = None, **options: Any) -> GenerationResult:
-        """Generate up to `max_new_tokens` tokens (default 128) after `prompt` (text, or a sequence of token ids).
+        """Generate up to `max_new_tokens` tokens (default 128) after `prompt` (text, or a sequence of token ids),
+        or run a `PreparedRequest` from `prepare` (then nothing else is given: it holds the whole call).
 
         The request: `request=GenerationRequest(...)` or its fields as keyword options (runtime/request.py;
         all validated before any backend runs; a bad value raises InvalidArgument):
@@ -243,82 +182,40 @@ class Generator:
                             pass as the drafts (default True; output is the same either way)
         Returns a GenerationResult (text, new token ids, stats, finish_reason "stop" or "length").
         """
-        steps, stops = self._iterate("generate", prompt, max_new_tokens, request, options)
-        stage = TextStage(self.tokenizer, stops) if stops else None
-        ids: list[int] = []
-        parts: list[str] = []
-        with contextlib.closing(steps):
-            for chunk, prompt_ids, stats in steps:
-                ids.extend(chunk)
-                if stage is not None:
-                    parts.append(stage.push(chunk))
-                    if stage.stopped:  # the generation ends with this step (no tokens after it)
-                        break
-        if stage is None:
-            text = self.tokenizer.decode(ids)
-        else:
-            text = "".join(parts) + stage.finish()
-            if stage.stopped:
-                stats.finish_reason = "stop"
-        logprobs = list(stats.token_logprobs) if stats.token_logprobs else None
-        if logprobs is not None and stage is not None and stage.stopped:
-            logprobs = logprobs[:len(ids)]  # the steps after the stop string's are not run
-        return GenerationResult(text, ids, prompt_ids, stats, stats.finish_reason, logprobs)
+        return collect(*start(self, "generate", prompt, max_new_tokens, request, options), self.tokenizer)
 
     def stream(self, prompt: str | Sequence[int], max_new_tokens: int | None = None, *,
                request: GenerationRequest | None = None, **options: Any) -> Iterator[str]:
         """Yield text pieces as tokens are accepted (incremental detokenization, cut before a stop string);
-        options as `generate`. A stream left half-read does not block other calls (runtime/exclusive.py)."""
-        steps, stops = self._iterate("stream", prompt, max_new_tokens, request, options)
-        stage = TextStage(self.tokenizer, stops)
-        with contextlib.closing(steps):
-            for chunk, _, stats in steps:
-                piece = stage.push(chunk)
-                if stage.stopped:
-                    stats.finish_reason = "stop"
-                if piece:
-                    yield piece
-                if stage.stopped:
-                    return
-            tail = stage.finish()
-            if stage.stopped:
-                stats.finish_reason = "stop"
-            if tail:
-                yield tail
+        arguments as `generate`. A stream left half-read does not block other calls (runtime/exclusive.py)."""
+        yield from text_pieces(*start(self, "stream", prompt, max_new_tokens, request, options), self.tokenizer)
 
     def stream_tokens(self, prompt: str | Sequence[int], max_new_tokens: int | None = None, *,
                       request: GenerationRequest | None = None, **options: Any):
         """Yield (new token ids, stats) per step; the stats object is complete after the last step.
-        Options as `generate`; with stop strings the generation ends with the step whose text reaches one
+        Arguments as `generate`; with stop strings the generation ends with the step whose text reaches one
         (finish_reason "stop"; the ids are not cut: a caller that wants the cut text runs a `TextStage`)."""
-        steps, stops = self._iterate("stream_tokens", prompt, max_new_tokens, request, options)
-        stage = TextStage(self.tokenizer, stops) if stops else None
-        with contextlib.closing(steps):
-            for chunk, _, stats in steps:
-                if stage is not None:
-                    stage.push(chunk)
-                    if stage.stopped:
-                        stats.finish_reason = "stop"
-                yield chunk, stats
-                if stage is not None and stage.stopped:
-                    return
-            if stage is not None:
-                stage.finish()
-                if stage.stopped:
-                    stats.finish_reason = "stop"
+        yield from token_steps(*start(self, "stream_tokens", prompt, max_new_tokens, request, options), self.tokenizer)
 
-    # ----------------------------------------------------------------------------------- internals
+    def close(self) -> None:
+        """Release the sessions: the batch engines made by `engine()`, then (once a generation in progress has
+        ended) the runners, the draft head's and Medusa heads' sessions and the constraint mask thread. Later
+        calls raise GeneratorClosed. Safe to call twice."""
+        close_models(self)
+
+    def __enter__(self) -> "Generator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise GeneratorClosed("this Generator is closed: load the bundle again (specrt.runtime.load)")
+
     def encode_prompt(self, prompt: str | Sequence[int]) -> np.ndarray:
         """Token ids [N] of `prompt` (text or ids), checked against the vocabulary and the context length."""
         return prompt_ids(prompt, self.tokenizer, self.bos_id, self.vocab_size, self.max_seq_len)
-
-    def check_room(self, prompt_ids: np.ndarray, request: GenerationRequest) -> None:
-        """A strict request whose prompt + max_new_tokens passes the context is refused (else it stops there)."""
-        room = self.max_seq_len - int(prompt_ids.size)
-        if request.strict and request.max_new_tokens > room:
-            raise InvalidArgument(
-                f"prompt has {prompt_ids.size} tokens: with max_new_tokens={request.max_new_tokens} it exceeds the "
-                f"bundle's context of {self.max_seq_len} tokens (at most {room} new tokens fit)")
 
     def make_policy(self, k: int | str, method: str, seeded: bool = False):
         """The speculation-length policy for `k` (an int or "auto") and `method` (used by the loop and bench).
@@ -350,15 +247,12 @@ class Generator:
     def compile_constraint(self, spec):
         """A fresh `Constraint` (parser state) for `spec` on this bundle's tokenizer (ConstraintError if the
         library cannot compile it). The tokenizer is converted once per Generator (~1 s)."""
-        from specrt.runtime.constraint import ConstraintCompiler, ConstraintSpec
-        from specrt.runtime.constrained import MaskWorker
+        from specrt.runtime.constraint import ConstraintSpec
 
         if not isinstance(spec, ConstraintSpec):
             raise InvalidArgument(f"constraint must be a ConstraintSpec, got {type(spec).__name__}")
         if self._constraints is None:
-            text = self.manifest.path(self.manifest.tokenizer.path).read_text(encoding="utf-8")
-            eos = sorted(self.eos_ids)
-            self._constraints = (ConstraintCompiler(text, self.vocab_size, eos), MaskWorker())
+            self._constraints = open_constraints(self.manifest, self.vocab_size, self.eos_ids)
         return self._constraints[0].compile(spec)
 
     def make_proposer(self, method: str, params: SamplingParams, rng: np.random.Generator, options: dict):
@@ -407,66 +301,3 @@ class Generator:
         if self._head_runner is None:
             self._head_runner = open_head_runner(self.manifest, self.max_seq_len, self.backend, self.target_device)
         return HeadProposer(self._head_runner, params, rng, self.vocab_size)
-
-    def _iterate(self, public: str, prompt, max_new_tokens: int | None, request: GenerationRequest | None,
-                 options: dict):
-        """Validate everything (request, hooks, prompt) before touching a runner; then the step generator."""
-        hooks = {name: options.pop(name) for name in HOOKS if name in options}
-        request = self.request(public, max_new_tokens, request, **options)
-        proposer, policy = hooks.get("proposer"), hooks.get("policy")
-        if policy is not None and not isinstance(policy, KPolicy):
-            raise InvalidArgument(f"policy must implement next_k / current_k / update, got {type(policy).__name__}")
-        method = getattr(proposer, "name", "custom") if proposer is not None else (request.method or self.default_method)
-        k = request.num_speculative_tokens
-        prompt_ids = self.encode_prompt(prompt)
-        room = self.max_seq_len - int(prompt_ids.size)
-        max_new_tokens = request.max_new_tokens
-        self.check_room(prompt_ids, request)
-        state = self.compile_constraint(request.constraint) if request.constraint is not None else None
-        logits = request.logits_params
-        logits.check_vocab(self.vocab_size)
-        steps = Steps()  # the generation holds only a weak reference to it: dropping the stream ends it
-        steps.it = self._run(prompt_ids, max_new_tokens, request.sampling, method, k, request.ngram_sizes, proposer,
-                             policy, hooks.get("on_step"), max_new_tokens > room, state, request.forced_tokens,
-                             weakref.ref(steps), logits if logits.active else None)
-        return steps, request.stop
-
-    def _run(self, prompt_ids, max_new_tokens, params, method, k, options, proposer, policy, on_step,
-             context_limited=False, constraint=None, forced_tokens=True, steps=None, logits=None):
-        rng = params.rng()
-        logits_state = LogitsState(logits, self.vocab_size, prompt_ids) if logits is not None else None
-        with self._lock.hold(steps):
-            if proposer is None and max_new_tokens > 1:  # one token comes from the prefill: nothing to draft
-                proposer = self.make_proposer(method, params, rng, options)
-            if logits_state is not None and logits.changes_logits:  # drafts see the penalties (acceptance)
-                for p in (proposer, getattr(proposer, "draft", None)):
-                    if hasattr(p, "logits_state"):
-                        p.logits_state = logits_state
-            if proposer is not None and policy is None:
-                policy = self.make_policy(k, method, params.seed is not None and not params.greedy)
-            stats = GenerationStats(method=method, backend=self.backend, prompt_tokens=int(prompt_ids.size),
-                                    provider=self.target.describe().get("provider", self.backend),
-                                    context_limited=context_limited,
-                                    constraint=constraint.spec.describe() if constraint is not None else "")
-            if logits_state is not None:
-                stats.token_logprobs = logits_state.logprobs
-            started = time.perf_counter()
-            explains = policy is not None and hasattr(policy, "off_reason")
-            noted_off = False  # whether speculation_note describes speculation as off
-            for chunk in decode(self.target, proposer, policy, prompt_ids, max_new_tokens=max_new_tokens,
-                                max_draft_tokens=self.max_draft_tokens, params=params, rng=rng,
-                                eos_ids=self.eos_ids, stats=stats, on_step=on_step, constraint=constraint,
-                                mask_worker=self._constraints[1] if constraint is not None else None,
-                                forced_tokens=forced_tokens, logits_state=logits_state):
-                stats.elapsed_s = time.perf_counter() - started
-                # why speculation is off, built when it turns off (not every step), cleared when it turns back
-                # on: a caller that reads the stats mid-stream or stops early sees the current state
-                # (a k = 0 step the policy does not call "off", e.g. its first, plain, measuring step: no note)
-                if explains and (stats.num_speculative_tokens == 0) != noted_off:
-                    note = "" if noted_off else policy.off_reason()
-                    if noted_off or note:
-                        noted_off = not noted_off
-                        stats.speculation_note = note
-                yield chunk, prompt_ids.tolist(), stats
-            if noted_off:  # the reason with the final estimates
-                stats.speculation_note = policy.off_reason()

@@ -19,6 +19,8 @@ A runner is one compiled model plus its KV cache, for batch size 1:
     runner.set_argmax_only(on)  # the caller reads only each logits row's argmax (greedy, unconstrained): a runner
                                 # may then return rows that are exact at the argmax candidates and -inf elsewhere
                                 # (the screened LM head, compiler/lm_head_screen.py); others ignore it
+    runner.close()              # release the session, bindings and buffers (idempotent; `with runner:` too);
+                                # a later call raises GeneratorClosed
 
 Inputs are checked in Python (token range, context capacity) before any native code runs.
 """
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from specrt.bundle.graph_io import pad_rows
-from specrt.core.errors import InvalidArgument
+from specrt.core.errors import GeneratorClosed, InvalidArgument
 from specrt.models.config import DecoderConfig
 from specrt.runtime.kv_cache import KVCache
 from specrt.runtime.tree import ancestor_mask, check_parents, depths, is_chain
@@ -66,6 +68,31 @@ class Runner(abc.ABC):
 
     def set_argmax_only(self, on: bool) -> None:
         """See the module docstring; a runner without a screened head returns full rows either way."""
+
+    closed: bool = False
+    # attributes holding native objects and buffers (sessions, bindings, contexts, device memory): `close` drops
+    # them, in this order (TensorRT: contexts before their engine), so the backend frees them
+    native: tuple[str, ...] = ()
+
+    def close(self) -> None:
+        """Release what the backend holds (`_release`: its session, bindings, buffers, KV cache). Idempotent."""
+        if not self.closed:
+            self.closed = True
+            self._release()
+
+    def _release(self) -> None:
+        """Drop the backend's native objects (`native`) and the KV cache."""
+        for name in self.native:
+            if name in self.__dict__:
+                setattr(self, name, None)
+        self.hidden_states = None
+        self.cache = _ClosedCache(self.cache.capacity)
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def reset(self) -> None:
         self.cache.truncate(0)
@@ -127,6 +154,8 @@ class Runner(abc.ABC):
 
     def _check(self, token_ids: np.ndarray) -> int:
         """Shape and context capacity, in Python before any native code; returns the past length P."""
+        if self.closed:
+            raise GeneratorClosed(f"this {self.name} runner is closed: load the bundle again")
         if token_ids.ndim != 1 or token_ids.size == 0:
             raise InvalidArgument(f"forward needs a non-empty 1-D array of token ids, got shape {token_ids.shape}")
         self.cache.reserve(token_ids.size)
@@ -147,3 +176,15 @@ class Runner(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """Backend facts for stats and `inspect` (provider actually in use, device, dtype)."""
         return {"backend": self.name}
+
+
+class _ClosedCache:
+    """A closed runner's cache: no rows (its buffers are released); `length` 0."""
+
+    length = 0
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+
+    def truncate(self, length: int) -> None:
+        """Nothing to truncate."""

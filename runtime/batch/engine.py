@@ -23,8 +23,11 @@ from specrt.core.errors import EngineClosed, InvalidArgument
 from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB, check_budget_mb
 from specrt.runtime.batch.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
 from specrt.runtime.batch.sequence import Sequence
+from specrt.runtime.batch import intake
 from specrt.runtime.batch.streams import blocking, result, steps, token_steps
+from specrt.runtime.prepared import PreparedRequest
 from specrt.runtime.request import GenerationRequest
+from specrt.runtime.results import GenerationResult
 from specrt.runtime.stats import GenerationStats
 
 
@@ -96,7 +99,7 @@ class BatchEngine:
         while not self._closed:
             while True:
                 try:
-                    for seq in self._inbox.get_nowait():  # methods were checked by _sequence
+                    for seq in self._inbox.get_nowait():  # checked by the intake (intake.py)
                         sched.add(seq)
                 except queue.Empty:
                     break
@@ -114,11 +117,11 @@ class BatchEngine:
                     sched.drafts.used = 0
 
     def submit(self, prompt, request: GenerationRequest | None = None, *, output: Any = None, **options: Any):
-        """Queue one request; returns (Sequence, event queue). Its steps go to `output` (a `streams.RequestOutput`:
-        e.g. the server's per-request async stream; the queue is then None); without one, to the returned queue:
-        `Step`s ((time, ids, ...) tuples: runtime/batch/streams.py), then `END` (the stats are complete) or the
-        exception that ended the request (read them with `events`)."""
-        seq, events = self._sequence(prompt, request, output, **options)
+        """Queue one request (a prompt and its options, or a PreparedRequest alone); returns (Sequence, event queue).
+        Its steps go to `output` (a `streams.RequestOutput`: e.g. the server's per-request async stream; the queue is
+        then None); without one, to the returned queue: `Step`s ((time, ids, ...) tuples: runtime/batch/streams.py),
+        then `END` (the stats are complete) or the exception that ended the request (read them with `events`)."""
+        seq, events = self._sequence(prompt, request, output=output, **options)
         self._queue([seq])
         return seq, events
 
@@ -127,49 +130,48 @@ class BatchEngine:
         seq.cancel.set()
         self._wake.set()
 
-    def _sequence(self, prompt, request: GenerationRequest | None = None, output: Any = None, **options: Any):
-        """A checked request, not yet queued: (Sequence, its event queue); its steps go to `output` (its emit; the
-        queue is then None), or to the queue (`streams.blocking`)."""
+    def _prepared(self, public: str, prompt, max_new_tokens: int | None, request: GenerationRequest | None,
+                  options: dict) -> PreparedRequest:
         if self._closed:
             raise EngineClosed("this BatchEngine is closed: create a new one (Generator.engine())")
-        max_new = options.pop("max_new_tokens", None)
-        req = self.gen.request("submit", max_new, request, **options)
-        method = req.method or self.gen.default_method
-        if req.constraint is not None:  # structured output runs on the one-request loop (runtime/constrained.py)
-            raise InvalidArgument("a constraint (response_format) is not supported with batching yet: serve without "
-                                  "--max-batch for structured output")
-        if method not in self.scheduler.methods:
-            raise InvalidArgument(f"method {method!r} is not available with batching; choose one of "
-                                  f"{', '.join(self.scheduler.methods)}")
-        ids = self.gen.encode_prompt(prompt)
-        self.gen.check_room(ids, req)
+        return intake.prepared(self.gen, f"BatchEngine.{public}", prompt, max_new_tokens, request, options)
+
+    def _sequence(self, prompt, request: GenerationRequest | None = None, *, output: Any = None, checked: bool = False,
+                  **options: Any):
+        """A request (a PreparedRequest, or a prompt and its options: prepared here) as a batch Sequence, not yet
+        queued: (Sequence, its event queue); its steps go to `output` (its emit; the queue is then None), or to the
+        queue (`streams.blocking`)."""
+        prepared = self._prepared("submit", prompt, options.pop("max_new_tokens", None), request, options)
+        if not checked and (why := intake.refusal(prepared, self.scheduler.methods, loop_only=False)):
+            raise InvalidArgument(why)
+        req, ids = prepared.request, prepared.prompt_ids
         k = req.num_speculative_tokens
         max_k = self.gen.max_draft_tokens if k == "auto" else k
-        stats = GenerationStats(method=method, backend=self.gen.backend, prompt_tokens=int(ids.size),
-                                provider="batched", context_limited=req.max_new_tokens > self.gen.max_seq_len - ids.size)
+        stats = GenerationStats(method=prepared.method, backend=self.gen.backend, prompt_tokens=int(ids.size),
+                                provider="batched", context_limited=prepared.context_limited)
         events = None
         if output is None:
             output, events = blocking(self.gen.tokenizer, (), text=False)
-        return Sequence(next(self._ids), ids, req, method, max_k, output, stats, started=time.perf_counter()), events
+        seq = Sequence(next(self._ids), ids, req, prepared.method, max_k, output, stats, started=time.perf_counter())
+        return seq, events
 
-    def batchable(self, request: GenerationRequest) -> bool:
-        """Whether `request` (resolved) runs on the batch: its method is batched and it has no constraint, no
-        penalty, logit_bias or logprobs (those run on the one-request loop, runtime/logits_processors.py)."""
-        return request.constraint is None and not request.logits_params.active \
-            and (request.method or self.gen.default_method) in self.scheduler.methods
+    def batchable(self, request: PreparedRequest) -> bool:
+        """Whether a prepared request runs on the batch (else on the one-request loop: `intake.refusal` says why)."""
+        return not intake.refusal(request, self.scheduler.methods)
 
     def stream_tokens(self, prompt, max_new_tokens: int | None = None, *, request: GenerationRequest | None = None,
                       **options: Any) -> Iterator[tuple[list[int], GenerationStats]]:
         """Like `Generator.stream_tokens`: (new token ids, stats) per step, ending with the step whose text reaches a
-        stop string (finish_reason "stop"). Closing the iterator cancels.
+        stop string (finish_reason "stop"). Closing the iterator cancels. `prompt` may be a PreparedRequest.
         A request the batch does not run (a constraint, penalties or logprobs, a method such as medusa) runs on the
         Generator's one-request loop instead, beside the batch (one at a time among themselves)."""
-        req = self.gen.request("stream_tokens", max_new_tokens, request, **options)
-        if not self.batchable(req):
-            yield from self.gen.stream_tokens(prompt, request=req)
+        prepared = self._prepared("stream_tokens", prompt, max_new_tokens, request, options)
+        if not self.batchable(prepared):
+            yield from self.gen.stream_tokens(prepared)
             return
-        output, events = blocking(self.gen.tokenizer, req.stop, text=False)  # decoded only to find stop strings
-        seq, _ = self.submit(prompt, req, output=output)
+        output, events = blocking(self.gen.tokenizer, prepared.stop, text=False)  # decoded only to find stop strings
+        seq, _ = self._sequence(prepared, output=output, checked=True)
+        self._queue([seq])
         yield from token_steps(seq, events, lambda: self.cancel(seq))
 
     def events(self, seq: Sequence, events) -> Iterator[tuple[float, list[int]]]:
@@ -182,45 +184,35 @@ class BatchEngine:
     def generate_batch(self, prompts: Seq, max_new_tokens: int | None = None, *,
                        request: GenerationRequest | None = None, requests: Seq | None = None, **options: Any) -> list:
         """Generate for several prompts at once (batched); returns one GenerationResult per prompt, in order.
-        `prompts`: a list (or any ordered iterable) of texts or token-id lists; a bad one is named by its index.
-        `requests`: one GenerationRequest per prompt instead of one for all (e.g. the n choices of a request, each
-        with its seed: runtime/choices.py)."""
-        from specrt.runtime.generator import GenerationResult
-
+        `prompts`: a list (or any ordered iterable) of texts or token-id lists (a bad one is named by its index), or
+        of PreparedRequests alone. `requests`: one GenerationRequest per prompt instead of one for all."""
         if (isinstance(prompts, (str, bytes, bytearray, Mapping, AbstractSet))
                 or not hasattr(prompts, "__iter__")):
             raise InvalidArgument(f"prompts must be a list of prompts (texts or token-id lists), got "
                                   f"{type(prompts).__name__}; for one prompt use generate or stream_tokens")
         prompts = list(prompts)
-        if requests is None:
-            reqs = [self.gen.request("generate_batch", max_new_tokens, request, **options)] * len(prompts)
-        else:
-            requests = list(requests)
-            if len(requests) != len(prompts):
-                raise InvalidArgument(f"requests must hold one request per prompt: {len(requests)} for "
-                                      f"{len(prompts)}")
-            reqs = [self.gen.request("generate_batch", max_new_tokens, r) for r in requests]
-        if not all(self.batchable(r) for r in reqs):  # see stream_tokens: the one-request loop, prompt after prompt
-            return [self.gen.generate(p, request=r) for p, r in zip(prompts, reqs)]
+        if self._closed:
+            raise EngineClosed("this BatchEngine is closed: create a new one (Generator.engine())")
+        prepared = intake.prepare_batch(self.gen, prompts, max_new_tokens, request, requests, options)
+        if not all(self.batchable(p) for p in prepared):  # see stream_tokens: the one-request loop, one after another
+            return [self.gen.generate(p) for p in prepared]
         subs = []
-        for i, (p, r) in enumerate(zip(prompts, reqs)):
-            output, events = blocking(self.gen.tokenizer, r.stop)  # the text cut at stop strings, on the engine thread
-            try:
-                subs.append((self._sequence(p, r, output)[0], events))
-            except InvalidArgument as exc:
-                raise InvalidArgument(f"prompt {i}: {exc}") from None
+        for p in prepared:
+            output, events = blocking(self.gen.tokenizer, p.stop)  # the text cut at stop strings, on the engine thread
+            subs.append((self._sequence(p, output=output, checked=True)[0], events))
         self._queue([seq for seq, _ in subs])  # queued together: admitted in one step, prefilled in one pass
         return [result(GenerationResult, seq, events, lambda s=seq: self.cancel(s)) for seq, events in subs]
 
     def stream(self, prompt, max_new_tokens: int | None = None, *, request: GenerationRequest | None = None,
                **options: Any) -> Iterator[str]:
         """Like `Generator.stream`: text pieces, cut before the first stop string (decoded on the engine thread)."""
-        req = self.gen.request("stream", max_new_tokens, request, **options)
-        if not self.batchable(req):
-            yield from self.gen.stream(prompt, request=req)
+        prepared = self._prepared("stream", prompt, max_new_tokens, request, options)
+        if not self.batchable(prepared):
+            yield from self.gen.stream(prepared)
             return
-        output, events = blocking(self.gen.tokenizer, req.stop)
-        seq, _ = self.submit(prompt, req, output=output)
+        output, events = blocking(self.gen.tokenizer, prepared.stop)
+        seq, _ = self._sequence(prepared, output=output, checked=True)
+        self._queue([seq])
         for step in steps(events, lambda: self.cancel(seq)):
             if step.text:
                 yield step.text

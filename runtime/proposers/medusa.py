@@ -30,6 +30,10 @@ class MedusaHeadsRunner:
     def __call__(self, hidden: np.ndarray) -> np.ndarray:
         return self.session.run(["medusa_logits"], {"hidden_states": hidden.astype(np.float32, copy=False)})[0]
 
+    def close(self) -> None:
+        """Release the session (idempotent); the Generator closes it with its runners."""
+        self.session = None
+
 
 class MedusaProposer:
     name = "medusa"

@@ -72,12 +72,14 @@ def _entry(value: Any, where: str) -> Any:
                           f"got {type(value).__name__}")
 
 
-def run_file(gen, prompts: list[Any], max_batch, max_new_tokens: int, options: dict,
+def run_file(gen, prompts: list[Any], max_batch, max_new_tokens: int, options: Any,
              wheres: list[str] | None = None, prefix_cache_mb: float | None = None) -> tuple[list, float, int]:
-    """(results in order, seconds, the batch size used: 0 = one at a time). Every prompt is checked before any
-    runs; an error names the prompt's place (`wheres`, "FILE:LINE"). `prefix_cache_mb`: the batch engine's prefix
-    cache (None: its default; 0: off)."""
+    """(results in order, seconds, the batch size used: 0 = one at a time). `options`: the command's
+    GenerationRequest (or its fields as a dict). Every prompt is prepared (checked) once, before any runs; an error
+    names the prompt's place (`wheres`, "FILE:LINE"). `prefix_cache_mb`: the batch engine's prefix cache (None: its
+    default; 0: off)."""
     from specrt.runtime.arguments import check_text
+    from specrt.runtime.prepared import prepare_prompt
 
     wheres = wheres or [f"prompt {i + 1}" for i in range(len(prompts))]
     formatter = None
@@ -85,7 +87,8 @@ def run_file(gen, prompts: list[Any], max_batch, max_new_tokens: int, options: d
         from specrt.runtime.chat_template import ChatFormatter
 
         formatter = ChatFormatter.from_manifest(gen.manifest)
-    request = gen.request("generate", max_new_tokens, **options)
+    request = gen.request("generate", max_new_tokens, **options) if isinstance(options, dict) \
+        else gen.request("generate", max_new_tokens, options)
     rendered = []
     for where, p in zip(wheres, prompts):
         try:
@@ -96,22 +99,20 @@ def run_file(gen, prompts: list[Any], max_batch, max_new_tokens: int, options: d
                 if p["system"] is not None:
                     check_text(p["system"], "system")
                 p = chat_prompt_ids(gen, p["chat"], p["system"], formatter)
-            ids = gen.encode_prompt(p)
-            gen.check_room(ids, request)
+            rendered.append(prepare_prompt(gen, p, request))
         except InvalidArgument as exc:
             raise InvalidArgument(f"{where}: {exc}") from None
-        rendered.append(ids.tolist())  # encoded once: generating from the ids is generating from the text
     prompts = rendered
     n = min(int(auto_max_batch(gen) if max_batch == "auto" else max_batch), len(prompts))
     if max_batch == "auto" and n > 1 and not batching_pays(gen, len(prompts), max_new_tokens, n):
         n = 0  # a small file: done one at a time before the batch engine would have started
     t0 = time.perf_counter()
     if n <= 1:
-        results = [gen.generate(p, max_new_tokens, **options) for p in prompts]
+        results = [gen.generate(p) for p in prompts]
         return results, time.perf_counter() - t0, 0
     engine = gen.engine(max_batch=n, prefix_cache_mb=prefix_cache_mb)
     try:
-        results = engine.generate_batch(prompts, max_new_tokens, **options)
+        results = engine.generate_batch(prompts)
     finally:
         engine.close()
     return results, time.perf_counter() - t0, n

@@ -62,6 +62,10 @@ class EngineClosed(SpecrtError, RuntimeError):
     """A BatchEngine was closed: the requests it still held end with this error, later calls raise it at once."""
 
 
+class GeneratorClosed(SpecrtError, RuntimeError):
+    """A Generator (or one of its runners) was closed: load the bundle again."""
+
+
 class GeneratorBusy(SpecrtError):
     """Kept for callers that catch it; no longer raised: a stream nobody reads no longer holds the Generator
     (runtime/exclusive.py)."""

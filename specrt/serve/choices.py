@@ -20,7 +20,7 @@ import collections
 import dataclasses
 from typing import Any, Optional
 
-from specrt.runtime.request import MAX_CHOICES, GenerationRequest
+from specrt.runtime.request import MAX_CHOICES
 from specrt.serve.errors import bad_request
 from specrt.serve.slots import QueueFull, RequestStream
 from specrt.serve.worker import Done, Job
@@ -36,17 +36,18 @@ def check_n(n: int, prompts: int) -> int:
     return n
 
 
-def plan_jobs(prompts: list[list[int]], request: GenerationRequest, n: int) -> tuple[list[Job], list[int]]:
-    """(jobs to decode, the job of each choice index): one job per choice, or per prompt when greedy."""
+def plan_jobs(prepared: list[Any], n: int) -> tuple[list[Job], list[int]]:
+    """(jobs to decode, the job of each choice index): one job per choice, or per prompt when greedy. `prepared`:
+    one PreparedRequest per prompt (runtime/prepared.py); a choice's is derived from it, not checked again."""
     jobs: list[Job] = []
     of: list[int] = []
-    for ids in prompts:
-        if request.sampling.greedy:
-            jobs.append(Job(ids, request))
+    for p in prepared:
+        if p.request.sampling.greedy:
+            jobs.append(Job.of(p))
             of += [len(jobs) - 1] * n
             continue
         for i in range(n):
-            jobs.append(Job(ids, request.for_choice(i)))
+            jobs.append(Job.of(p.for_choice(i)))
             of.append(len(jobs) - 1)
     return jobs, of
 

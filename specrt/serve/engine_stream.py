@@ -68,7 +68,10 @@ def _on_engine(engine: Any, job: Job, stream: RequestStream) -> None:
             seq.cancel.set()
 
     try:
-        seq, _ = engine.submit(job.prompt_ids, job.request, output=emit)
+        if job.prepared is not None:  # resolved once at the door (runtime/prepared.py)
+            seq, _ = engine.submit(job.prepared, output=emit)
+        else:
+            seq, _ = engine.submit(job.prompt_ids, job.request, output=emit)
     except Exception as exc:  # noqa: BLE001 - a request the engine refuses (closed, a bad argument): its Done
         stream.deliver(Done("error", 0, None, exc))
         return

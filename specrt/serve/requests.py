@@ -1,6 +1,8 @@
 """Validate a parsed request against the bundle and turn it into a `Job` (runs in a worker thread).
 
-Every check names the field (`param`) and the bad value; nothing here touches a model runner.
+Every check names the field (`param`) and the bad value; nothing here touches a model runner. The request is
+resolved once (`Generator.request`) and each prompt prepared once (runtime/prepared.py): a Job carries its
+`PreparedRequest`, which the slot's generator (or the batch engine) runs without checking it again.
 Sampling fields a request omits come from the bundle's generation_config.json (as vLLM does), else
 OpenAI's defaults: temperature 1, top_p 1; max_tokens 16 for completions and "the rest of the context" for chat.
 """
@@ -16,7 +18,8 @@ from typing import Any, Optional
 from specrt.core.errors import InvalidArgument
 from specrt.runtime.chat_template import ChatFormatter
 from specrt.serve.config import ServeConfig
-from specrt.runtime.request import MAX_CHOICES, GenerationRequest, RequestFieldError
+from specrt.runtime.prepared import ContextExceeded, PreparedRequest, prepare_prompt
+from specrt.runtime.request import MAX_CHOICES, GenerationRequest
 from specrt.serve.errors import APIError, bad_request
 from specrt.serve.guards import check_text, check_unsupported
 from specrt.serve.choices import check_n, plan_jobs
@@ -50,12 +53,10 @@ class Prepared:
 
 
 def _encode(gen: Any, prompt: Any, add_special_tokens: bool = True) -> list[int]:
-    try:
-        if isinstance(prompt, str) and not add_special_tokens:
-            prompt = gen.tokenizer.encode(prompt, add_special_tokens=False)
-        return gen.encode_prompt(prompt).tolist()
-    except InvalidArgument as exc:
-        raise bad_request(str(exc), "prompt") from None
+    """A prompt's token ids as given or tokenized (text once); checked once, by `prepare_prompt` in `_job`."""
+    if isinstance(prompt, str):
+        return gen.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
+    return list(prompt)
 
 
 def _prompts(gen: Any, prompt: Any) -> list[list[int]]:
@@ -130,20 +131,37 @@ def _logits(body: Any, chat: bool) -> dict[str, Any]:
 
 def _request(body: Any, gen: Any, config: ServeConfig, max_tokens: int, chat: bool,
              tool_spec: Any = None) -> GenerationRequest:
-    """The typed request (runtime/request.py): one validation; omitted sampling fields from the bundle's
-    generation_config, else OpenAI's defaults (temperature 1, top_p 1)."""
+    """The typed request (runtime/request.py), resolved once by `Generator.request` (k, method); omitted sampling
+    fields from the bundle's generation_config, else OpenAI's defaults (temperature 1, top_p 1). `strict`: a prompt
+    + max_tokens beyond the context is refused (400), as OpenAI does."""
     try:
         req = GenerationRequest(max_new_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
                                 top_k=body.top_k, seed=body.seed, stop=() if body.stop is None else body.stop,
-                                **_speculation(body, config), **_logits(body, chat),
+                                strict=True, **_speculation(body, config), **_logits(body, chat),
                                 **({"constraint": tool_spec} if tool_spec is not None else _constraint(body, gen)))
-        req = req.with_defaults(gen.sampling_defaults, fallback_temperature=OPENAI_TEMPERATURE)
-        req.check_for(gen.max_draft_tokens, gen.methods)
-        req.logits_params.check_vocab(gen.vocab_size)
-    except InvalidArgument as exc:  # RequestFieldError, or the vocabulary check of logit_bias: both name a field
-        field = getattr(exc, "field", None)
-        raise bad_request(str(exc), _PARAMS.get(field, field)) from None
-    return req
+        return gen.request("prepare", None, req.with_defaults(gen.sampling_defaults,
+                                                              fallback_temperature=OPENAI_TEMPERATURE))
+    except InvalidArgument as exc:  # RequestFieldError: names a field
+        raise _field_error(exc) from None
+
+
+def _field_error(exc: InvalidArgument) -> APIError:
+    if isinstance(exc, ContextExceeded):
+        total = exc.prompt_tokens + exc.max_new_tokens
+        return bad_request(f"this model's maximum context length is {exc.context} tokens, but {exc.prompt_tokens} "
+                           f"prompt tokens + max_tokens={exc.max_new_tokens} = {total}; lower max_tokens or shorten "
+                           "the prompt", "max_tokens", code="context_length_exceeded")
+    field = getattr(exc, "field", None)
+    return bad_request(str(exc), _PARAMS.get(field, field))
+
+
+def _prepare(gen: Any, prompts: list[list[int]], request: GenerationRequest) -> list[PreparedRequest]:
+    """Each prompt prepared once (runtime/prepared.py: ids, context, penalties against the vocabulary). The
+    constraint is compiled after admission, on the compile threads (Service._compile), and by the run."""
+    try:
+        return [prepare_prompt(gen, ids, request, compile_constraint=False) for ids in prompts]
+    except InvalidArgument as exc:
+        raise _field_error(exc) from None
 
 
 def _job(body: Any, gen: Any, config: ServeConfig, prompts: list[list[int]], max_tokens: Optional[int],
@@ -154,18 +172,13 @@ def _job(body: Any, gen: Any, config: ServeConfig, prompts: list[list[int]], max
     if body.model is not None and body.model != config.served_model_name:
         raise APIError(400, f"unknown model {body.model!r}; this server serves {config.served_model_name!r}",
                        param="model", code="model_not_found")
-    context = gen.max_seq_len
-    prompt_ids = max(prompts, key=len)  # the longest prompt bounds max_tokens
     if max_tokens is None:
-        max_tokens = default_max_tokens
+        max_tokens = max(default_max_tokens, 1)  # a prompt that fills the context: refused by _prepare
     elif max_tokens < 1:
         raise bad_request(f"max_tokens must be >= 1, got {max_tokens}", "max_tokens")
-    if len(prompt_ids) + max_tokens > context:
-        raise bad_request(f"this model's maximum context length is {context} tokens, but {len(prompt_ids)} prompt "
-                          f"tokens + max_tokens={max_tokens} = {len(prompt_ids) + max_tokens}; lower max_tokens "
-                          "or shorten the prompt", "max_tokens", code="context_length_exceeded")
     tool_spec = tool_constraint(tools, gen) if tools is not None else None
-    jobs, choice_jobs = plan_jobs(prompts, _request(body, gen, config, max_tokens, chat, tool_spec), n)
+    request = _request(body, gen, config, max_tokens, chat, tool_spec)
+    jobs, choice_jobs = plan_jobs(_prepare(gen, prompts, request), n)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     return Prepared(jobs[0], chat, body.stream, include_usage, rid, int(time.time()), jobs, choice_jobs,

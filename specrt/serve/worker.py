@@ -21,6 +21,11 @@ from specrt.serve.logprobs import entries
 class Job:
     prompt_ids: list[int]
     request: GenerationRequest  # resolved: sampling defaults filled, checked against the bundle
+    prepared: Any = None  # its PreparedRequest (runtime/prepared.py): what the slot runs, checked once
+
+    @classmethod
+    def of(cls, prepared: Any) -> "Job":
+        return cls(prepared.prompt_ids.tolist(), prepared.request, prepared)
 
     @property
     def max_tokens(self) -> int:
@@ -53,7 +58,7 @@ def run_job(gen: Any, job: Job, cancel: threading.Event, emit: Callable[[Any], N
     names: dict = {}  # token id -> (string, bytes), for logprobs
     try:
         # the stop strings are watched here, on the text this stage makes: not a second time by stream_tokens
-        steps = gen.stream_tokens(job.prompt_ids, request=job.request.replace(stop=()))
+        steps = gen.stream_tokens(job.prepared.without_stop())
         try:
             for ids, stats in steps:
                 tokens += len(ids)

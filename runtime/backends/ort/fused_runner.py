@@ -42,6 +42,8 @@ class HeadMajorKVCache(KVCache):
 
 class OrtFusedRunner(Runner):
     name = "ort"
+    native = ("_run_bound", "_binding", "_full_value", "_chain_value", "_tree_value", "session", "_logits",
+              "_last_logits", "_hidden", "_rows", "_ids")
 
     def __init__(self, onnx_path: Path, config: DecoderConfig, capacity: int, max_short_tokens: int,
                  device: str = "cpu", threads: int | None = None, want_hidden: bool = False,

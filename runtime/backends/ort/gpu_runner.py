@@ -58,6 +58,7 @@ def check_gpu_provider(ort, provider: str) -> str:
 
 class OrtGpuRunner(Runner):
     name = "ort-gpu"
+    native = ("_binding", "session", "_ids", "_positions", "_logits", "_hidden")
 
     def __init__(self, onnx_path: Path, config: DecoderConfig, capacity: int, max_short_tokens: int,
                  provider: str = "cuda", device: str = "cuda:0", want_hidden: bool = False) -> None:

@@ -47,6 +47,14 @@ class HeadRunner:
     def truncate(self, length: int) -> None:
         self.length = min(self.length, length)
 
+    def close(self) -> None:
+        """Release the session (a TensorRT head: its contexts, then its engine) and the cache (idempotent); the
+        Generator closes it with its runners."""
+        for name in ("contexts", "engine", "_runtime", "session", "keys", "values"):
+            if name in self.__dict__:
+                setattr(self, name, None)
+        self.length = 0
+
     def __call__(self, features: np.ndarray, token_ids: np.ndarray, position: int) -> tuple[np.ndarray, np.ndarray]:
         """features [S, D], token_ids [S] at positions [position, position + S) -> (logits [S, V'], hidden [S, D])."""
         p, s = self.length, token_ids.size

@@ -85,6 +85,8 @@ def binding_runner(session, binding):
 
 class OrtRunner(Runner):
     name = "ort"
+    native = ("_run_bound", "_bind_in", "_bind_out", "_binding", "_chain_value", "_tree_value", "session", "_logits",
+              "_hidden", "_positions", "_key_ptrs", "_value_ptrs")
 
     def __init__(self, onnx_path: Path, config: DecoderConfig, capacity: int, max_short_tokens: int,
                  device: str = "cpu", threads: int | None = None, want_hidden: bool = False,

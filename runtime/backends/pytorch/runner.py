@@ -55,6 +55,7 @@ def decoder_from_onnx(onnx_path: Path, config: DecoderConfig) -> Decoder:
 
 class TorchRunner(Runner):
     name = "torch"
+    native = ("decoder", "_positions")
     supports_tree = True  # the decoder's own tree mask (models/layers.attend)
 
     def __init__(self, onnx_path: Path, config: DecoderConfig, capacity: int, device: str = "cpu",

@@ -141,6 +141,10 @@ class TrtEngine:
 
 class TrtRunner(TrtEngine, Runner):
     name = "trt"
+    # TensorRT: the contexts before their engine, the engine before its runtime; then the device buffers
+    native = ("contexts", "engine", "_runtime", "_scratch", "stream", "_ids", "_positions", "_logits", "_hidden",
+              "_ids_host", "_logits_host", "_hidden_host", "_all_rows", "_chain_mask", "_tree_mask",
+              "_tree_positions")
 
     def __init__(self, manifest, role: str, config: DecoderConfig, capacity: int, device: str = "cuda:0",
                  want_hidden: bool = False) -> None:

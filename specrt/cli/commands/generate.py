@@ -64,30 +64,33 @@ def generate_cmd(bundle, prompt, prompts_file, max_batch, prefix_cache_mb, no_pr
     from specrt.cli.generate_output import context_warning, stats_line
     from specrt.runtime import load
 
-    penalties = dict(presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                     repetition_penalty=repetition_penalty)
     if sum(x is not None for x in (prompt, chat, prompts_file)) != 1:
         raise InvalidArgument("give exactly one of --prompt, --chat and --prompts-file")
-    if prompts_file is not None:
-        if system is not None or stream:
-            raise InvalidArgument("--system and --stream take one prompt: with --prompts-file, give a system message "
-                                  "per line ({\"chat\": ..., \"system\": ...}); results print as JSON lines")
-        return _generate_file(bundle, prompts_file, max_batch, max_new_tokens, backend, threads, target_device,
-                              draft_device, dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                                                 method=method, num_speculative_tokens=k, ngram_min=ngram_min,
-                                                 ngram_max=ngram_max, strict=strict, **penalties),
-                              (json_schema, json_object, regex, grammar),
-                              prefix_cache_budget(prefix_cache_mb, no_prefix_cache))
+    if prompts_file is not None and (system is not None or stream):
+        raise InvalidArgument("--system and --stream take one prompt: with --prompts-file, give a system message "
+                              "per line ({\"chat\": ..., \"system\": ...}); results print as JSON lines")
     if system is not None and chat is None:
         raise InvalidArgument("--system needs --chat")
+    from specrt.cli.constraint_options import constraint_from_options
+    from specrt.runtime.request import GenerationRequest
+
+    def request():  # the one request of the command, built after the prompt files and flags are checked
+        return GenerationRequest.from_options(
+            "generate", max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+            method=method, num_speculative_tokens=k, ngram_min=ngram_min, ngram_max=ngram_max, strict=strict,
+            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+            repetition_penalty=repetition_penalty,
+            constraint=constraint_from_options(json_schema, json_object, regex, grammar))
+
+    if prompts_file is not None:
+        return _generate_file(bundle, prompts_file, max_batch, backend, threads, target_device, draft_device, request,
+                              prefix_cache_budget(prefix_cache_mb, no_prefix_cache))
     from specrt.runtime.arguments import check_text
 
     for flag, text in (("--chat", chat), ("--system", system)):
         if text is not None:
             check_text(text, flag)
-    from specrt.cli.constraint_options import constraint_from_options
-
-    constraint = constraint_from_options(json_schema, json_object, regex, grammar)
+    req = request()
     with loading_status(bundle):
         gen = load(bundle, backend=backend, threads=threads, target_device=target_device,
                    draft_device=draft_device, warmup=False)  # one call: time the shapes only if it needs them
@@ -98,18 +101,15 @@ def generate_cmd(bundle, prompt, prompts_file, max_batch, prefix_cache_mb, no_pr
         if formatter.kind == "plain":
             click.echo("note: the bundle has no chat template: using the plain 'role: content' format", err=True)
         prompt = chat_prompt_ids(gen, chat, system, formatter)
-    kwargs = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, method=method,
-                  num_speculative_tokens=k, ngram_min=ngram_min, ngram_max=ngram_max, strict=strict,
-                  constraint=constraint, **penalties)
     if stream and not as_json:
         dec, stats = IncrementalDecoder(gen.tokenizer), None
-        for chunk, stats in gen.stream_tokens(prompt, max_new_tokens, **kwargs):
+        for chunk, stats in gen.stream_tokens(prompt, request=req):
             sys.stdout.write(dec.push(chunk) or "")
             sys.stdout.flush()
         sys.stdout.write(dec.flush() + "\n")
         sys.stdout.flush()
     else:
-        res = gen.generate(prompt, max_new_tokens, **kwargs)
+        res = gen.generate(prompt, request=req)
         stats = res.stats
         if as_json:
             echo_json({"text": res.text, "token_ids": res.token_ids, "finish_reason": res.finish_reason,
@@ -124,25 +124,25 @@ def generate_cmd(bundle, prompt, prompts_file, max_batch, prefix_cache_mb, no_pr
     exit_fast_when_done()
 
 
-def _generate_file(bundle, prompts_file, max_batch, max_new_tokens, backend, threads, target_device, draft_device,
-                   options, constraint_args, prefix_cache_mb):
-    """--prompts-file: every prompt on the batching scheduler, one JSON line each (specrt/cli/generate_batch.py)."""
-    from specrt.cli.constraint_options import constraint_from_options
+def _generate_file(bundle, prompts_file, max_batch, backend, threads, target_device, draft_device, request,
+                   prefix_cache_mb):
+    """--prompts-file: every prompt on the batching scheduler, one JSON line each (specrt/cli/generate_batch.py).
+    `request()` builds the command's one GenerationRequest (after the file is read)."""
     from specrt.cli.generate_batch import read_located, result_line, run_file
     from specrt.cli.generate_output import context_warning
     from specrt.runtime import load
 
     located = read_located(prompts_file)  # a bad file fails before anything loads
     wheres, prompts = [w for w, _ in located], [p for _, p in located]
-    constraint = constraint_from_options(*constraint_args)
+    req = request()
+    max_new_tokens = req.max_new_tokens
     if backend in ("auto", "ort") and max_batch not in (0, 1):
         from specrt.runtime.backends.ort.threads import share_thread_pool
 
         share_thread_pool(threads)  # the engine's sessions on one pool, as `specrt serve` (threads.py)
     with loading_status(bundle):
         gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
-    results, seconds, batch = run_file(gen, prompts, max_batch, max_new_tokens, dict(options, constraint=constraint),
-                                       wheres, prefix_cache_mb)
+    results, seconds, batch = run_file(gen, prompts, max_batch, max_new_tokens, req, wheres, prefix_cache_mb)
     for i, res in enumerate(results):
         click.echo(result_line(i, res))
     for where, res in zip(wheres, results):
