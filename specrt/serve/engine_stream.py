@@ -33,7 +33,9 @@ class Producers:
 
     def start(self, slot: Any, job: Job, stream: RequestStream) -> None:
         engine = self.engine
-        if engine is not None and engine.batchable(job.request):
+        if job.prepared is None:  # a job made without its prepared request (runtime/prepared.py): prepared here, once
+            job.prepared = (engine.gen if engine is not None else slot).prepare(job.prompt_ids, request=job.request)
+        if engine is not None and engine.batchable(job.prepared):
             _on_engine(engine, job, stream)
             return
         gen = engine.gen if engine is not None else slot
@@ -68,10 +70,7 @@ def _on_engine(engine: Any, job: Job, stream: RequestStream) -> None:
             seq.cancel.set()
 
     try:
-        if job.prepared is not None:  # resolved once at the door (runtime/prepared.py)
-            seq, _ = engine.submit(job.prepared, output=emit)
-        else:
-            seq, _ = engine.submit(job.prompt_ids, job.request, output=emit)
+        seq, _ = engine.submit(job.prepared, output=emit)  # resolved once (runtime/prepared.py)
     except Exception as exc:  # noqa: BLE001 - a request the engine refuses (closed, a bad argument): its Done
         stream.deliver(Done("error", 0, None, exc))
         return

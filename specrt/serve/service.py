@@ -142,7 +142,11 @@ class Service:
     def start(self, pool: Any, slot: Any, job: Any, observe: Any) -> RequestStream:
         """`job` running on `slot` (taken from `pool`, given back to it when the generation is over)."""
         stream = RequestStream(lambda: pool.release(slot), observe)
-        self.producers.start(slot, job, stream)
+        try:
+            self.producers.start(slot, job, stream)
+        except BaseException:
+            stream.release()  # a request that never started gives its slot back (else the next one waits forever)
+            raise
         return stream
 
     async def _acquire(self, request: Request, admitted: bool = False) -> Optional[Any]:
