@@ -120,7 +120,7 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
             logits = hook(raw, verify_ids)  # penalties / bias with the counts as of each row (a chain: see above)
             if constraint is not None:
                 logits = masked_logits(logits, pending.result())
-                if proposal.token_ids.size > kk:  # a refused sampled draft, rejected for sure: a row the rule never reads
+                if proposal.token_ids.size > kk:  # a refused sampled draft, rejected for sure: a row never read
                     logits = np.concatenate([logits, logits[-1:]])
             # 3. accept (a tree: the longest accepted root path, its KV rows moved into place)
             hidden = target.hidden_states

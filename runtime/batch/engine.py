@@ -22,7 +22,7 @@ from typing import Any, Iterator, Sequence as Seq
 from specrt.core.errors import EngineClosed, InvalidArgument
 from specrt.core.tokenizer import TextStage
 from specrt.runtime.batch.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
-from specrt.runtime.batch.sequence import Sequence
+from specrt.runtime.batch.sequence import BatchSequence
 from specrt.runtime.request import GenerationRequest
 from specrt.runtime.stats import GenerationStats
 
@@ -64,7 +64,7 @@ class BatchEngine:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _queue(self, seqs: list[Sequence]) -> None:
+    def _queue(self, seqs: list[BatchSequence]) -> None:
         with self._door:
             if self._closed:
                 raise EngineClosed("this BatchEngine is closed: create a new one (Generator.engine())")
@@ -78,17 +78,13 @@ class BatchEngine:
             self._end_all(EngineClosed("the BatchEngine was closed before this request finished"))
 
     def _end_all(self, exc: BaseException, inbox: bool = True) -> None:
-        sched = self.scheduler
-        held = list(sched.running) + list(sched.prefilling) + list(sched.waiting)
+        queued = []
         while inbox:
             try:
-                held += self._inbox.get_nowait()
+                queued += self._inbox.get_nowait()
             except queue.Empty:
                 break
-        for s in held:
-            s.emit(exc, s)
-        sched.running, sched.prefilling = [], []
-        sched.waiting.clear()
+        self.scheduler.abort_all(exc, queued)
 
     def _serve(self) -> None:
         sched = self.scheduler
@@ -113,14 +109,14 @@ class BatchEngine:
                     sched.drafts.used = 0
 
     def submit(self, prompt, request: GenerationRequest | None = None, **options: Any):
-        """Queue one request; returns (Sequence, event queue). Events: (time.perf_counter(), new token ids) per step,
+        """Queue one request; returns (BatchSequence, event queue). Events: (time.perf_counter(), new ids) per step,
         then `END` (the stats are complete) or the exception that ended the request."""
         seq, events = self._sequence(prompt, request, **options)
         self._queue([seq])
         return seq, events
 
     def _sequence(self, prompt, request: GenerationRequest | None = None, **options: Any):
-        """A checked request, not yet queued: (Sequence, its event queue)."""
+        """A checked request, not yet queued: (BatchSequence, its event queue)."""
         if self._closed:
             raise EngineClosed("this BatchEngine is closed: create a new one (Generator.engine())")
         max_new = options.pop("max_new_tokens", None)
@@ -148,7 +144,7 @@ class BatchEngine:
 
         stats = GenerationStats(method=method, backend=self.gen.backend, prompt_tokens=int(ids.size),
                                 provider="batched", context_limited=req.max_new_tokens > self.gen.max_seq_len - ids.size)
-        seq = Sequence(next(self._ids), ids, req, method, max_k, emit, stats, started=time.perf_counter())
+        seq = BatchSequence(next(self._ids), ids, req, method, max_k, emit, stats, started=time.perf_counter())
         return seq, events
 
     def batchable(self, request: GenerationRequest) -> bool:
@@ -191,7 +187,7 @@ class BatchEngine:
                 if stage.stopped:
                     seq.stats.finish_reason = "stop"
 
-    def events(self, seq: Sequence, events: queue.SimpleQueue) -> Iterator[tuple[float, list[int]]]:
+    def events(self, seq: BatchSequence, events: queue.SimpleQueue) -> Iterator[tuple[float, list[int]]]:
         """(time the step emitted it, new token ids) per step of a submitted request until it ends; raises the
         error that ended it. Closing the iterator early cancels the request (its slot is free within a step)."""
         try:
@@ -268,7 +264,7 @@ class _StopWatch:
     leaves at the end of that step, whenever its caller reads it): the text cut before the first stop string
     (the shared `TextStage`), and no tokens after that step's."""
 
-    def __init__(self, seq: Sequence, tokenizer) -> None:
+    def __init__(self, seq: BatchSequence, tokenizer) -> None:
         self.stage = TextStage(tokenizer, seq.request.stop)
         self.text: list[str] = []
         self._emit = seq.emit
@@ -276,7 +272,7 @@ class _StopWatch:
         if self.watched:
             seq.emit = self._on_step
 
-    def _on_step(self, chunk, seq: Sequence) -> None:
+    def _on_step(self, chunk, seq: BatchSequence) -> None:
         if isinstance(chunk, list) and chunk:
             if self.stage.stopped:  # steps after the stop (none once the request has left): not its output
                 return

@@ -19,13 +19,13 @@ DRAFT_KIND = "draft"  # the kind of a draft model's proposals (an n-gram proposa
 
 
 @dataclasses.dataclass(eq=False)
-class Sequence:
+class BatchSequence:
     request_id: int
     prompt_ids: np.ndarray  # [N] int64
     request: GenerationRequest  # resolved (sampling defaults filled, checked against the bundle)
     method: str
     max_k: int
-    emit: Callable[[list[int], "Sequence"], None]  # called with each step's new tokens (the scheduler's thread)
+    emit: Callable[[list[int], "BatchSequence"], None]  # called with each step's new tokens (the scheduler's thread)
     stats: GenerationStats
     cancel: threading.Event = dataclasses.field(default_factory=threading.Event)
     tokens: np.ndarray | None = None  # [capacity] committed sequence; tokens[:n]

@@ -2,12 +2,12 @@
 runs on the batched portable graph too: ONNX Runtime on the CPU ("ort-portable"), the PyTorch reference ("torch")
 and TensorRT engines compiled with `--max-batch` ("trt").
 
-It offers the calls the scheduler makes of a `RegionPool` (pool.py): `acquire` / `release` / `region_of`,
-`decode_batch` and `packed().run(calls)`, with one `SlotRunner` per slot standing in for a region's runner
-(`forward`, `forward_last`, `length`, `truncate`, `reset`, `cache.reserve`). Regions are virtual: region i is
-`runners[i]`, whose slot never changes, so releasing a region moves no KV rows (a RegionPool copies the regions
-above it down). A pass runs over the slot range its calls cover (`forward_batch(..., first=lo)`), the slots in
-between that have no call sitting it out (one dummy row each); `acquire` takes the lowest free slot, so the range
+It implements the scheduler's pool contract (`KVPool`, protocol.py) as a `RegionPool` (pool.py) does: `acquire` /
+`release` / `region_of`, `decode_batch` and `packed().run(calls)`, with one `SlotRunner` per slot standing in for a
+region's runner (`forward`, `forward_last`, `length`, `truncate`, `reset`, `cache.reserve`). Regions are virtual:
+region i is `runners[i]`, whose slot never changes, so releasing a region moves no KV rows (a RegionPool copies the
+regions above it down). A pass runs over the slot range its calls cover (`forward_batch(..., first=lo)`), the slots
+in between that have no call sitting it out (one dummy row each); `acquire` takes the lowest free slot, so the range
 stays short.
 
 Right padding makes every slot of a pass pay the pass's longest call: a prompt chunk of 256 tokens beside seven
@@ -115,6 +115,10 @@ class SlotPool:
         self.used += 1
         return runner
 
+    def release_all(self) -> None:
+        """Free every region (their requests were ended): the next `acquire` resets the runner it hands out."""
+        self.used = 0
+
     def region_of(self, runner: SlotRunner) -> int:
         return self.runners.index(runner, 0, self.used)
 
@@ -140,9 +144,9 @@ class SlotPool:
         return rows
 
     def run(self, calls: list[tuple]) -> list[np.ndarray]:
-        """calls: (region, token ids [S], past length, (first, count) logit rows[, attn_rows]) with distinct regions
-        -> per call the logits of its rows [first, first + count). Writes each call's S key/value rows at
-        [past, past + S) of its slot (the slot's length is set to `past` first: the scheduler passes the length
+        """calls (`PassCall`s): (region, token ids [S], past length, (first, count) logit rows[, attn_rows]) with
+        distinct regions -> per call the logits of its rows [first, first + count). Writes each call's S key/value
+        rows at [past, past + S) of its slot (the slot's length is set to `past` first: the scheduler passes the length
         it has; a cost measurement passes any). Calls longer than `pad_limit` rows get passes of their own."""
         slots = {}
         for region, ids, past, *_ in calls:
