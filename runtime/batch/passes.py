@@ -19,10 +19,10 @@ from specrt.runtime.step import accept, commit, pick_token, record, verify
 
 
 class Passes:
-    def __init__(self, pool: KVPool, eos_ids: frozenset[int], capacity: int,
-                 prefill_done: Callable[[BatchSequence, np.ndarray], None]) -> None:
-        """`pool`: the target's KV pool; `prefill_done(seq, last [V])`: the scheduler's, when a prompt is in."""
-        self.pool, self.eos_ids, self.capacity, self.prefill_done = pool, eos_ids, capacity, prefill_done
+    def __init__(self, gen, pool: KVPool, prefill_done: Callable[[BatchSequence, np.ndarray], None]) -> None:
+        """`gen`: the Generator (its end tokens and context); `pool`: the target's KV pool; `prefill_done(seq,
+        last [V])`: the scheduler's, when a prompt is in."""
+        self.gen, self.pool, self.prefill_done = gen, pool, prefill_done
 
     def run(self, p):
         """Execute one pass -> its outputs (logits rows; with the seconds of a prompt chunk's pass)."""
@@ -105,15 +105,15 @@ class Passes:
         return emitted
 
     def _commit(self, s: BatchSequence, emitted: list[int], accepted: int) -> int:
-        emitted = commit(s, emitted, accepted, self.eos_ids)  # cut at EOS, truncate, the proposer observes
+        emitted = commit(s, emitted, accepted, self.gen.eos_ids)  # cut at EOS, truncate, the proposer observes
         self.emit(s, emitted)
         return len(emitted)
 
     def emit(self, s: BatchSequence, ids: list[int]) -> None:
         s.stats.elapsed_s = time.perf_counter() - s.started
-        if ids[-1] in self.eos_ids:
+        if ids[-1] in self.gen.eos_ids:
             s.finished = "stop"
-        elif s.remaining <= 0 or s.n >= self.capacity:
+        elif s.remaining <= 0 or s.n >= self.gen.max_seq_len:
             s.finished = "length"
         s.stats.finish_reason = s.finished
         s.emit(ids, s)

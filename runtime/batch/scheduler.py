@@ -87,7 +87,7 @@ class Scheduler:
         switch_free = shared_pool() is not None or not fused
         costs = cost_table(gen, self.targets, max_batch, packed=self.packed)  # measured once, then cached
         self.chooser = FamilyChooser(costs, self.packed, self.batched_decode, switch_free)
-        self.passes = Passes(self.targets, gen.eos_ids, gen.max_seq_len, self._prefill_done)
+        self.passes = Passes(gen, self.targets, self._prefill_done)
         self.steps = 0
         self.step_tokens = 0  # tokens emitted by decode steps, and their seconds: goodput
         self.step_seconds = 0.0

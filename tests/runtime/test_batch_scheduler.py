@@ -17,8 +17,15 @@ from specrt.runtime.proposers.ngram import NgramProposer
 
 
 @pytest.fixture(scope="module")
-def engine(pair_generator):
-    eng = pair_generator.engine(max_batch=4)
+def gen(pair_bundle):
+    from specrt.runtime import load
+
+    return load(pair_bundle, backend="ort")  # the fused graph: region pools for the target and the draft
+
+
+@pytest.fixture(scope="module")
+def engine(gen):
+    eng = gen.engine(max_batch=4)
     yield eng
     eng.close()
 
@@ -40,8 +47,7 @@ def test_one_factory_builds_every_method_or_names_what_the_bundle_lacks():
             build_proposer(method, eos, {}, Drafters())
 
 
-def test_the_generator_and_the_scheduler_build_the_same_proposers(pair_generator, engine):
-    gen = pair_generator
+def test_the_generator_and_the_scheduler_build_the_same_proposers(gen, engine):
     params = gen.request("generate", 8, method="hybrid").sampling
     alone = gen.make_proposer("hybrid", params, np.random.default_rng(0), {})
     built = []
@@ -72,7 +78,7 @@ def test_both_kv_pools_implement_the_pool_protocol(engine):
     assert all(hasattr(pool, m) for m in members)
 
 
-def test_a_step_is_a_typed_plan_run_pass_by_pass(engine, pair_generator):
+def test_a_step_is_a_typed_plan_run_pass_by_pass(engine, gen):
     from specrt.runtime.batch.plan import BatchedTokenPass, OwnPass, PackedRowsPass, PrefillPass, StepPlan
 
     sched = engine.scheduler
@@ -89,7 +95,7 @@ def test_a_step_is_a_typed_plan_run_pass_by_pass(engine, pair_generator):
                                                          method="ngram")]
     finally:
         sched.plan = plan
-    alone = [pair_generator.generate(p, 8, method="ngram").token_ids for p in ["import os", "def f(x):", "a b a b a b"]]
+    alone = [gen.generate(p, 8, method="ngram").token_ids for p in ["import os", "def f(x):", "a b a b a b"]]
     assert got == alone
     assert plans and all(isinstance(p, StepPlan) for p in plans)
     kinds = {type(x) for p in plans for x in p.passes}
@@ -99,7 +105,7 @@ def test_a_step_is_a_typed_plan_run_pass_by_pass(engine, pair_generator):
     assert all(p.then_decode and not p.decoding for p in plans if any(isinstance(x, PrefillPass) for x in p.passes))
 
 
-def test_a_failed_step_ends_every_request_it_held_and_frees_every_region(engine, pair_generator):
+def test_a_failed_step_ends_every_request_it_held_and_frees_every_region(engine, gen):
     sched = engine.scheduler
     run = sched.passes.run
     failing = {"on": True}
@@ -121,7 +127,7 @@ def test_a_failed_step_ends_every_request_it_held_and_frees_every_region(engine,
     assert sched.targets.used == 0 and sched.drafts.used == 0 and not sched.running and not sched.prefilling
     # the engine goes on: a new request gives its output alone
     _, events = engine.submit("import os", max_new_tokens=6, method="hybrid")
-    assert event_tokens(events) == pair_generator.generate("import os", 6, method="hybrid").token_ids
+    assert event_tokens(events) == gen.generate("import os", 6, method="hybrid").token_ids
 
 
 def test_abort_all_ends_queued_requests_too():
