@@ -41,7 +41,7 @@ class BatchSequence:
     # far more often than a 1-token one, and the plan drafts more where it pays. `kind`: this step's proposal
     by_kind: dict = dataclasses.field(default_factory=dict)
     kind: Any = None
-    idle: int = 0  # decode steps since it last drafted (draft-model requests: `Scheduler._probe`)
+    idle: int = 0  # decode steps since it last drafted (draft-model requests: `plan.request_ks`)
     # seeded sampling: the Generator's k policy for the request (its k schedule a function of its own acceptance
     # counts, never of timings or of the rest of the batch: the same seed gives the same text as alone), and the k
     # it chose for the current step (None between steps)
