@@ -1,5 +1,5 @@
 """`RegionPool`: one model's KV slot pool for batched decoding, on ONE ONNX Runtime session (one weights copy); the
-scheduler's pool contract (`KVPool`, protocol.py), as `SlotPool` (slots.py) over a batch runner.
+scheduler's pool contract (`KVPool`, protocol.py), as `BatchRunnerPool` (slots.py) over a batch runner.
 
 Per layer one preallocated buffer for keys and one for values, `[max_batch, Hkv, capacity, D]` (the fused
 graph's head-major layout with a batch dimension): region b is `buf[b:b+1]`, one contiguous block per sequence.

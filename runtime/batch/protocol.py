@@ -1,8 +1,9 @@
-"""The scheduler's contract with a KV pool: what `RegionPool` (pool.py, the fused CPU graph's regions) and `SlotPool`
-(slots.py, a batch runner's slots) both offer, and the call a multi-sequence pass takes.
+"""The scheduler's contract with a KV pool: what `RegionPool` (pool.py, the fused CPU graph's regions) and
+`BatchRunnerPool` (slots.py, a batch runner's slots) both offer, and the call a multi-sequence pass takes.
 
 Regions in use are the prefix [0, used) in the scheduler's order (decoding requests first, then those in prefill);
-`release` moves the regions above the freed one down by one (a RegionPool copies their rows, a SlotPool renumbers).
+`release` moves the regions above the freed one down by one (a RegionPool copies their rows, a BatchRunnerPool
+renumbers them).
 """
 
 from __future__ import annotations

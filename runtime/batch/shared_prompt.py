@@ -9,8 +9,8 @@ against each sequence alone).
 
 Order: a waiting or copied sequence completes its prefill only as the oldest in prefill (`Scheduler._complete_shared`),
 and no younger sequence prefills past it (`blocked`), so regions keep the pool's order (running, then prefilling).
-Fused CPU pools (`RegionPool`) only: batch runners (SlotPool) have no row copy between slots. SPECRT_SHARED_PREFILL=0
-turns it off.
+Fused CPU pools (`RegionPool`) only: batch runners (`BatchRunnerPool`) have no row copy between slots.
+SPECRT_SHARED_PREFILL=0 turns it off.
 """
 
 from __future__ import annotations

@@ -67,10 +67,10 @@ def test_the_generator_and_the_scheduler_build_the_same_proposers(gen, engine):
 def test_both_kv_pools_implement_the_pool_protocol(engine):
     from specrt.runtime.batch.pool import RegionPool
     from specrt.runtime.batch.protocol import KVPool
-    from specrt.runtime.batch.slots import SlotPool
+    from specrt.runtime.batch.slots import BatchRunnerPool
 
     members = [m for m in dir(KVPool) if not m.startswith("_")] + list(KVPool.__annotations__)
-    for pool_class in (RegionPool, SlotPool):
+    for pool_class in (RegionPool, BatchRunnerPool):
         pool_methods = [m for m in members if callable(getattr(KVPool, m, None))]
         assert all(callable(getattr(pool_class, m, None)) for m in pool_methods), pool_class
     pool = engine.scheduler.targets
