@@ -28,7 +28,7 @@ from specrt.runtime.stats import GenerationStats
 from specrt.runtime.tree import first_chain, is_chain
 
 
-class Decoded(Protocol):
+class SequenceState(Protocol):
     """What a step reads and commits to: `Decoding` (the loop) and `BatchSequence` (the scheduler)."""
 
     target: Any  # a Runner, a batching pool's region runner or slot
@@ -103,7 +103,7 @@ def tree_or_chain(proposal: Proposal, k: int, target: Any, chain_only: bool) -> 
     return dataclasses.replace(proposal, token_ids=drafts, probs=probs, parents=parents)
 
 
-def verify(seq: Decoded, verify_ids: np.ndarray, parents: np.ndarray | None = None) -> np.ndarray:
+def verify(seq: SequenceState, verify_ids: np.ndarray, parents: np.ndarray | None = None) -> np.ndarray:
     """One target pass over the pending token and `verify_ids` [k] (a tree's nodes with `parents`) -> raw logits
     [k + 1, V]. The ids are written past tokens[:n] as scratch (what is emitted overwrites them). A proposer with
     `observe_verify` (Token Recycling) sees the fed rows and the raw logits."""
@@ -166,7 +166,7 @@ def record(stats: GenerationStats, k: int, proposal: Proposal, accepted: Accepte
     stats.record_step(k, proposal.token_ids.size, accepted.count, proposal.source)
 
 
-def commit(seq: Decoded, emitted: list[int], num_accepted: int, eos_ids: frozenset[int],
+def commit(seq: SequenceState, emitted: list[int], num_accepted: int, eos_ids: frozenset[int],
            hidden: np.ndarray | None = None, own: int | None = None) -> list[int]:
     """Append `emitted` (cut after its first EOS) to seq; its target keeps every committed token but the last; the
     proposer observes the new length (or, `own` of its tokens having been followed by forced ones, no further than
