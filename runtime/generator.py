@@ -30,7 +30,6 @@ from specrt.runtime.open import close_models, open_constraints, open_models
 from specrt.runtime.policy import AdaptiveK, CountOnlyAdaptiveK, FixedK, model_draft_cost
 from specrt.runtime.prepared import PreparedRequest, prepare_call, resolve_request
 from specrt.runtime.proposers.draft_model import DraftModelProposer
-from specrt.runtime.proposers.ngram import NgramProposer
 from specrt.runtime.request import METHODS, GenerationRequest, generation_defaults
 from specrt.runtime.results import GenerationResult, collect, text_pieces, token_steps
 from specrt.runtime.sampling import SamplingParams
@@ -256,41 +255,25 @@ class Generator:
         return self._constraints[0].compile(spec)
 
     def make_proposer(self, method: str, params: SamplingParams, rng: np.random.Generator, options: dict):
-        """The proposer for `method` bound to this generator's runners (None for method "none")."""
-        if method == "none":
-            return None
-        if method in ("head", "hybrid-head") or (method == "hybrid" and self.draft is None
-                                                  and self.manifest.draft_head is not None):
-            draft = self._head_proposer(params, rng)
-            if method == "head":
-                return draft
-            from specrt.runtime.proposers import hybrid
+        """The proposer for `method` bound to this generator's runners (None for method "none"): the one factory,
+        runtime/proposers/build.py."""
+        from specrt.runtime.proposers.build import Drafters, build_proposer
 
-            sizes = {"min_n": hybrid.DEFAULT_MIN_N, "max_n": hybrid.DEFAULT_MAX_N, **options}
-            return hybrid.HybridProposer(NgramProposer(self.eos_ids, **sizes), draft)
-        if method in ("draft", "hybrid"):
-            if self.draft is None:
-                raise InvalidArgument(f"method {method!r} needs a bundle compiled with --draft")
-            draft = DraftModelProposer(self.draft, params, rng, self.vocab_size)
-            if method == "draft":
-                return draft
-            from specrt.runtime.proposers import hybrid
-
-            sizes = {"min_n": hybrid.DEFAULT_MIN_N, "max_n": hybrid.DEFAULT_MAX_N, **options}
-            return hybrid.HybridProposer(NgramProposer(self.eos_ids, **sizes), draft)
-        if method == "ngram":
-            return NgramProposer(self.eos_ids, **options)
-        if method == "recycle":  # prompt lookup + the bundle's successor table (runtime/proposers/recycle.py)
+        def recycle():
             from specrt.runtime.proposers.recycle import make_recycle
 
             return make_recycle(self, options)
-        if method == "medusa":
-            if self.manifest.medusa is None:
-                raise InvalidArgument("method 'medusa' needs a bundle compiled with --medusa")
+
+        def medusa():
             from specrt.runtime.proposers.medusa import MedusaProposer
 
             return MedusaProposer.from_manifest(self.manifest, self._medusa_cache)
-        raise InvalidArgument(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+
+        m, runner = self.manifest, self.draft
+        return build_proposer(method, self.eos_ids, options, Drafters(
+            draft=(lambda: DraftModelProposer(runner, params, rng, self.vocab_size)) if runner is not None else None,
+            head=(lambda: self._head_proposer(params, rng)) if m.draft_head is not None else None,
+            recycle=recycle, medusa=medusa if m.medusa is not None else None))
 
     def _head_proposer(self, params: SamplingParams, rng: np.random.Generator):
         if self.manifest.draft_head is None:

@@ -42,9 +42,9 @@ def cache_key(gen, max_batch: int, pool=None) -> str:
 
     from specrt.runtime.batch.packed import packed_sizes
     from specrt.runtime.batch.ragged import use_ragged
-    from specrt.runtime.batch.slots import SlotPool
+    from specrt.runtime.batch.slots import BatchRunnerPool
 
-    if isinstance(pool, SlotPool):  # a batch runner: its backend and device, the bundle as compiled (manifest)
+    if isinstance(pool, BatchRunnerPool):  # a batch runner: its backend and device, the bundle as compiled (manifest)
         manifest = Path(gen.manifest.root) / "manifest.json"
         st = manifest.stat()
         ident = [COSTS_VERSION, "slots", pool.batch.name, str(manifest.resolve()), st.st_size, st.st_mtime_ns,
@@ -96,10 +96,10 @@ def measure_rows(pool, max_rows: int) -> list[float]:
     pool itself: a batch runner's passes, or a fused pool's region runner (its bound region views and the pool's
     session as the scheduler runs them; the Generator's load-time timings of its own runner came out 15-20%
     below a region's one-token pass on SmolLM2 fp32, so drafting looked cheaper than it was)."""
-    from specrt.runtime.batch.slots import SlotPool
+    from specrt.runtime.batch.slots import BatchRunnerPool
 
     past = min(PACKED_PAST, pool.capacity - max_rows)
-    if isinstance(pool, SlotPool):
+    if isinstance(pool, BatchRunnerPool):
         runner = pool.runners[0]
 
         def run(ids):
@@ -123,7 +123,7 @@ def measure_rows(pool, max_rows: int) -> list[float]:
                     best = min(best, time.perf_counter() - t0)
             out.append(best)
     finally:
-        if isinstance(pool, SlotPool):
+        if isinstance(pool, BatchRunnerPool):
             runner.reset()
         else:
             pool.release(runner)
@@ -201,9 +201,9 @@ def step_seconds(gen) -> float:
 
 def cost_table(gen, pool, max_batch: int, packed: bool = False) -> CostTable:
     """The cached table for this graph and device, else measured now and cached (a failed write is ignored)."""
-    from specrt.runtime.batch.slots import SlotPool
+    from specrt.runtime.batch.slots import BatchRunnerPool
 
-    slots = isinstance(pool, SlotPool)
+    slots = isinstance(pool, BatchRunnerPool)
     path = None
     try:
         path = cache_path(gen, max_batch, pool)

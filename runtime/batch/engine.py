@@ -22,7 +22,7 @@ from typing import Any, Iterator, Sequence as Seq
 from specrt.core.errors import EngineClosed, InvalidArgument
 from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB, check_budget_mb
 from specrt.runtime.batch.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
-from specrt.runtime.batch.sequence import Sequence
+from specrt.runtime.batch.sequence import BatchSequence
 from specrt.runtime.batch import intake
 from specrt.runtime.batch.streams import blocking, result, steps, token_steps
 from specrt.runtime.prepared import PreparedRequest
@@ -68,7 +68,7 @@ class BatchEngine:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _queue(self, seqs: list[Sequence]) -> None:
+    def _queue(self, seqs: list[BatchSequence]) -> None:
         with self._door:
             if self._closed:
                 raise EngineClosed("this BatchEngine is closed: create a new one (Generator.engine())")
@@ -82,17 +82,13 @@ class BatchEngine:
             self._end_all(EngineClosed("the BatchEngine was closed before this request finished"))
 
     def _end_all(self, exc: BaseException, inbox: bool = True) -> None:
-        sched = self.scheduler
-        held = list(sched.running) + list(sched.prefilling) + list(sched.waiting)
+        queued = []
         while inbox:
             try:
-                held += self._inbox.get_nowait()
+                queued += self._inbox.get_nowait()
             except queue.Empty:
                 break
-        for s in held:
-            s.emit(exc, s)
-        sched.running, sched.prefilling = [], []
-        sched.waiting.clear()
+        self.scheduler.abort_all(exc, queued)
 
     def _serve(self) -> None:
         sched = self.scheduler
@@ -111,13 +107,10 @@ class BatchEngine:
                 sched.step()
             except BaseException as exc:  # noqa: BLE001 - a failed step ends every request in it with the error
                 self._error = exc
-                self._end_all(exc, inbox=False)
-                sched.targets.used = 0
-                if sched.drafts is not None:
-                    sched.drafts.used = 0
+                self._end_all(exc, inbox=False)  # Scheduler.abort_all frees every region
 
     def submit(self, prompt, request: GenerationRequest | None = None, *, output: Any = None, **options: Any):
-        """Queue one request (a prompt and its options, or a PreparedRequest alone); returns (Sequence, event queue).
+        """Queue one request (a prompt and its options, or a PreparedRequest alone); returns (BatchSequence, event queue).
         Its steps go to `output` (a `streams.RequestOutput`: e.g. the server's per-request async stream; the queue is
         then None); without one, to the returned queue: `Step`s ((time, ids, ...) tuples: runtime/batch/streams.py),
         then `END` (the stats are complete) or the exception that ended the request (read them with `events`)."""
@@ -125,7 +118,7 @@ class BatchEngine:
         self._queue([seq])
         return seq, events
 
-    def cancel(self, seq: Sequence) -> None:
+    def cancel(self, seq: BatchSequence) -> None:
         """Stop a submitted request from any thread: it leaves the batch within one step (its end is then emitted)."""
         seq.cancel.set()
         self._wake.set()
@@ -138,8 +131,8 @@ class BatchEngine:
 
     def _sequence(self, prompt, request: GenerationRequest | None = None, *, output: Any = None, checked: bool = False,
                   **options: Any):
-        """A request (a PreparedRequest, or a prompt and its options: prepared here) as a batch Sequence, not yet
-        queued: (Sequence, its event queue); its steps go to `output` (its emit; the queue is then None), or to the
+        """A request (a PreparedRequest, or a prompt and its options: prepared here) as a BatchSequence, not yet
+        queued: (BatchSequence, its event queue); its steps go to `output` (its emit; the queue is then None), or to the
         queue (`streams.blocking`)."""
         prepared = self._prepared("submit", prompt, options.pop("max_new_tokens", None), request, options)
         if not checked and (why := intake.refusal(prepared, self.scheduler.methods, loop_only=False)):
@@ -152,7 +145,7 @@ class BatchEngine:
         events = None
         if output is None:
             output, events = blocking(self.gen.tokenizer, (), text=False)
-        seq = Sequence(next(self._ids), ids, req, prepared.method, max_k, output, stats, started=time.perf_counter())
+        seq = BatchSequence(next(self._ids), ids, req, prepared.method, max_k, output, stats, started=time.perf_counter())
         return seq, events
 
     def batchable(self, request: PreparedRequest) -> bool:
@@ -174,7 +167,7 @@ class BatchEngine:
         self._queue([seq])
         yield from token_steps(seq, events, lambda: self.cancel(seq))
 
-    def events(self, seq: Sequence, events) -> Iterator[tuple[float, list[int]]]:
+    def events(self, seq: BatchSequence, events) -> Iterator[tuple[float, list[int]]]:
         """(time the step emitted it, new token ids) per step of a request `submit` queued without an output, until
         it ends; raises the error that ended it. Closing the iterator early cancels the request (its slot is free
         within a step)."""

@@ -6,14 +6,14 @@ A step is made of passes of two kinds (scheduler.py):
   1 + a + a^2 + ... + a^k expected tokens at per-token acceptance a;
 * one batched one-token pass over every decoding request (`T_batch(B)`, measured per B) gives each request one more
   token (a request that speculated first feeds its newly picked token).
-Three regimes: **batched** (the batched pass runs: each request k >= 0, speculating ones gain one token more),
-**separate** (no batched pass: every request runs its own pass, k >= 0; at B = 1 this is the single-sequence loop)
-and **packed** (ONE pass of the packed graph over every request's pending token and drafts, each in its own region:
-`T_packed(b, rows)`; runtime/batch/packed.py). The packed regime is planned greedily: starting from k = 0 everywhere,
-add the draft with the most expected tokens per extra second while it raises the step's goodput (its cost is
-not separable: a row's price depends on the pass's total rows).
-Within a regime goodput G = tokens / seconds is a separable fractional programme: Dinkelbach's iteration (pick each
-k maximising tokens_i - G * seconds_i, update G) reaches its optimum in a few rounds. The regime with the larger
+Two families of passes (family.py): **fused**, with a **batched** plan (the batched pass runs: each request k >= 0,
+speculating ones gain one token more) or a **separate** one (no batched pass: every request runs its own pass,
+k >= 0; at B = 1 this is the single-sequence loop), and **packed** (ONE pass of the packed graph over every request's
+pending token and drafts, each in its own region: `T_packed(b, rows)`; runtime/batch/packed.py). The packed family is
+planned greedily: starting from k = 0 everywhere, add the draft with the most expected tokens per extra second while
+it raises the step's goodput (its cost is not separable: a row's price depends on the pass's total rows).
+Within a plan goodput G = tokens / seconds is a separable fractional programme: Dinkelbach's iteration (pick each
+k maximising tokens_i - G * seconds_i, update G) reaches its optimum in a few rounds. The fused plan with the larger
 optimum wins; ties go to the batched one, whose all-zero choice is plain batched decoding, so the choice is never
 predicted below it.
 """
@@ -61,7 +61,9 @@ def _interp(xs: list[int], ys: list[float], x: float) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class StepPlan:
+class KPlan:
+    """A step's k per request and the passes they imply, with the goodput predicted for them."""
+
     ks: list[int]  # drafts per request (0: no speculation this step)
     batched: bool  # the batched one-token pass runs (False: every request runs its own pass)
     goodput: float  # expected tokens per second of the plan
@@ -94,8 +96,8 @@ def _dinkelbach(options: list[list[tuple[int, float, float]]], fixed_tokens: flo
     return [p[0] for p in pick], g
 
 
-def plan_packed(acceptance: list[float], max_ks: list[int], draft_costs: list[float], table: CostTable) -> StepPlan:
-    """The packed regime's plan: greedy over one more draft at a time (module docstring)."""
+def plan_packed(acceptance: list[float], max_ks: list[int], draft_costs: list[float], table: CostTable) -> KPlan:
+    """The packed family's plan: greedy over one more draft at a time (module docstring)."""
     b = len(acceptance)
     ks = [0] * b
     rows = b
@@ -120,17 +122,17 @@ def plan_packed(acceptance: list[float], max_ks: list[int], draft_costs: list[fl
         tokens += dt
         drafting += draft_costs[i]
         secs = table.t_packed(b, rows) + drafting
-    return StepPlan(ks, False, tokens / secs, packed=True)
+    return KPlan(ks, False, tokens / secs, packed=True)
 
 
 def plan_step(acceptance: list[float], max_ks: list[int], draft_costs: list[float], table: CostTable,
-              batched_ok: bool = True) -> StepPlan:
-    """k per request (0 allowed) and the regime, batched or separate, maximising expected tokens / expected
+              batched_ok: bool = True) -> KPlan:
+    """k per request (0 allowed) and the fused plan, batched or separate, maximising expected tokens / expected
     seconds of the step. `batched_ok` False: no one-token batched pass (a target whose one-token calls must run
-    as several rows). The packed regime is planned by `plan_packed` (the scheduler chooses between them)."""
+    as several rows). The packed family is planned by `plan_packed` (family.py chooses between them)."""
     b = len(acceptance)
     if b == 0:
-        return StepPlan([], batched_ok, 0.0)
+        return KPlan([], batched_ok, 0.0)
 
     def spec(a: float, k: int, cd: float) -> tuple[float, float]:
         # a drafting pass is charged SPEC_MARGIN more: speculation must beat not drafting by that much (estimates
@@ -142,11 +144,11 @@ def plan_step(acceptance: list[float], max_ks: list[int], draft_costs: list[floa
         batched_opts.append([(0, 0.0, 0.0)] + [(k, *spec(a, k, cd)) for k in range(1, kmax + 1)])
         separate_opts.append([(k, *spec(a, k, cd)) for k in range(0, kmax + 1)])
     ks, g = _dinkelbach(separate_opts, 0.0, 0.0)
-    best = StepPlan(ks, False, g)
+    best = KPlan(ks, False, g)
     if batched_ok:
         ks, g = _dinkelbach(batched_opts, float(b), table.t_batch(b))
         if g >= best.goodput:
-            best = StepPlan(ks, True, g)
+            best = KPlan(ks, True, g)
     return best
 
 

@@ -1,7 +1,7 @@
 """The batch engine's intake: a call prepared once (runtime/prepared.py), and the checks only the batch makes.
 
 The engine never resolves a request again: it takes `PreparedRequest`s (or prepares the call once here) and asks
-`refusal` whether the batch runs it; the scheduler takes the Sequence as it is.
+`refusal` whether the batch runs it; the scheduler takes the BatchSequence as it is.
 """
 
 from __future__ import annotations

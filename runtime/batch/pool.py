@@ -1,4 +1,5 @@
-"""`RegionPool`: one model's KV slot pool for batched decoding, on ONE ONNX Runtime session (one weights copy).
+"""`RegionPool`: one model's KV slot pool for batched decoding, on ONE ONNX Runtime session (one weights copy); the
+scheduler's pool contract (`KVPool`, protocol.py), as `BatchRunnerPool` (slots.py) over a batch runner.
 
 Per layer one preallocated buffer for keys and one for values, `[max_batch, Hkv, capacity, D]` (the fused
 graph's head-major layout with a batch dimension): region b is `buf[b:b+1]`, one contiguous block per sequence.
@@ -112,6 +113,10 @@ class RegionPool:
         runner.reset()
         self.used += 1
         return runner
+
+    def release_all(self) -> None:
+        """Free every region (their requests were ended): the next `acquire` resets the runner it hands out."""
+        self.used = 0
 
     def region_of(self, runner: OrtFusedRunner) -> int:
         return self.runners.index(runner, 0, self.used)

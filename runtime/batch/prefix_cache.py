@@ -23,7 +23,7 @@ import numpy as np
 from specrt.runtime.batch.pool import RegionPool
 from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB, MB, check_budget_mb  # noqa: F401
 from specrt.runtime.batch.prefix_store import DEFAULT_BLOCK, PrefixStore
-from specrt.runtime.batch.sequence import Sequence
+from specrt.runtime.batch.sequence import BatchSequence
 
 
 def reusable_length(prompt_len: int, cached: int, block: int, chunk: int) -> int:
@@ -53,7 +53,7 @@ class PrefixCaching:
         # answers' rows are stored only where no call has one row (one-row passes compute rows differently in fp32)
         self.answers = self.enabled and pool.runners[0].min_rows > 1
 
-    def on_admit(self, seq: Sequence) -> None:
+    def on_admit(self, seq: BatchSequence) -> None:
         """`seq` has its empty region (and no donor of the batch: PromptSharing runs first): copy the longest
         reusable stored prefix into it; the scheduler prefills from there."""
         if not self.enabled:
@@ -75,18 +75,18 @@ class PrefixCaching:
         seq.target.cache.length = seq.prefilled = seq.cached_tokens = seq.stats.cached_tokens = h
         self.hits += h
 
-    def on_chunk(self, seq: Sequence, size: int) -> None:
+    def on_chunk(self, seq: BatchSequence, size: int) -> None:
         """A prefill chunk of `size` rows from row seq.prefilled is about to run: a one-row chunk before the
         prompt's last row (a prefill budget shared by several prompts) ends the rows the store may keep."""
         if size == 1 and seq.prefilled + 1 < seq.prompt_ids.size and seq.exact_rows is None:
             seq.exact_rows = seq.prefilled
 
-    def on_prefilled(self, seq: Sequence) -> None:
+    def on_prefilled(self, seq: BatchSequence) -> None:
         """`seq`'s prompt rows are in its region: store its full blocks (up to its exact rows) not stored yet."""
         if self.enabled:
             self._capture(seq, seq.prompt_ids, seq.prompt_ids.size if seq.exact_rows is None else seq.exact_rows)
 
-    def on_finish(self, seq: Sequence, reason: str) -> None:
+    def on_finish(self, seq: BatchSequence, reason: str) -> None:
         """`seq` ends, its region not yet released: on a target whose every call has two rows or more (`min_rows`,
         int4 at accuracy level 4) its answer's rows are a prefill's rows too (measured), so the committed rows
         (prompt and answer but the last token) are stored: a chat's next turn reuses the answer as well."""
@@ -95,7 +95,7 @@ class PrefixCaching:
             return
         self._capture(seq, seq.tokens[:seq.target.length], seq.target.length)
 
-    def _capture(self, seq: Sequence, ids: np.ndarray, limit: int) -> None:
+    def _capture(self, seq: BatchSequence, ids: np.ndarray, limit: int) -> None:
         keys = self.store.chain(ids, min(limit // self.block, self.store.budget_bytes // self.block_bytes))
         if not keys:
             return

@@ -19,13 +19,13 @@ DRAFT_KIND = "draft"  # the kind of a draft model's proposals (an n-gram proposa
 
 
 @dataclasses.dataclass(eq=False)
-class Sequence:
+class BatchSequence:
     request_id: int
     prompt_ids: np.ndarray  # [N] int64
     request: GenerationRequest  # resolved (sampling defaults filled, checked against the bundle)
     method: str
     max_k: int
-    emit: Callable[[list[int], "Sequence"], None]  # called with each step's new tokens (the scheduler's thread)
+    emit: Callable[[list[int], "BatchSequence"], None]  # called with each step's new tokens (the scheduler's thread)
     stats: GenerationStats
     cancel: threading.Event = dataclasses.field(default_factory=threading.Event)
     tokens: np.ndarray | None = None  # [capacity] committed sequence; tokens[:n]
@@ -41,7 +41,7 @@ class Sequence:
     # far more often than a 1-token one, and the plan drafts more where it pays. `kind`: this step's proposal
     by_kind: dict = dataclasses.field(default_factory=dict)
     kind: Any = None
-    idle: int = 0  # decode steps since it last drafted (draft-model requests: `Scheduler._probe`)
+    idle: int = 0  # decode steps since it last drafted (draft-model requests: `plan.request_ks`)
     # seeded sampling: the Generator's k policy for the request (its k schedule a function of its own acceptance
     # counts, never of timings or of the rest of the batch: the same seed gives the same text as alone), and the k
     # it chose for the current step (None between steps)

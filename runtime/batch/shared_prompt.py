@@ -9,8 +9,8 @@ against each sequence alone).
 
 Order: a waiting or copied sequence completes its prefill only as the oldest in prefill (`Scheduler._complete_shared`),
 and no younger sequence prefills past it (`blocked`), so regions keep the pool's order (running, then prefilling).
-Fused CPU pools (`RegionPool`) only: batch runners (SlotPool) have no row copy between slots. SPECRT_SHARED_PREFILL=0
-turns it off.
+Fused CPU pools (`RegionPool`) only: batch runners (`BatchRunnerPool`) have no row copy between slots.
+SPECRT_SHARED_PREFILL=0 turns it off.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from specrt.runtime.batch.pool import RegionPool
-from specrt.runtime.batch.sequence import Sequence
+from specrt.runtime.batch.sequence import BatchSequence
 
 
 class PromptSharing:
@@ -29,7 +29,7 @@ class PromptSharing:
         self.enabled = isinstance(pool, RegionPool) and os.environ.get("SPECRT_SHARED_PREFILL", "1") != "0"
         self.tokens = 0  # prompt tokens copied instead of prefilled, since start
 
-    def on_admit(self, seq: Sequence, active: list[Sequence]) -> None:
+    def on_admit(self, seq: BatchSequence, active: list[BatchSequence]) -> None:
         """`seq` has its (empty) region: take a donor's prompt rows now, or wait for the donor's prefill."""
         if not self.enabled:
             return
@@ -46,7 +46,7 @@ class PromptSharing:
                 root.followers.append(seq)
             return
 
-    def on_prefilled(self, seq: Sequence, last: np.ndarray) -> None:
+    def on_prefilled(self, seq: BatchSequence, last: np.ndarray) -> None:
         """`seq`'s prompt is in its region (`last` [V]: its last row's logits): hand the rows to its waiting ones
         before anything may free its region."""
         if not self.enabled:
@@ -57,17 +57,17 @@ class PromptSharing:
                 self._take(f, seq, seq.prompt_last)
         seq.followers = []
 
-    def on_finish(self, seq: Sequence) -> None:
+    def on_finish(self, seq: BatchSequence) -> None:
         for f in seq.followers:  # left before its prefill was done: they prefill themselves
             f.donor = None
         seq.followers, seq.prompt_last, seq.shared_last, seq.donor = [], None, None, None
 
     @staticmethod
-    def blocked(seq: Sequence) -> bool:
+    def blocked(seq: BatchSequence) -> bool:
         """Whether `seq` takes no prompt chunk (it waits for a donor, or has its rows): nothing after it may either."""
         return seq.donor is not None or seq.shared_last is not None
 
-    def _take(self, f: Sequence, d: Sequence, last: np.ndarray) -> None:
+    def _take(self, f: BatchSequence, d: BatchSequence, last: np.ndarray) -> None:
         n = d.prompt_ids.size
         src, dst = self.pool.region_of(d.target), self.pool.region_of(f.target)
         for bufs in (self.pool.keys, self.pool.values):

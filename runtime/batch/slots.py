@@ -1,13 +1,13 @@
-"""`SlotPool`: the scheduler's KV pool over a `BatchRunner` (runtime/backends/batch.py), so continuous batching
+"""`BatchRunnerPool`: the scheduler's KV pool over a `BatchRunner` (runtime/backends/batch.py), so continuous batching
 runs on the batched portable graph too: ONNX Runtime on the CPU ("ort-portable"), the PyTorch reference ("torch")
 and TensorRT engines compiled with `--max-batch` ("trt").
 
-It offers the calls the scheduler makes of a `RegionPool` (pool.py): `acquire` / `release` / `region_of`,
-`decode_batch` and `packed().run(calls)`, with one `SlotRunner` per slot standing in for a region's runner
-(`forward`, `forward_last`, `length`, `truncate`, `reset`, `cache.reserve`). Regions are virtual: region i is
-`runners[i]`, whose slot never changes, so releasing a region moves no KV rows (a RegionPool copies the regions
-above it down). A pass runs over the slot range its calls cover (`forward_batch(..., first=lo)`), the slots in
-between that have no call sitting it out (one dummy row each); `acquire` takes the lowest free slot, so the range
+It implements the scheduler's pool contract (`KVPool`, protocol.py) as a `RegionPool` (pool.py) does: `acquire` /
+`release` / `region_of`, `decode_batch` and `packed().run(calls)`, with one `SlotRunner` per slot standing in for a
+region's runner (`forward`, `forward_last`, `length`, `truncate`, `reset`, `cache.reserve`). Regions are virtual:
+region i is `runners[i]`, whose slot never changes, so releasing a region moves no KV rows (a RegionPool copies the
+regions above it down). A pass runs over the slot range its calls cover (`forward_batch(..., first=lo)`), the slots
+in between that have no call sitting it out (one dummy row each); `acquire` takes the lowest free slot, so the range
 stays short.
 
 Right padding makes every slot of a pass pay the pass's longest call: a prompt chunk of 256 tokens beside seven
@@ -52,7 +52,7 @@ class SlotRunner:
 
     min_rows = 1  # calls are never padded (the int4 two-row rule is the fused CPU graph's)
 
-    def __init__(self, pool: "SlotPool", slot: int) -> None:
+    def __init__(self, pool: "BatchRunnerPool", slot: int) -> None:
         self.pool, self.slot = pool, slot
         self.cache = _SlotCache(pool.batch, slot)
 
@@ -78,7 +78,7 @@ class SlotRunner:
         return self.forward(token_ids)[-1]
 
 
-class SlotPool:
+class BatchRunnerPool:
     def __init__(self, batch, pad_limit: int) -> None:
         """`batch`: a `BatchRunner` (its slots are this pool's); `pad_limit`: the longest call that shares a
         pass with others (longer ones run alone)."""
@@ -89,7 +89,7 @@ class SlotPool:
         self.used = 0
         self._rows = np.empty((self.max_batch, self.config.vocab_size), np.float32)  # decode_batch's logits
 
-    def packed(self) -> "SlotPool":
+    def packed(self) -> "BatchRunnerPool":
         """The pool runs mixed passes itself (`run`), as a RegionPool's packed passes do."""
         return self
 
@@ -114,6 +114,10 @@ class SlotPool:
         runner.reset()
         self.used += 1
         return runner
+
+    def release_all(self) -> None:
+        """Free every region (their requests were ended): the next `acquire` resets the runner it hands out."""
+        self.used = 0
 
     def region_of(self, runner: SlotRunner) -> int:
         return self.runners.index(runner, 0, self.used)
@@ -140,9 +144,9 @@ class SlotPool:
         return rows
 
     def run(self, calls: list[tuple]) -> list[np.ndarray]:
-        """calls: (region, token ids [S], past length, (first, count) logit rows[, attn_rows]) with distinct regions
-        -> per call the logits of its rows [first, first + count). Writes each call's S key/value rows at
-        [past, past + S) of its slot (the slot's length is set to `past` first: the scheduler passes the length
+        """calls (`PassCall`s): (region, token ids [S], past length, (first, count) logit rows[, attn_rows]) with
+        distinct regions -> per call the logits of its rows [first, first + count). Writes each call's S key/value
+        rows at [past, past + S) of its slot (the slot's length is set to `past` first: the scheduler passes the length
         it has; a cost measurement passes any). Calls longer than `pad_limit` rows get passes of their own."""
         slots = {}
         for region, ids, past, *_ in calls:
@@ -181,8 +185,8 @@ def batch_backend(gen) -> str | None:
     return name if name in BATCH_BACKENDS else None
 
 
-def slot_pool(gen, max_batch: int) -> SlotPool:
-    """The SlotPool of a Generator whose backend has a batch runner (`batch_backend`): the target's batch runner
+def slot_pool(gen, max_batch: int) -> BatchRunnerPool:
+    """The BatchRunnerPool of a Generator whose backend has a batch runner (`batch_backend`): the target's batch runner
     with `max_batch` slots, on the Generator's threads / device, on the weights the Generator's target runner has
     loaded where the backend can share them (torch, trt: `create_batch_runner`)."""
     from specrt.runtime.backends import create_batch_runner
@@ -190,4 +194,4 @@ def slot_pool(gen, max_batch: int) -> SlotPool:
     backend = batch_backend(gen)
     batch = create_batch_runner(gen.manifest, "target", backend, max_batch=max_batch, threads=gen.threads,
                                 device=gen.target_device, weights_from=gen.target if backend == gen.backend else None)
-    return SlotPool(batch, pad_limit=gen.max_draft_tokens + 1)
+    return BatchRunnerPool(batch, pad_limit=gen.max_draft_tokens + 1)

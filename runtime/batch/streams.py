@@ -1,6 +1,6 @@
 """The engine's output side: each request's one detokenize / stop-string stage, run as each step emits.
 
-    out = RequestOutput(tokenizer, stops, deliver)   # the request's `Sequence.emit`
+    out = RequestOutput(tokenizer, stops, deliver)   # the request's `BatchSequence.emit`
     deliver(Step(t, ids, text, stopped))            # once per step (on the engine thread, or where out is called)
     deliver(END) | deliver(exception)               # exactly once at the end
 
@@ -31,14 +31,14 @@ class Step(NamedTuple):  # a tuple, as the (time, ids) events BatchEngine.submit
 
 
 class RequestOutput:
-    """`Sequence.emit` of one request: each step's new ids through the request's `TextStage` (only when `text` is
+    """`BatchSequence.emit` of one request: each step's new ids through the request's `TextStage` (only when `text` is
     asked for or the request has stop strings), handed to `deliver` as a `Step`; the end as `END` (or the error)."""
 
     def __init__(self, tokenizer: Any, stops, deliver: Callable[[Any], None], text: bool = True) -> None:
         self.stage = TextStage(tokenizer, stops)
         self.decode = text or bool(stops)  # without either, nothing is decoded on the engine's thread
         self.deliver = deliver
-        self.seq: Any = None  # the request's Sequence, once it has emitted
+        self.seq: Any = None  # the request's BatchSequence, once it has emitted
 
     def __call__(self, chunk: Any, seq: Any, t: float | None = None) -> None:
         """On the engine thread (or the thread that closes it), or on the thread the caller hands it to (with `t`,

@@ -418,13 +418,13 @@ def test_packed_pass_rows_equal_each_sequence_alone_bit_for_bit(engines, precisi
 
 def _fixed_costs(sched, monkeypatch, table: CostTable) -> CostTable:
     """`table` as the scheduler's cost table, with no calibration of its predictions against realized steps
-    (which would undo a made-up table: `_spec_or_plain` would stop drafting where the real passes say so).
+    (which would undo a made-up table: `FamilyChooser.plan` would stop drafting where the real passes say so).
     Returns the table it replaced."""
-    from specrt.runtime.batch import scheduler
+    from specrt.runtime.batch import family
 
-    monkeypatch.setattr(scheduler, "CALIBRATION_DECAY", 1.0)
-    monkeypatch.setattr(sched, "calibration", {"fused": 1.0, "packed": 1.0})
-    monkeypatch.setattr(sched, "spec_calibration", {"fused": 1.0, "packed": 1.0})
+    monkeypatch.setattr(family, "CALIBRATION_DECAY", 1.0)
+    monkeypatch.setattr(sched.chooser, "calibration", {"fused": 1.0, "packed": 1.0})
+    monkeypatch.setattr(sched.chooser, "spec_calibration", {"fused": 1.0, "packed": 1.0})
     saved = sched.costs
     sched.costs = table
     return saved
@@ -432,11 +432,11 @@ def _fixed_costs(sched, monkeypatch, table: CostTable) -> CostTable:
 
 def _force_packed(sched, monkeypatch) -> CostTable:
     """A cost table where the packed pass is nearly free and every other pass dear, without calibration: the
-    packed regime every step."""
-    from specrt.runtime.batch import scheduler
+    packed family every step."""
+    from specrt.runtime.batch import family
 
-    monkeypatch.setattr(scheduler, "MIN_FAMILY_STEPS", 0)
-    monkeypatch.setattr(sched, "packed_ratio", 1.0)
+    monkeypatch.setattr(family, "MIN_FAMILY_STEPS", 0)
+    monkeypatch.setattr(sched.chooser, "packed_ratio", 1.0)
     return _fixed_costs(sched, monkeypatch, CostTable(
         batch=[10.0] * 8, rows=[10.0] * 9, packed=[[0.01 + 0.0001 * r for r in (1, 2, 4, 9)]] * 4,
         packed_b=[1, 2, 4, 8], packed_r=[1, 2, 4, 9]))
@@ -445,7 +445,7 @@ def _force_packed(sched, monkeypatch) -> CostTable:
 @pytest.mark.parametrize("precision", ["fp32", "int4"])
 @pytest.mark.parametrize("method", ["none", pytest.param("ngram", marks=pytest.mark.slow),
                                     pytest.param("draft", marks=pytest.mark.slow)])
-def test_greedy_output_equals_alone_in_the_packed_regime(engines, precision, method, monkeypatch):
+def test_greedy_output_equals_alone_in_the_packed_family(engines, precision, method, monkeypatch):
     # a prompt budget of 3 tokens per step: prompts are prefilled over several steps, inside the packed passes of
     # the requests already decoding
     gen, eng = engines[precision]
@@ -515,20 +515,18 @@ def test_the_family_of_passes_switches_only_for_a_clear_gain():
     # packed vs fused (batched / separate) by predicted goodput scaled by each family's realized / predicted
     # goodput, smoothed over steps, with hysteresis and a minimum stay: a switch between the two sessions costs a
     # pass's worth of contention
-    from types import SimpleNamespace
-
-    from specrt.runtime.batch.scheduler import MIN_FAMILY_STEPS, SWITCH_MARGIN, Scheduler
+    from specrt.runtime.batch.family import MIN_FAMILY_STEPS, SWITCH_MARGIN, FamilyChooser
 
     def due(packed_cost: float, family: str, stayed: int = MIN_FAMILY_STEPS, calibration=None,
             switch_free: bool = False) -> str:
         table = CostTable(batch=[1.0] * 4, rows=[1.0] * 4, packed=[[packed_cost] * 2] * 2, packed_b=[1, 4],
                           packed_r=[1, 2])
-        running = [SimpleNamespace(acceptance=0.0) for _ in range(4)]
-        sched = SimpleNamespace(packed=True, costs=table, running=running, prefilling=[], batched_decode=True,
-                                min_rows=1, family=family, family_steps=stayed, packed_ratio=1.0,
-                                calibration=calibration or {"fused": 1.0, "packed": 1.0}, switch_free=switch_free)
-        Scheduler._packed_step_due(sched, ([0] * 4, [None] * 4, [0.0] * 4))
-        return sched.family
+        chooser = FamilyChooser(table, packed=True, batched_decode=True, switch_free=switch_free)
+        chooser.family, chooser.family_steps = family, stayed
+        chooser.calibration = calibration or {"fused": 1.0, "packed": 1.0}
+        chosen, plan = chooser.choose([0.0] * 4, [0] * 4, [0.0] * 4, prefilling=False)
+        assert chosen == chooser.family and plan.packed == (chosen == "packed")  # the chosen family's k plan
+        return chosen
 
     slightly = 1.0 / (1.0 + (SWITCH_MARGIN - 1) / 2)  # the packed pass a little cheaper: within the margin
     assert due(slightly, "fused") == "fused" and due(slightly, "packed") == "packed"
@@ -540,40 +538,32 @@ def test_the_family_of_passes_switches_only_for_a_clear_gain():
     assert due(slightly, "fused", stayed=0, switch_free=True) == "packed"
     assert due(1.0 / slightly, "packed", stayed=0, switch_free=True) == "fused"
     assert due(0.2, "fused", calibration={"fused": 1.0, "packed": 0.1}, switch_free=True) == "fused"
-    sched = SimpleNamespace(packed=True, costs=CostTable(batch=[1.0], rows=[1.0], packed=[[9.0]], packed_b=[1],
-                                                         packed_r=[2]),
-                            running=[SimpleNamespace(acceptance=0.0)] * 2, prefilling=[], batched_decode=False,
-                            min_rows=2, family="fused", family_steps=0, switch_free=False)
-    assert Scheduler._packed_step_due(sched, ([0, 0], [None, None], [0.0, 0.0]))  # no one-token batched pass
-    sched.running = sched.running[:1]
-    assert not Scheduler._packed_step_due(sched, ([0], [None], [0.0]))  # one request alone: its own session
-    sched.prefilling = [SimpleNamespace()]
-    assert Scheduler._packed_step_due(sched, ([0], [None], [0.0]))  # ... unless a prompt rides along
+    chooser = FamilyChooser(CostTable(batch=[1.0], rows=[1.0], packed=[[9.0]], packed_b=[1], packed_r=[2]),
+                            packed=True, batched_decode=False, switch_free=False)
+    assert chooser.choose([0.0, 0.0], [0, 0], [0.0, 0.0], prefilling=False) == ("packed", None)  # no batched pass
+    assert chooser.choose([0.0], [0], [0.0], prefilling=False)[0] == "fused"  # one request alone: its own session
+    assert chooser.choose([0.0], [0], [0.0], prefilling=True)[0] == "packed"  # ... unless a prompt rides along
 
 
 def test_a_family_left_after_a_disappointment_is_tried_again():
     # per-session pools (switches rationed): steps in the fused family as predicted move the packed family's
     # calibrations toward the fused ones, so an early low one (steps with prefill work riding along) does not keep
     # the packed family off for the rest of the run once its predictions are clearly better
-    from types import SimpleNamespace
-
-    from specrt.runtime.batch.scheduler import MIN_FAMILY_STEPS, Scheduler
+    from specrt.runtime.batch.family import MIN_FAMILY_STEPS, FamilyChooser
 
     table = CostTable(batch=[1.0] * 4, rows=[1.0] * 4, packed=[[0.5] * 2] * 2, packed_b=[1, 4], packed_r=[1, 2])
-    sched = SimpleNamespace(packed=True, costs=table, running=[SimpleNamespace(acceptance=0.0)] * 4, prefilling=[],
-                            batched_decode=True, min_rows=1, family="fused", family_steps=MIN_FAMILY_STEPS,
-                            packed_ratio=1.0, switch_free=False, _drafted=False, _planned=4.0,
-                            calibration={"fused": 1.0, "packed": 0.3}, spec_calibration={"fused": 1.0, "packed": 0.3})
-    prepared = ([0] * 4, [None] * 4, [0.0] * 4)
+    chooser = FamilyChooser(table, packed=True, batched_decode=True, switch_free=False)
+    chooser.family_steps = MIN_FAMILY_STEPS
+    chooser.calibration, chooser.spec_calibration = {"fused": 1.0, "packed": 0.3}, {"fused": 1.0, "packed": 0.3}
     steps = 0
-    while not Scheduler._packed_step_due(sched, prepared):
-        assert sched.family == "fused"
-        Scheduler._calibrate(sched, 4.0)  # a fused step as predicted
+    while chooser.choose([0.0] * 4, [0] * 4, [0.0] * 4, prefilling=False)[0] != "packed":
+        assert chooser.family == "fused"
+        chooser.calibrate(4.0, 4.0, drafted=False)  # a fused step as predicted
         steps += 1
         assert steps < 300
     assert steps > MIN_FAMILY_STEPS  # not at once: the disappointment is remembered for a while
-    assert sched.calibration["fused"] == 1.0 and 0.3 < sched.calibration["packed"] < 1.0
-    assert 0.3 < sched.spec_calibration["packed"] < 1.0
+    assert chooser.calibration["fused"] == 1.0 and 0.3 < chooser.calibration["packed"] < 1.0
+    assert 0.3 < chooser.spec_calibration["packed"] < 1.0
 
 
 def test_packed_plan_never_speculates_at_a_loss():
@@ -604,10 +594,10 @@ def test_packed_plan_never_speculates_at_a_loss():
 def test_acceptance_is_estimated_per_kind_of_proposal():
     # an n-gram proposal from a 3-token match is accepted far more often than one from a 1-token match: the plan
     # reads the estimate of this step's kind (the request's overall estimate until that kind has been judged)
-    from specrt.runtime.batch.sequence import PRIOR_ACCEPTANCE, Sequence
+    from specrt.runtime.batch.sequence import PRIOR_ACCEPTANCE, BatchSequence
     from specrt.runtime.proposers.ngram import NgramProposer
 
-    seq = Sequence(0, np.zeros(1, np.int64), None, "ngram", 4, lambda *_: None, None)
+    seq = BatchSequence(0, np.zeros(1, np.int64), None, "ngram", 4, lambda *_: None, None)
     for _ in range(10):
         seq.kind = 3
         seq.observe_acceptance(4, 4)
@@ -620,7 +610,8 @@ def test_acceptance_is_estimated_per_kind_of_proposal():
     seq.kind = 2
     overall = seq.acceptance
     assert high > 0.85 and low < 0.1 and low < overall < high
-    assert Sequence(0, np.zeros(1, np.int64), None, "ngram", 4, lambda *_: None, None).acceptance == PRIOR_ACCEPTANCE
+    fresh = BatchSequence(0, np.zeros(1, np.int64), None, "ngram", 4, lambda *_: None, None)
+    assert fresh.acceptance == PRIOR_ACCEPTANCE
     prop = NgramProposer(max_n=3)
     toks = np.array([5, 6, 7, 8, 5, 6, 7, 0, 0], np.int64)
     prop.start(toks, 7)
@@ -634,20 +625,21 @@ def test_a_draft_model_request_planned_at_k0_alone_still_probes():
     # draft one token every PROBE_AFTER steps when it decodes alone, or its estimate would never move again.
     from types import SimpleNamespace
 
-    from specrt.runtime.batch.goodput import StepPlan
-    from specrt.runtime.batch.scheduler import PROBE_AFTER, Scheduler
+    from specrt.runtime.batch.plan import PROBE_AFTER, Prepared, request_ks
 
-    sched = SimpleNamespace()
-    draft_req = SimpleNamespace(draft=object(), idle=0)
-    ngram_req = SimpleNamespace(draft=None, idle=0)
+    draft_req = SimpleNamespace(draft=object(), idle=0, policy=None)
+    ngram_req = SimpleNamespace(draft=None, idle=0, policy=None)
     drafted = []
     for _ in range(3 * PROBE_AFTER):  # decoding alone (probes run there only)
-        plan = Scheduler._probe(sched, [draft_req], StepPlan([0], True, 1.0), [4], [None])
-        drafted.append(plan.ks[0])
+        drafted += request_ks(Prepared([draft_req], [4], [None], [0.0]), [0], packed=False)
     assert drafted.count(1) == 3 and drafted[PROBE_AFTER - 1] == 1
+    for _ in range(PROBE_AFTER):  # alone in a packed pass: no probes
+        assert request_ks(Prepared([draft_req], [4], [None], [0.0]), [0], packed=True) == [0]
     for _ in range(2 * PROBE_AFTER):  # with another request in the batch: no probes
-        plan = Scheduler._probe(sched, [draft_req, ngram_req], StepPlan([0, 0], True, 1.0), [4, 4], [None, None])
-        assert plan.ks == [0, 0]  # and n-gram drafts, judged for free every step, are never forced
+        ks = request_ks(Prepared([draft_req, ngram_req], [4, 4], [None, None], [0.0, 0.0]), [0, 0], packed=False)
+        assert ks == [0, 0]  # and n-gram drafts, judged for free every step, are never forced
+    seeded = SimpleNamespace(draft=None, idle=0, policy=object())  # a seeded request drafts its own policy's k
+    assert request_ks(Prepared([seeded, ngram_req], [3, 4], [None, None], [0.0, 0.0]), [0, 2], packed=False) == [3, 2]
 
 
 def test_a_lazy_draft_prefills_on_its_first_draft_and_drafts_the_same(pair_generator):
@@ -676,7 +668,7 @@ def test_hybrid_drafts_for_free_where_prompt_lookup_matches_and_a_stale_draft_wa
     # prompt at first) would cost more than a batched pass is not restarted (it would hold every request)
     from types import SimpleNamespace
 
-    from specrt.runtime.batch.scheduler import Scheduler
+    from specrt.runtime.batch.plan import prepare
     from specrt.runtime.proposers.hybrid import HybridProposer
     from specrt.runtime.proposers.ngram import NgramProposer
 
@@ -689,27 +681,26 @@ def test_hybrid_drafts_for_free_where_prompt_lookup_matches_and_a_stale_draft_wa
     repeating = np.array([5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7], np.int64)  # "8 9 5 6 ..." follows "5 6 7"
     fresh = np.arange(20, 33, dtype=np.int64)  # nothing repeats
     table = CostTable(batch=[0.03] * 3, rows=[0.03], draft_token=0.01)  # a catch-up of 3 tokens or fewer fits
-    sched = SimpleNamespace(gen=SimpleNamespace(max_seq_len=256), costs=table)
-    sched.running = [request(repeating, 0), request(fresh, 0), request(fresh, fresh.size - 1)]
-    max_ks, free, dcost = Scheduler._prepare(sched)
+    running = [request(repeating, 0), request(fresh, 0), request(fresh, fresh.size - 1)]
+    prepared = prepare(running, table, 256)
+    max_ks, free, dcost = prepared.max_ks, prepared.free, prepared.draft_costs
     assert free[0].source == "ngram" and free[0].token_ids.tolist()[:2] == [8, 9] and dcost[0] == 0.0
-    assert max_ks[0] == free[0].token_ids.size and sched.running[0].kind == sched.running[0].proposer.ngram.matched
+    assert max_ks[0] == free[0].token_ids.size and running[0].kind == running[0].proposer.ngram.matched
     assert free[1] is None and max_ks[1] == 0  # no match, and its draft saw nothing: 12 tokens behind
     assert free[2] is None and max_ks[2] == 4 and dcost[2] == 0.01  # its draft is current: it may draft
-    assert sched.running[2].kind == DRAFT_KIND  # its model's proposal: judged apart from its n-gram ones
-    sched.running = [request(fresh, 0)]  # alone: a stale draft may catch up (the single-sequence loop does)
-    assert Scheduler._prepare(sched)[0] == [4]
+    assert running[2].kind == DRAFT_KIND  # its model's proposal: judged apart from its n-gram ones
+    # alone: a stale draft may catch up (the single-sequence loop does)
+    assert prepare([request(fresh, 0)], table, 256).max_ks == [4]
     table.draft_token = 0.0  # drafting priced free (the sampling test's table): a stale draft restarts in a batch
-    sched.running = [request(fresh, 0), request(fresh, 0)]
-    assert Scheduler._prepare(sched)[0] == [4, 4]
+    assert prepare([request(fresh, 0), request(fresh, 0)], table, 256).max_ks == [4, 4]
 
 
 def test_a_hybrid_requests_draft_model_is_judged_apart_from_its_n_gram_proposals():
     # hybrid's n-gram branch is judged every step for free, so its judgements outnumber the draft model's: the
     # model's proposals have their own estimate, which starts from the prior, not from the n-gram record
-    from specrt.runtime.batch.sequence import PRIOR_ACCEPTANCE, Sequence
+    from specrt.runtime.batch.sequence import PRIOR_ACCEPTANCE, BatchSequence
 
-    seq = Sequence(0, np.zeros(1, np.int64), None, "hybrid", 4, lambda *_: None, None)
+    seq = BatchSequence(0, np.zeros(1, np.int64), None, "hybrid", 4, lambda *_: None, None)
     for _ in range(20):  # 1-token n-gram matches: rejected
         seq.kind = 1
         seq.observe_acceptance(4, 0)
@@ -725,46 +716,41 @@ def test_a_hybrid_requests_draft_model_is_judged_apart_from_its_n_gram_proposals
 
 
 def test_drafting_stops_where_its_realized_goodput_disappoints_and_is_retried_later():
-    # `_spec_or_plain`: a drafting plan runs only while its prediction, scaled by how drafting steps realized their
-    # predictions, beats the plain plan's scaled by how plain steps did; `_calibrate` keeps the two apart and
+    # `FamilyChooser.plan`: a drafting plan runs only while its prediction, scaled by how drafting steps realized
+    # their predictions, beats the plain plan's scaled by how plain steps did; `calibrate` keeps the two apart and
     # lets the drafting calibration drift back while drafting is off
-    from types import SimpleNamespace
-
+    from specrt.runtime.batch.family import FamilyChooser
     from specrt.runtime.batch.goodput import plan_packed
-    from specrt.runtime.batch.scheduler import Scheduler
 
     table = CostTable(batch=[1.0, 1.05], rows=[1.0, 1.02, 1.04, 1.06])
-    sched = SimpleNamespace(costs=table, batched_decode=True, family="fused", _planned=0.0, _drafted=False,
-                            calibration={"fused": 1.0, "packed": 1.0}, spec_calibration={"fused": 1.0, "packed": 1.0})
+    chooser = FamilyChooser(table, packed=True, batched_decode=True, switch_free=False)
     acceptance, max_ks, dcost = [0.9, 0.1], [3, 3], [0.0, 0.0]
     plan = plan_step(acceptance, max_ks, dcost, table)
     assert any(plan.ks)
-    assert Scheduler._spec_or_plain(sched, plan, acceptance, dcost, False) is plan
+    assert chooser.plan("fused", acceptance, max_ks, dcost, plan) is plan
+    assert chooser.plan("fused", acceptance, max_ks, dcost).ks == plan.ks  # planned here when not given
     # drafting steps realized 60% of their prediction, plain steps all of theirs: the plain plan
-    sched._planned, sched._drafted = plan.goodput, True
     for _ in range(20):
-        Scheduler._calibrate(sched, 0.6 * plan.goodput)
-    assert sched.spec_calibration["fused"] < 0.7 and sched.calibration["fused"] == 1.0
-    plain = Scheduler._spec_or_plain(sched, plan, acceptance, dcost, False)
+        chooser.calibrate(0.6 * plan.goodput, plan.goodput, drafted=True)
+    assert chooser.spec_calibration["fused"] < 0.7 and chooser.calibration["fused"] == 1.0
+    plain = chooser.plan("fused", acceptance, max_ks, dcost, plan)
     assert plain.ks == [0, 0] and plain.batched and plain.goodput == pytest.approx(2 / table.t_batch(2))
     # plain steps as predicted: the drafting calibration drifts back to the plain one, and drafting resumes
-    sched._drafted = False
-    sched._planned = plain.goodput
     steps = 0
-    while not any(Scheduler._spec_or_plain(sched, plan, acceptance, dcost, False).ks):
-        Scheduler._calibrate(sched, plain.goodput)
+    while not any(chooser.plan("fused", acceptance, max_ks, dcost, plan).ks):
+        chooser.calibrate(plain.goodput, plain.goodput, drafted=False)
         steps += 1
         assert steps < 200
     assert steps > 5  # not at once: a disappointment is remembered for a while
     # the packed family is judged by its own calibrations, against its own plain plan
-    sched.costs = CostTable(batch=[1.0] * 2, rows=[1.0] * 4, packed=[[1.0, 1.01, 1.02, 1.03]] * 2,
-                            packed_b=[1, 2], packed_r=[1, 2, 4, 9])
-    packed = plan_packed(acceptance, max_ks, dcost, sched.costs)
+    chooser.costs = CostTable(batch=[1.0] * 2, rows=[1.0] * 4, packed=[[1.0, 1.01, 1.02, 1.03]] * 2,
+                              packed_b=[1, 2], packed_r=[1, 2, 4, 9])
+    packed = plan_packed(acceptance, max_ks, dcost, chooser.costs)
     assert any(packed.ks)
-    sched.spec_calibration["packed"] = 0.4  # (2 + 0.9 + 0.81 + 0.73 + 0.1) / 1.03 * 0.4 < 2 / 1.0
-    assert Scheduler._spec_or_plain(sched, packed, acceptance, dcost, True).ks == [0, 0]
-    sched.spec_calibration["packed"] = 1.0
-    assert Scheduler._spec_or_plain(sched, packed, acceptance, dcost, True) is packed
+    chooser.spec_calibration["packed"] = 0.4  # (2 + 0.9 + 0.81 + 0.73 + 0.1) / 1.03 * 0.4 < 2 / 1.0
+    assert chooser.plan("packed", acceptance, max_ks, dcost, packed).ks == [0, 0]
+    chooser.spec_calibration["packed"] = 1.0
+    assert chooser.plan("packed", acceptance, max_ks, dcost, packed) is packed
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int4"])

@@ -12,7 +12,7 @@ import pytest
 from helpers import event_tokens
 
 from specrt.runtime.batch.engine import BatchEngine
-from specrt.runtime.batch.slots import SlotPool
+from specrt.runtime.batch.slots import BatchRunnerPool
 
 PROMPTS = ["hello world", "def f(x): return x + 1\ndef g(x): return", "a b a b a b a b a b", "the quick brown fox",
            "x", "import os\nimport sys\nimport os\n"]
@@ -41,7 +41,7 @@ def portable(portable_bundle):
 def test_greedy_output_equals_alone_with_requests_joining_and_leaving(portable, method, monkeypatch):
     gen, eng = portable
     pool = eng.scheduler.targets
-    assert isinstance(pool, SlotPool) and pool.batch.name == "ort-portable"
+    assert isinstance(pool, BatchRunnerPool) and pool.batch.name == "ort-portable"
     assert set(eng.scheduler.methods) == {"ngram", "none"}
     alone = [gen.generate(p, n, method=method).token_ids for p, n in zip(PROMPTS, LENGTHS)]
     rows = []  # per pass: the new tokens of each slot

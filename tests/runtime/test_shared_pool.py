@@ -22,7 +22,7 @@ alone = [gen.generate(p, max_new_tokens=16, method="draft", temperature=0).token
 engine = BatchEngine(gen, max_batch=4)
 batched = [r.token_ids for r in engine.generate_batch(prompts, max_new_tokens=16, method="draft", temperature=0)]
 sessions = [gen.target.session, gen.draft.session, engine.scheduler.targets.packed().session]
-print(json.dumps({"alone": alone, "batched": batched, "switch_free": engine.scheduler.switch_free,
+print(json.dumps({"alone": alone, "batched": batched, "switch_free": engine.scheduler.chooser.switch_free,
                   "per_session": [s.get_session_options().use_per_session_threads for s in sessions]}))
 engine.close()
 """
@@ -59,7 +59,7 @@ def test_a_batching_server_turns_it_on(pair_bundle):
     code = ("import sys; from specrt.serve.batching import batched_engine; "
             "from specrt.runtime.backends.ort.threads import shared_pool; "
             "gen, engine = batched_engine(sys.argv[1], 2, 'ort'); "
-            "print(shared_pool(), engine.scheduler.switch_free); engine.close()")
+            "print(shared_pool(), engine.scheduler.chooser.switch_free); engine.close()")
     env = {**os.environ, "SPECRT_SHARED_POOL": "1"}
     proc = subprocess.run([sys.executable, "-c", code, str(pair_bundle)], capture_output=True, text=True, env=env,
                           timeout=600)

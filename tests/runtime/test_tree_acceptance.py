@@ -126,7 +126,13 @@ def test_tree_sampling_degenerate_inputs_give_valid_tokens():
 def test_the_loop_keeps_k_nodes_and_falls_back_to_the_first_chain():
     from types import SimpleNamespace
 
-    from specrt.runtime.loop import tree_or_chain
+    from specrt.runtime.proposers.base import POINT_MASS, SAMPLED, Proposal
+    from specrt.runtime.step import tree_or_chain as cut
+
+    def tree_or_chain(drafts, probs, parents, k, target, chain_only):
+        proposal = Proposal(drafts, POINT_MASS if probs is None else SAMPLED, probs, parents=parents)
+        verified = cut(proposal, k, target, chain_only)
+        return verified.token_ids, verified.probs, verified.parents
 
     tokens, parents = np.arange(10, 16), np.array([-1, -1, 1, 0, 3, 4])  # first chain: drafts 0, 3, 4, 5
     trees = SimpleNamespace(supports_tree=True, tree_max_rows=1 << 30, length=5)

@@ -93,11 +93,11 @@ def test_max_batch_auto_batches_where_the_bundle_can_and_falls_back_where_it_can
     app = create_app(str(pair_bundle), max_batch="auto", max_concurrency=2, backend="ort")
     assert app.state.engine is None and app.state.service.pool.size == 2
     # the portable graph: batches on its batch runner (runtime/batch/slots.py)
-    from specrt.runtime.batch.slots import SlotPool
+    from specrt.runtime.batch.slots import BatchRunnerPool
 
     app = create_app(str(pair_bundle), max_batch="auto", backend="ort-portable")
     try:
-        assert isinstance(app.state.engine.scheduler.targets, SlotPool)
+        assert isinstance(app.state.engine.scheduler.targets, BatchRunnerPool)
         assert app.state.engine.max_batch == auto_max_batch(app.state.engine.gen) >= 1
     finally:
         app.state.engine.close()
