@@ -170,14 +170,14 @@ class Generator:
         if self.manifest.draft_head is not None:
             if self.draft is not None:  # hybrid is n-gram + the draft model here; hybrid-head: n-gram + the head
                 out += ["head", "hybrid-head"]
-            else:  # default: n-gram where the context matches, else the head (hybrid-head: the same here)
+            else:  # n-gram where the context matches, else the head (hybrid-head: the same here)
                 out[0:0] = ["hybrid", "head"]
                 out.append("hybrid-head")
-        return out
+        return out + ["auto"]  # #51: every source in one tree sized by goodput (runtime/proposers/auto.py)
 
     @property
     def default_method(self) -> str:
-        return self.methods[0] if self.draft is not None or self.manifest.draft_head is not None else "ngram"
+        return "auto"  # #51: never a method that loses to another the bundle has (docs/drafting.md)
 
     def engine(self, max_batch: int = 8):
         """A continuous-batching engine on this generator's weights: several requests decode together
@@ -322,6 +322,10 @@ class Generator:
         `seeded`: the call samples with a seed, so "auto" must not depend on timings (see CountOnlyAdaptiveK in
         policy.py); greedy calls are never `seeded` (their output does not depend on k)."""
         max_k = self.max_draft_tokens
+        if method == "auto":  # #51: the proposer sizes the tree; k caps its nodes
+            from specrt.runtime.proposers.auto import auto_policy
+
+            return auto_policy(self, k, seeded)
         if method == "medusa":  # one draft per head
             max_k = min(max_k, self.manifest.medusa.num_heads)
         if k == "auto" and seeded:
@@ -380,6 +384,10 @@ class Generator:
 
             sizes = {"min_n": hybrid.DEFAULT_MIN_N, "max_n": hybrid.DEFAULT_MAX_N, **options}
             return hybrid.HybridProposer(NgramProposer(self.eos_ids, **sizes), draft)
+        if method == "auto":  # #51: one tree from every source, sized by goodput (runtime/proposers/auto.py)
+            from specrt.runtime.proposers.auto import make_auto
+
+            return make_auto(self, params, rng, options)
         if method == "ngram":
             return NgramProposer(self.eos_ids, **options)
         if method == "recycle":  # prompt lookup + the bundle's successor table (runtime/proposers/recycle.py)

@@ -55,7 +55,7 @@ RATIO_DECAY = 0.8  # smoothing of the predicted packed / fused goodput ratio ove
 MIN_FAMILY_STEPS = 8  # steps in a family before the scheduler may switch again
 CALIBRATION_DECAY = 0.9  # smoothing of each family's realized / predicted goodput
 CALIBRATION_RELAX = 0.02  # per plain step: how far a family's drafting calibration moves back to its plain one
-BATCH_METHODS = ("draft", "hybrid", "ngram", "none")
+BATCH_METHODS = ("draft", "hybrid", "ngram", "none", "auto")  # auto: n-gram chains here (#51)
 PROBE_AFTER = 8  # steps without drafting after which a draft-model request drafts one token (`_probe`)
 
 
@@ -115,7 +115,7 @@ class Scheduler:
 
     @property
     def methods(self) -> list[str]:
-        return [m for m in self.gen.methods if m in BATCH_METHODS and (m in ("ngram", "none") or self.drafts)]
+        return [m for m in self.gen.methods if m in BATCH_METHODS and (m in ("ngram", "none", "auto") or self.drafts)]
 
     # ---------------------------------------------------------------------------------- costs
     def _measure_costs(self) -> CostTable:
@@ -155,7 +155,8 @@ class Scheduler:
             if seq.proposer is not None and params.seed is not None and not params.greedy:
                 # which random numbers a step draws depends on its k: a seeded request keeps the k schedule it has
                 # alone (the Generator's count-only policy), whatever the plan would choose for it
-                seq.policy = gen.make_policy(seq.request.num_speculative_tokens, seq.method, seeded=True)
+                seq.policy = gen.make_policy(seq.request.num_speculative_tokens,
+                                             "ngram" if seq.method == "auto" else seq.method, seeded=True)  # #51
             self.sharing.on_admit(seq, self.running + self.prefilling)
             self.prefilling.append(seq)
 
@@ -171,7 +172,7 @@ class Scheduler:
         eos = self.gen.eos_ids
         if seq.method == "none" or seq.max_k == 0:
             return None
-        if seq.method == "ngram":
+        if seq.method in ("ngram", "auto"):  # #51: batched passes verify chains; auto drafts n-gram chains here
             return NgramProposer(eos, **seq.request.ngram_sizes)
         seq.draft = self.drafts.acquire()
         # lazy: the draft is prefilled on the request's first drafting step, never if the plans never draft it
