@@ -177,6 +177,8 @@ class Generator:
 
     @property
     def default_method(self) -> str:
+        if self.manifest.draft_head is not None and self.draft is None:
+            return "hybrid"  # a draft head is not a source of auto's trees yet
         return "auto"  # #51: never a method that loses to another the bundle has (docs/drafting.md)
 
     def engine(self, max_batch: int = 8):

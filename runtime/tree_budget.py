@@ -76,7 +76,8 @@ def fixed_costs(max_rows: int, slope: float = 0.05) -> PassCosts:
 
 class NodeStats:
     """Conditional acceptance P(node accepted | its parent accepted) per key (source, depth, rank): decayed counts
-    (`DECAY` per trial) on top of a prior worth `PRIOR_WEIGHT` trials. `priors` maps a source to its per-rank
+    (`DECAY` per trial) starting from a prior worth `PRIOR_WEIGHT` trials, which decays like them (after a few
+    trials the estimate is the recent rate: drafts that stop being accepted stop being drafted). `priors` maps a source to its per-rank
     depth-1 prior and deeper prior; unknown sources get `default`."""
 
     def __init__(self, priors: dict[str, tuple[tuple[float, ...], float]] | None = None,
@@ -95,11 +96,13 @@ class NodeStats:
         return first if key[1] <= 1 else min(deeper, 1.0) * first / ranks[0]
 
     def prob(self, key: tuple[str, int, int]) -> float:
-        s, n = self.counts.get(key, (0.0, 0.0))
-        return (s + PRIOR_WEIGHT * self.prior(key)) / (n + PRIOR_WEIGHT)
+        c = self.counts.get(key)
+        return c[0] / c[1] if c is not None else self.prior(key)
 
     def trial(self, key: tuple[str, int, int], accepted: bool) -> None:
-        c = self.counts.setdefault(key, [0.0, 0.0])
+        c = self.counts.get(key)
+        if c is None:  # the prior as PRIOR_WEIGHT pseudo-trials, decayed like the others: the estimate becomes
+            c = self.counts[key] = [PRIOR_WEIGHT * self.prior(key), PRIOR_WEIGHT]  # the recent rate
         c[0] = DECAY * c[0] + (1.0 if accepted else 0.0)
         c[1] = DECAY * c[1] + 1.0
 

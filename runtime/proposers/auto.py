@@ -183,8 +183,9 @@ class AutoProposer:
 
 
 def make_auto(gen, params, rng, options: dict) -> AutoProposer:
-    """The `auto` proposer for `gen` (a Generator): its shared table and state (a fresh state with fixed costs for
-    seeded sampling: the tree, hence the random numbers drawn, then depends only on acceptance counts)."""
+    """The `auto` proposer for `gen` (a Generator): its shared table and state. Seeded sampling gets a fresh state
+    with fixed costs and the bundle's seed table: the trees, hence the random numbers drawn, depend only on the
+    request (the same text in every run and process)."""
     from specrt.runtime.proposers.recycle_table import table_for
 
     seeded = params.seed is not None and not params.greedy
@@ -197,7 +198,10 @@ def make_auto(gen, params, rng, options: dict) -> AutoProposer:
         draft = DraftSource(gen.draft, gen.vocab_size, fixed=seeded)
         if gen._load_costs is not None and gen._load_costs[1] is not None and not seeded:
             draft.cost_s = float(gen._load_costs[1])
-    return AutoProposer(table_for(gen), state, gen.eos_ids, trees, draft=draft, **options)
+    table = table_for(gen)
+    if seeded:  # the bundle's seed table, not what earlier requests taught the shared one
+        table = SuccessorTable(table.vocab_size, table.top_k, seed=table.seed)
+    return AutoProposer(table, state, gen.eos_ids, trees, draft=draft, **options)
 
 
 class SizingPolicy:
