@@ -114,7 +114,7 @@ class AutoProposer:
         self.state.plain_steps = 0 if order else self.state.plain_steps + 1
         ids = np.array([cand_tokens[i] for i in order], dtype=np.int64)
         if not self.trees:
-            return Proposal.point_mass(ids, calls)
+            return Proposal(ids, calls=calls, source=self.name)
         index = {node: j for j, node in enumerate(order)}
         par = np.array([index[parents[i]] if parents[i] >= 0 else -1 for i in order], dtype=np.int64)
         return Proposal(ids, parents=par, calls=calls, source=self.name)
