@@ -29,6 +29,7 @@ DECAY = 0.8  # weight of a key's older trials per new trial: about the last 5 tr
 PRIOR_WEIGHT = 2.0  # the prior counts as this many trials
 MARGIN = 1.03  # drafts must beat plain decoding's predicted rate by this factor (timing noise)
 RATIO_ALPHA = 0.2  # EMA weight of a step in the measured / load-time cost ratio
+RELAX = 0.1  # per plain step, how far the drafting passes' ratio moves back to the plain passes' one
 MAX_DEPTH_KEY = 8  # depths past this share one estimate
 
 
@@ -58,6 +59,9 @@ class PassCosts:
         key = rows > 1
         r = seconds / self.base[rows - 1]
         self.ratio[key] = (1 - RATIO_ALPHA) * self.ratio[key] + RATIO_ALPHA * min(max(r, 0.2), 5.0)
+        if not key:  # plain steps never time a pass with drafts: its ratio relaxes towards the plain one, so one
+            # slow drafting pass (a busy machine) cannot keep a request plain for good
+            self.ratio[True] += RELAX * (self.ratio[False] - self.ratio[True])
         self.overhead_s = (1 - RATIO_ALPHA) * self.overhead_s + RATIO_ALPHA * max(overhead_s, 0.0)
 
     def table(self) -> list[float]:

@@ -94,6 +94,9 @@ def test_pass_costs_scale_load_time_costs_by_what_steps_measure():
     for _ in range(40):
         costs.observe(3, 0.05)  # tree steps take twice the load-time figure (the loop's own work, a busy machine)
     assert costs.table()[2] == pytest.approx(0.05, rel=0.01) and costs.table()[0] == pytest.approx(0.02)
+    for _ in range(40):
+        costs.observe(1, 0.02)  # a long plain stretch: drafting passes are no longer assumed twice as dear
+    assert costs.table()[2] < 0.03
     fixed = fixed_costs(4)
     fixed.observe(2, 10.0)
     assert fixed.table() == pytest.approx([1.0, 1.05, 1.10, 1.15])  # seeded sampling: never timed
