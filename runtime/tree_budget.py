@@ -81,8 +81,8 @@ def fixed_costs(max_rows: int, slope: float = 0.05) -> PassCosts:
 class NodeStats:
     """Conditional acceptance P(node accepted | its parent accepted) per key (source, depth, rank): decayed counts
     (`DECAY` per trial) starting from a prior worth `PRIOR_WEIGHT` trials, which decays like them (after a few
-    trials the estimate is the recent rate: drafts that stop being accepted stop being drafted). `priors` maps a source to its per-rank
-    depth-1 prior and deeper prior; unknown sources get `default`."""
+    trials the estimate is the recent rate: drafts that stop being accepted stop being drafted). `priors` maps a
+    source to its per-rank depth-1 prior and deeper prior; unknown sources get `default`."""
 
     def __init__(self, priors: dict[str, tuple[tuple[float, ...], float]] | None = None,
                  default: tuple[tuple[float, ...], float] = ((0.3,), 0.5)) -> None:
