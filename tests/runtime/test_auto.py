@@ -46,14 +46,15 @@ def test_auto_on_a_chain_only_target_equals_plain(target_only_bundle):
 
 
 def test_a_draft_model_joins_the_tree_where_it_pays(self_generator):
-    """The target as its own draft: every draft token is accepted, so the sizing runs it; output stays plain's."""
+    """The target as its own draft: every draft token is accepted, so the sizing runs it where its cost pays (the
+    priors make it pay on the first steps); output stays plain's."""
     gen = self_generator
     prompt = "In the beginning there was"
     plain = gen.generate(prompt, 40, method="none", temperature=0).token_ids
     res, seen = steps_of(gen, prompt, "auto")
     assert res.token_ids == plain
-    assert res.stats.draft_calls > 0 and res.stats.mean_accepted_tokens > 1.5
-    assert sum(d > 0 for d, _ in seen) > 3  # steps verified drafts (trees with the draft's chain)
+    # the draft is as dear as the target here (it is the target), so the sizing runs it only now and then
+    assert res.stats.draft_calls > 0 and sum(d > 0 for d, _ in seen) > 0
 
 
 def test_seeded_sampling_is_reproducible(target_only_bundle):
