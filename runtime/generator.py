@@ -111,14 +111,16 @@ class Generator:
         if self.manifest.draft_head is not None:
             if self.draft is not None:  # hybrid is n-gram + the draft model here; hybrid-head: n-gram + the head
                 out += ["head", "hybrid-head"]
-            else:  # default: n-gram where the context matches, else the head (hybrid-head: the same here)
+            else:  # n-gram where the context matches, else the head (hybrid-head: the same here)
                 out[0:0] = ["hybrid", "head"]
                 out.append("hybrid-head")
-        return out
+        return out + ["auto"]  # #51: every source in one tree sized by goodput (runtime/proposers/auto.py)
 
     @property
     def default_method(self) -> str:
-        return self.methods[0] if self.draft is not None or self.manifest.draft_head is not None else "ngram"
+        if self.manifest.draft_head is not None and self.draft is None:
+            return "hybrid"  # a draft head is not a source of auto's trees yet
+        return "auto"  # #51: never a method that loses to another the bundle has (docs/drafting.md)
 
     def engine(self, max_batch: int = 8, prefix_cache_mb: float | None = None):
         """A continuous-batching engine on this generator's weights (runtime/batch/engine.py, docs/batching.md).
@@ -222,6 +224,10 @@ class Generator:
         `seeded`: the call samples with a seed, so "auto" must not depend on timings (see CountOnlyAdaptiveK in
         policy.py); greedy calls are never `seeded` (their output does not depend on k)."""
         max_k = self.max_draft_tokens
+        if method == "auto":  # #51: the proposer sizes the tree; k caps its nodes
+            from specrt.runtime.proposers.auto import auto_policy
+
+            return auto_policy(self, k, seeded)
         if method == "medusa":  # one draft per head
             max_k = min(max_k, self.manifest.medusa.num_heads)
         if k == "auto" and seeded:
@@ -269,11 +275,16 @@ class Generator:
 
             return MedusaProposer.from_manifest(self.manifest, self._medusa_cache)
 
+        def auto():  # one tree from every source, sized by goodput (runtime/proposers/auto.py)
+            from specrt.runtime.proposers.auto import make_auto
+
+            return make_auto(self, params, rng, options)
+
         m, runner = self.manifest, self.draft
         return build_proposer(method, self.eos_ids, options, Drafters(
             draft=(lambda: DraftModelProposer(runner, params, rng, self.vocab_size)) if runner is not None else None,
             head=(lambda: self._head_proposer(params, rng)) if m.draft_head is not None else None,
-            recycle=recycle, medusa=medusa if m.medusa is not None else None))
+            recycle=recycle, medusa=medusa if m.medusa is not None else None, auto=auto))
 
     def _head_proposer(self, params: SamplingParams, rng: np.random.Generator):
         if self.manifest.draft_head is None:

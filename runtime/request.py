@@ -32,7 +32,7 @@ from specrt.runtime.logits_processors import LogitsParams
 from specrt.runtime.proposers.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, check_sizes
 from specrt.runtime.sampling import SamplingParams
 
-METHODS = ("draft", "ngram", "hybrid", "medusa", "head", "hybrid-head", "recycle", "none")
+METHODS = ("auto", "draft", "ngram", "hybrid", "medusa", "head", "hybrid-head", "recycle", "none")
 DEFAULT_K: int | str = "auto"
 DEFAULT_MAX_NEW_TOKENS = 128
 MAX_STOP_STRINGS = 16
@@ -79,7 +79,7 @@ def _is_int(v: Any) -> bool:
 @dataclasses.dataclass(frozen=True)
 class GenerationRequest:
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
-    method: str | None = None  # None: the bundle's default (draft if it has one, else ngram)
+    method: str | None = None  # None: the bundle's default, auto (runtime/proposers/auto.py)
     num_speculative_tokens: int | str = DEFAULT_K  # k per step, or "auto"
     temperature: float | None = None  # None: generation_config, else the front end's fallback; 0 = greedy
     top_k: int | None = None  # 0 = off

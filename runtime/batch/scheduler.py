@@ -13,8 +13,8 @@ finished ones. Requests join and leave at step boundaries:
    every decoding request (`BatchedTokenPass`) or own passes for all; packed family, ONE pass of every request's
    rows and the prompt chunks (`PackedRowsPass`). Every verify goes through runtime/step.py's accept and commit;
 4. retire: finished or cancelled requests free their regions at once (a first token that ends a request: at once).
-Decoding requests hold target regions [0, d) in `running` order, the requests in prefill the regions after them. A
-request's greedy output equals its output alone (tests/runtime/test_batching.py).
+Decoding requests hold regions [0, d) in `running` order, those in prefill the ones after them; greedy output equals
+the request's alone (tests/runtime/test_batching.py). `auto` runs as n-gram chains here (batches verify chains).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from specrt.runtime.proposers.draft_model import DraftModelProposer
 from specrt.runtime.step import no_drafts, pick_token
 
 DEFAULT_PREFILL_CHUNK = 256  # prompt tokens prefilled per step (all requests in prefill together)
-BATCH_METHODS = ("draft", "hybrid", "ngram", "none")
+BATCH_METHODS = ("draft", "hybrid", "ngram", "none", "auto")
 
 
 class Scheduler:
@@ -72,10 +72,8 @@ class Scheduler:
         self.waiting: collections.deque[BatchSequence] = collections.deque()
         self.prefilling: list[BatchSequence] = []
         self.running: list[BatchSequence] = []
-        # A target whose one-token calls run as min_rows rows (MatMulNBits accuracy level 4, batch-invariant
-        # default) computes a one-token row differently from the batched pass (ONNX Runtime's one-token attention
-        # path differs from its several-token one by ~1e-6, which int8 activations turn into other tokens on a few %
-        # of steps). Its requests run their own passes (identical to alone).
+        # A target whose one-token calls run as min_rows rows (int4 at accuracy level 4) computes a one-token row
+        # differently from the batched pass: its requests run their own passes (identical to alone; docs/batching.md)
         self.min_rows = self.targets.runners[0].min_rows
         self.batched_decode = self.min_rows <= 1
         if packed is None:
@@ -89,9 +87,7 @@ class Scheduler:
         costs = cost_table(gen, self.targets, max_batch, packed=self.packed)  # measured once, then cached
         self.chooser = FamilyChooser(costs, self.packed, self.batched_decode, switch_free)
         self.passes = Passes(gen, self.targets, self._prefill_done)
-        self.steps = 0
-        self.step_tokens = 0  # tokens emitted by decode steps, and their seconds: goodput
-        self.step_seconds = 0.0
+        self.steps, self.step_tokens, self.step_seconds = 0, 0, 0.0  # decode steps, their tokens and seconds: goodput
 
     @property
     def costs(self) -> CostTable:
@@ -103,7 +99,7 @@ class Scheduler:
 
     @property
     def methods(self) -> list[str]:
-        return [m for m in self.gen.methods if m in BATCH_METHODS and (m in ("ngram", "none") or self.drafts)]
+        return [m for m in self.gen.methods if m in BATCH_METHODS and (m in ("ngram", "none", "auto") or self.drafts)]
 
     # ----------------------------------------------------------------------------------- admit
     def add(self, seq: BatchSequence) -> None:
@@ -133,7 +129,8 @@ class Scheduler:
             if seq.proposer is not None and params.seed is not None and not params.greedy:
                 # which random numbers a step draws depends on its k: a seeded request keeps the k schedule it has
                 # alone (the Generator's count-only policy), whatever the plan would choose for it
-                seq.policy = self.gen.make_policy(seq.request.num_speculative_tokens, seq.method, seeded=True)
+                seq.policy = self.gen.make_policy(seq.request.num_speculative_tokens,
+                                                  "ngram" if seq.method == "auto" else seq.method, seeded=True)
             self.sharing.on_admit(seq, self.running + self.prefilling)  # hook: admitted (its region is empty)
             self.prefix.on_admit(seq)
             self.prefilling.append(seq)

@@ -74,7 +74,7 @@ class SuccessorTable:
         if fed_ids.size == 0 or v <= k:
             return
         rows = logits[:, :v]
-        top = np.argpartition(rows, v - k, axis=1)[:, v - k:]  # [S, K] unordered
+        top = top_k_columns(rows, k)  # [S, K] unordered
         vals = np.take_along_axis(rows, top, axis=1)
         order = np.argsort(-vals, axis=1, kind="stable")
         top = np.take_along_axis(top, order, axis=1).astype(np.int32)
@@ -104,6 +104,29 @@ class SuccessorTable:
         buf = io.BytesIO()
         np.save(buf, self.succ, allow_pickle=False)
         return buf.getvalue()
+
+
+GROUP = 128  # members per column group in top_k_columns
+
+
+def top_k_columns(rows: np.ndarray, k: int) -> np.ndarray:
+    """[S, V] -> [S, k] column indices of each row's k largest values (unordered; ties broken arbitrarily).
+
+    Where V is a multiple of GROUP, columns are grouped by their residue mod G = V / GROUP: a row's k largest values
+    lie in the k groups of largest maximum (each group holding one of them has a maximum at least that value, and
+    at most k - 1 groups hold a larger one), so one strided max over the row, a partition of G group maxima and one
+    of k * GROUP candidates replace a partition of all V columns (SmolLM2's 9-row verify pass: ~2 ms against ~15 ms
+    for `np.argpartition` on a busy 2-core machine; the strided max is SIMD-friendly, a max over short contiguous
+    blocks is not)."""
+    s, v = rows.shape
+    if v % GROUP or v // GROUP < k:
+        return np.argpartition(rows, v - k, axis=1)[:, v - k:]
+    g = v // GROUP
+    gmax = rows.reshape(s, GROUP, g).max(axis=1)  # [S, G]
+    groups = np.argpartition(gmax, g - k, axis=1)[:, g - k:]  # [S, k]
+    cols = (groups[:, :, None] + g * np.arange(GROUP)).reshape(s, -1)  # [S, k * GROUP]
+    cand = np.take_along_axis(rows, cols, axis=1)
+    return np.take_along_axis(cols, np.argpartition(cand, cand.shape[1] - k, axis=1)[:, -k:], axis=1)
 
 
 def check_table(table: np.ndarray, vocab_size: int, what: str) -> None:

@@ -206,7 +206,7 @@ def run_demo(out: Path, models: Path = ASSETS, backend: str = "auto", method: st
     return measure(bundle, rebuilt, PROMPTS, backend, method, k, max_new_tokens, repeats, on_prompt, on_start)
 
 
-def run_chat_demo(source: Path, out: Path, backend: str = "auto", method: str = "ngram", k="auto",
+def run_chat_demo(source: Path, out: Path, backend: str = "auto", method: str = "auto", k="auto",
                   max_new_tokens: int = 128, repeats: int = 3, progress: Callable | None = None,
                   on_prompt: Callable[[dict], None] | None = None,
                   on_start: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:

@@ -15,7 +15,8 @@ def backend_option(help_text: str = "Run-time backend: auto picks trt / ort-cuda
 def method_option(default: str | None = None, *, allow_none: bool = True, help_text: str | None = None):
     choices = [m for m in METHODS if allow_none or m != "none"]
     return click.option("--method", type=click.Choice(choices), default=default, show_default=default is not None,
-                        help=help_text or "Drafting method (default: draft when the bundle has one, else ngram).")
+                        help=help_text or ("Drafting method (default: auto, every source the bundle has in one tree sized by "
+                                            "measured goodput; hybrid in a bundle with a draft head only)."))
 
 
 class BatchSize(click.ParamType):

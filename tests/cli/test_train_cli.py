@@ -36,7 +36,7 @@ def test_distill_draft_then_compile_and_generate(tmp_path, llama_target, text_di
                   "--max-draft-tokens", 4).returncode == 0
     proc = specrt("generate", bundle, "--prompt", "import os", "--max-new-tokens", 8, "--json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["stats"]["method"] == "draft"
+    assert json.loads(proc.stdout)["stats"]["method"] == "auto"  # the default (#51)
 
 
 @pytest.mark.slow

@@ -35,4 +35,4 @@ def test_draft_method_needs_a_draft(target_only_bundle):
     gen = load(target_only_bundle)
     with pytest.raises(InvalidArgument, match="needs a bundle compiled with --draft"):
         gen.generate("hello", 5, method="draft")
-    assert gen.default_method == "ngram"
+    assert gen.default_method == "auto"

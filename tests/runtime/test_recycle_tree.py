@@ -41,6 +41,20 @@ def test_table_refresh_keeps_each_rows_top_k_best_first():
     assert table.succ.max() < 50 and table.succ.dtype == np.int32
 
 
+def test_table_refresh_on_a_grouped_vocabulary_keeps_each_rows_top_k():
+    """A vocabulary that is a multiple of 128 takes the grouped top-k (recycle_table.top_k_columns)."""
+    rng = np.random.default_rng(1)
+    table = SuccessorTable(1024, top_k=8)
+    logits = rng.standard_normal((5, 1024)).astype(np.float32)
+    logits[1, 5::128] = 50.0 + np.arange(8)  # the whole top-8 in one residue class
+    logits[2, 3:11] = 40.0  # ... in one contiguous run
+    logits[3, :1000] = -np.inf  # a screened row: only 24 finite columns
+    table.refresh(np.arange(5), logits)
+    for tok, row in enumerate(logits):
+        assert table.row(tok).tolist() == np.argsort(-row, kind="stable")[:8].tolist() or tok == 2
+    assert sorted(table.row(2).tolist()) == list(range(3, 11))  # equal values: any order, the same set
+
+
 def test_table_learns_committed_pairs_and_resets_to_its_seed():
     seed = np.full((10, 3), -1, dtype=np.int32)
     seed[1] = [2, 3, 4]

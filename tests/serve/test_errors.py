@@ -54,8 +54,8 @@ def assert_error(resp, status, param=None, code=None, contains=""):
     ({"stop": 3}, "stop", "a string or a list of strings"),
     ({"seed": "abc"}, "seed", "seed"),
     # the methods this bundle runs (the schema is built from them, issue 49 #6): the same error for an unknown one
-    ({"speculative": {"method": "eagle"}}, "speculative.method", "'draft', 'hybrid', 'none', 'ngram' or 'recycle' (got 'eagle')"),
-    ({"speculative": {"method": "medusa"}}, "speculative.method", "'draft', 'hybrid', 'none', 'ngram' or 'recycle' (got 'medusa')"),
+    ({"speculative": {"method": "eagle"}}, "speculative.method", "'draft', 'hybrid', 'none', 'ngram', 'recycle' or 'auto' (got 'eagle')"),
+    ({"speculative": {"method": "medusa"}}, "speculative.method", "'draft', 'hybrid', 'none', 'ngram', 'recycle' or 'auto' (got 'medusa')"),
     ({"speculative": {"num_speculative_tokens": 9}}, "speculative.num_speculative_tokens", "[0, 8]"),
     ({"speculative": {"num_speculative_tokens": -1}}, "speculative.num_speculative_tokens", ">= 0"),
     ({"speculative": {"k": 2}}, "speculative.k", "speculative.k"),

@@ -92,7 +92,7 @@ def test_chat_matches_plain_template(client, pair_generator):
     assert msg.role == "assistant" and msg.content == ref.text
     assert resp.object == "chat.completion"
     assert resp.usage.completion_tokens == len(ref.token_ids)
-    assert resp.model_extra["speculative_stats"]["method"] == "draft"
+    assert resp.model_extra["speculative_stats"]["method"] == "auto"  # the default (#51)
 
 
 def test_chat_stream_matches(client, pair_generator):

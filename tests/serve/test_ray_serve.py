@@ -87,7 +87,7 @@ def test_openai_client_completion_chat_stream(ray_server, reference):
     client = openai.OpenAI(base_url=f"{ray_server.url}/v1", api_key="unused", max_retries=0, timeout=60)
     resp = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=12, temperature=0)
     assert resp.choices[0].text == reference.text and resp.usage.completion_tokens == len(reference.token_ids)
-    assert resp.model_extra["speculative_stats"]["method"] == "draft"
+    assert resp.model_extra["speculative_stats"]["method"] == "auto"  # the default (#51)
     pieces = [c.choices[0].text for c in client.completions.create(model="tiny", prompt=PROMPT, max_tokens=12,
                                                                      temperature=0, stream=True)]
     assert "".join(pieces) == reference.text and len(pieces) > 1

@@ -38,8 +38,8 @@ def _k(value: str):
 @click.option("--per-category", default=4, show_default=True, type=int,
               help="--suite spec-bench[:FILE] (Spec-Bench's questions, per-category table): questions per category.")
 @click.option("--methods", default=None, callback=_csv(str, "methods"),
-              help="Comma-separated: draft,hybrid,ngram,medusa,head,hybrid-head,recycle (default: every method the bundle "
-                   "has; plain is always run).")
+              help="Comma-separated: draft,hybrid,ngram,medusa,head,hybrid-head,recycle,auto (default: every method the "
+                   "bundle has; plain is always run).")
 @click.option("--k", "ks", default="1,2,4,8,auto", show_default=True, callback=_csv(_k, "integers or 'auto'"))
 @click.option("--max-new-tokens", default=96, show_default=True, type=int)
 @click.option("--repeats", default=3, show_default=True, type=int, help="Timed rounds (medians and spread over them).")

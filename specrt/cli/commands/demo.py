@@ -18,7 +18,7 @@ from specrt.cli.progress import step_progress
                    "[default: artifacts/demo-smollm2, offline: artifacts/demo].")
 @click.option("--offline", is_flag=True, help="Run the packaged toy pair; download nothing.")
 @backend_option()
-@method_option(allow_none=False, help_text="Drafting method [default: ngram on SmolLM2, draft on the toy pair].")
+@method_option(allow_none=False, help_text="Drafting method [default: auto on SmolLM2, draft on the toy pair].")
 @click.option("--num-speculative-tokens", "k", default=None, type=KType(),
               help="k per step, or auto [default: SmolLM2 auto, toy pair 2].")
 @click.option("--max-new-tokens", default=128, show_default=True, type=int)
@@ -54,7 +54,7 @@ def demo_cmd(output, offline, backend, method, k, max_new_tokens, repeats, model
                     ensure_bundle(models, output, progress)
     callbacks = dict(on_prompt=None if as_json else screen.row, on_start=None if as_json else screen.start)
     if wheel is not None:
-        result = run_chat_demo(wheel, output, backend=backend, method=method or "ngram", k="auto" if k is None else k,
+        result = run_chat_demo(wheel, output, backend=backend, method=method or "auto", k="auto" if k is None else k,
                                max_new_tokens=max_new_tokens, repeats=repeats, **callbacks)
     else:
         result = run_demo(output, models, backend=backend, method=method or "draft", k=2 if k is None else k,

@@ -1,0 +1,241 @@
+"""`--method auto` (the default): one draft tree per step from every source the bundle has, sized by measured goodput.
+
+Sources (keys of the acceptance estimates: (source, depth, rank)):
+* `ngram` / `ngram1`: prompt-lookup continuations of the suffix n-gram (sizes >= 2 / size 1) at its latest
+  occurrences (ngram_branches.py), rank = the branch's order;
+* `table`: Token Recycling's successor table (recycle_table.py, shared per bundle, seeded at compile), expanded from
+  the pending token by the rank template (token_tree.py), rank = the successor's rank under its parent;
+* `draft`: a draft model's greedy chain with its 2nd / 3rd choices where it is unsure (draft_source.py), in bundles
+  compiled with --draft, only where the sizing says its cost pays.
+
+Every step the candidates of all sources go into one trie (shared prefixes once); each candidate's probability of
+being accepted is the product of the running conditional acceptances along its path (runtime/tree_budget.py), and
+the verify pass carries the node set and size S that maximise predicted tokens per second, (1 + expected accepted)
+/ (overhead + T(S)) with T(S) measured per bundle and device: none at all (a plain step) when nothing pays. After
+the step every candidate, verified or not, is scored against what the target committed, so estimates follow the
+text and a request whose drafts stop paying decodes plain within a few steps, then resumes when they recover.
+
+Drafts are point masses (the draft model's are its argmaxes), so sampling stays lossless with SpecInfer's tree rule
+(runtime/acceptance.py); a target without tree support (int4 at accuracy level 4, docs/trees.md) gets the best
+chain, sized the same way.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+
+import numpy as np
+
+from specrt.runtime.proposers.base import Proposal
+from specrt.runtime.proposers.ngram_branches import NgramBranches
+from specrt.runtime.proposers.recycle_table import SuccessorTable
+from specrt.runtime.proposers.token_tree import RANK_PRIOR, DraftTrie, template
+from specrt.runtime.tree_budget import NodeStats, PassCosts, choose, fixed_costs, path_probs, preorder
+
+NGRAM_BRANCHES = 3  # continuations per n-gram source
+TABLE_NODES = 24  # candidates from the successor table's template per step
+MAX_CANDIDATES = 64
+# a-priori conditional acceptances (per rank at depth 1, and deeper for rank 0): properties of the sources, set
+# before any measurement and never fitted to a benchmark; the running estimates replace them within a few steps
+PRIORS = {"ngram": ((0.6, 0.3, 0.2), 0.75), "ngram1": ((0.35, 0.2, 0.12), 0.6),
+          "table": (RANK_PRIOR, 0.5), "draft": ((0.6, 0.15, 0.08), 0.7)}
+
+
+class AutoState:
+    """What `auto` learns per loaded bundle and keeps across requests: pass costs and acceptance estimates."""
+
+    def __init__(self, costs: PassCosts) -> None:
+        self.costs = costs
+        self.stats = NodeStats(PRIORS)
+        self.last_nodes = 0  # nodes of the last step's tree (the stats' num_speculative_tokens)
+        self.plain_steps = 0  # consecutive steps that chose plain decoding
+        self.draft_s = 0.0  # seconds the draft model ran in the last step (kept out of the proposer's overhead)
+
+
+_STATES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_STATES_LOCK = threading.Lock()
+
+
+def state_for(gen) -> AutoState:
+    """The state shared by `gen`'s requests, primed with its load-time pass costs (timed now if it loaded without)."""
+    with _STATES_LOCK:
+        state = _STATES.get(gen)
+        if state is None:
+            if gen._load_costs is None:
+                gen.warmup()
+            state = AutoState(PassCosts(gen._load_costs[0]))
+            _STATES[gen] = state
+        return state
+
+
+class AutoProposer:
+    name = "auto"
+
+    def __init__(self, table: SuccessorTable, state: AutoState, eos_ids: frozenset[int] = frozenset(),
+                 trees: bool = True, min_n: int = 1, max_n: int = 3, draft=None) -> None:
+        self.table, self.state, self.eos_ids, self.trees = table, state, eos_ids, bool(trees)
+        self.ngram = NgramBranches(eos_ids, min_n, max_n)
+        self.draft = draft  # a DraftSource (draft_source.py) or None
+        self.rows_seen = False
+        self._tokens: np.ndarray | None = None
+        self._n = 0
+        self._cand: tuple[list[int], list[int], list[list[tuple]]] | None = None  # tokens, parents, keys
+
+    # ----------------------------------------------------------------------------- the protocol
+    def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None:
+        self._tokens, self._n, self._cand = tokens, n, None
+        self.ngram.start(tokens, n)
+        if self.draft is not None:
+            self.draft.start(tokens, n)
+        if n >= 2:  # the prefill's argmax: the target's own successor of the prompt's last token
+            self.table.learn_pairs(tokens[n - 2:n - 1], tokens[n - 1:n])
+
+    def propose(self, tokens: np.ndarray, n: int, k: int) -> Proposal:
+        trie, keys = self.candidates(tokens, n, k)
+        cand_tokens, parents = trie.tokens, trie.parents
+        stats, costs = self.state.stats, self.state.costs
+        table = costs.table()
+        overhead = costs.overhead_s
+        calls, self.state.draft_s = 0, 0.0
+        if self.draft is not None:
+            depth = self.draft.depth(stats, n, parents, keys, table, k, overhead, not self.trees)
+            if depth:
+                t1 = time.perf_counter()
+                calls = self.draft.extend(trie, keys, tokens, n, depth)
+                self.state.draft_s = time.perf_counter() - t1
+                overhead += self.state.draft_s  # this step's drafting cost joins the choice of its size
+        probs = path_probs(parents, [max(stats.prob(key) for key in ks) for ks in keys])
+        chosen = choose(probs, parents, table, k, overhead, chain_only=not self.trees)
+        order = preorder(chosen, parents, probs)
+        self._cand = (list(cand_tokens), list(parents), keys)
+        self.state.last_nodes = len(order)
+        self.state.plain_steps = 0 if order else self.state.plain_steps + 1
+        ids = np.array([cand_tokens[i] for i in order], dtype=np.int64)
+        if not self.trees:
+            return Proposal(ids, calls=calls, source=self.name)
+        index = {node: j for j, node in enumerate(order)}
+        par = np.array([index[parents[i]] if parents[i] >= 0 else -1 for i in order], dtype=np.int64)
+        return Proposal(ids, parents=par, calls=calls, source=self.name)
+
+    def observe(self, n: int, num_accepted: int, target_hidden: np.ndarray | None = None) -> None:
+        tokens, old = self._tokens, self._n
+        if n > old:
+            if self._cand is not None:
+                self.state.stats.score(*self._cand, tokens[old:n].tolist())
+            if not self.rows_seen:
+                self.table.learn_pairs(tokens[old - 1:n - 1], tokens[old:n])
+            self.ngram.index(tokens, n)
+        if self.draft is not None:
+            self.draft.observe(n)
+        self._cand = None
+        self._n = n
+
+    def observe_verify(self, fed_ids: np.ndarray, logits: np.ndarray, parents: np.ndarray | None = None) -> None:
+        """fed_ids [S], logits [S, V]: every verified row refreshes the successor table (Token Recycling)."""
+        self.rows_seen = True
+        self.table.refresh(fed_ids, logits)
+
+    # ----------------------------------------------------------------------------- candidates
+    def candidates(self, tokens: np.ndarray, n: int, k: int) -> tuple[DraftTrie, list[list[tuple]]]:
+        """Every source's candidates in one trie (at most MAX_CANDIDATES nodes, depth <= k), with each node's keys
+        (source, depth, rank): a node two sources propose has both."""
+        trie = DraftTrie(MAX_CANDIDATES, max_depth=max(k, 1))
+        keys: list[list[tuple]] = []
+        key = NodeStats.key
+
+        def add(parent: int, token: int, k_: tuple) -> int | None:
+            before = len(trie)
+            node = trie.add(parent, token)
+            if node is not None:
+                if len(trie) > before:
+                    keys.append([k_])
+                elif k_ not in keys[node]:
+                    keys[node].append(k_)
+            return node
+
+        rank = {"ngram": 0, "ngram1": 0}
+        for size, cont in self.ngram.branches(tokens, n, k, 2 * NGRAM_BRANCHES):
+            source = "ngram" if size >= 2 else "ngram1"
+            if rank[source] >= NGRAM_BRANCHES:
+                continue
+            parent = -1
+            for d, t in enumerate(cont, start=1):
+                parent = add(parent, t, key(source, d, rank[source]))
+                if parent is None:
+                    break
+            rank[source] += 1
+        succ = self.table.succ
+        node_of: dict[tuple[int, ...], int] = {(): -1}
+        token_of: dict[tuple[int, ...], int] = {(): int(tokens[n - 1])}
+        for p in template(TABLE_NODES):
+            head = p[:-1]
+            if head not in node_of or len(p) > k or p[-1] >= succ.shape[1] or token_of[head] in self.eos_ids:
+                continue
+            t = int(succ[token_of[head], p[-1]])
+            if t < 0:
+                continue
+            node = add(node_of[head], t, key("table", len(p), p[-1]))
+            if node is not None:
+                node_of[p], token_of[p] = node, t
+        return trie, keys
+
+
+def make_auto(gen, params, rng, options: dict) -> AutoProposer:
+    """The `auto` proposer for `gen` (a Generator): its shared table and state. Seeded sampling gets a fresh state
+    with fixed costs and the bundle's seed table: the trees, hence the random numbers drawn, depend only on the
+    request (the same text in every run and process)."""
+    from specrt.runtime.proposers.recycle_table import table_for
+
+    seeded = params.seed is not None and not params.greedy
+    state = AutoState(fixed_costs(gen.max_draft_tokens + 1)) if seeded else state_for(gen)
+    trees = getattr(gen.target, "supports_tree", False)
+    draft = None
+    if gen.draft is not None:
+        from specrt.runtime.proposers.draft_source import DraftSource
+
+        draft = DraftSource(gen.draft, gen.vocab_size, fixed=seeded)
+        if gen._load_costs is not None and gen._load_costs[1] is not None and not seeded:
+            draft.cost_s = float(gen._load_costs[1])
+    table = table_for(gen)
+    if seeded:  # the bundle's seed table, not what earlier requests taught the shared one
+        table = SuccessorTable(table.vocab_size, table.top_k, seed=table.seed)
+    return AutoProposer(table, state, gen.eos_ids, trees, draft=draft, **options)
+
+
+class SizingPolicy:
+    """The `KPolicy` of `auto` (runtime/policy.py's protocol): the loop's k is only the node cap (the compiled
+    maximum, clamped by the loop near the end); the proposer sizes the tree. `update` feeds the measured pass and
+    proposer times to the shared cost model."""
+
+    def __init__(self, state: AutoState, max_k: int) -> None:
+        self.state, self.max_k = state, max_k
+
+    def next_k(self) -> int:
+        return self.max_k
+
+    @property
+    def current_k(self) -> int:
+        return self.state.last_nodes
+
+    def update(self, k: int, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
+        self.state.costs.observe(drafted + 1, verify_s, draft_s - self.state.draft_s)
+
+    def off_reason(self) -> str:
+        if self.state.plain_steps < 2:
+            return ""
+        return ("speculation off: no tree of drafts is predicted to beat plain decoding here (running acceptance "
+                "against the measured cost of a pass per size); candidates are still scored every step")
+
+
+def auto_policy(gen, k, seeded: bool):
+    """`auto`'s policy: an integer k caps the tree's nodes; "auto" the compiled maximum (seeded sampling: the
+    proposer's own fixed costs size it, nothing is timed)."""
+    from specrt.runtime.policy import FixedK
+
+    if k != "auto":
+        return FixedK(min(int(k), gen.max_draft_tokens))
+    if seeded:
+        return FixedK(gen.max_draft_tokens)
+    return SizingPolicy(state_for(gen), gen.max_draft_tokens)

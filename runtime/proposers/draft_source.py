@@ -1,0 +1,126 @@
+"""A draft model as one source of `auto`'s tree (auto.py): its greedy chain, plus its 2nd and 3rd choices where it
+is unsure, drafted only as deep as the sizing says its cost pays.
+
+    src = DraftSource(runner, target_vocab)
+    src.start(tokens, n)                              # lazy: nothing fed until the first drafting step
+    d = src.depth(stats, tokens, parents, keys, costs, k, overhead_s, chain_only)   # 0: not worth a call
+    calls = src.extend(trie, keys, tokens, n, d)      # d draft calls; nodes keyed ("draft", depth, rank)
+    src.observe(n)                                    # the cache cut back to the prefix still committed
+
+Drafts are the draft model's argmaxes (and runners-up), point masses: any deterministic proposal keeps greedy output
+equal to plain and sampling lossless under the tree rule. The cache follows the committed tokens lazily as in
+draft_model.py: the first drafting step after steps without the draft feeds the tokens it missed in one pass.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from specrt.runtime.tree_budget import NodeStats, choose, path_probs
+
+UNSURE = (0.6, 0.3)  # the draft's top-1 probability below which its 2nd (then also its 3rd) choice joins the tree
+PREFILL_CHUNK = 256
+
+
+class DraftSource:
+    def __init__(self, runner, target_vocab: int, fixed: bool = False, cost_s: float = 0.0) -> None:
+        self.runner, self.vocab = runner, int(target_vocab)
+        self.fixed = fixed  # seeded sampling: the cost per call is a constant, never timed
+        self.cost_s = float(cost_s)  # seconds per draft call (load-time timing, then an EMA of this source's calls)
+        self.last_s = 0.0  # seconds this source drafted in the last step
+        self._tokens: np.ndarray | None = None
+        self._base = 0  # committed length when the chain was drafted
+        self._fed: list[int] = []  # draft tokens fed after it (the chain but its last)
+
+    def start(self, tokens: np.ndarray, n: int) -> None:
+        self._tokens, self._fed = tokens, []
+        self.runner.set_argmax_only(False)  # runners-up need full rows
+        self.runner.reset()
+
+    def depth(self, stats: NodeStats, n: int, parents, keys, costs: list[float], k: int, overhead_s: float,
+              chain_only: bool) -> int:
+        """How many draft tokens to run: the d whose best tree (the other sources' candidates plus a draft chain of
+        d nodes, each worth its running path probability less what the other candidates already give at its
+        depth) has the highest predicted rate counting d draft calls; 0 when none beats the tree without it."""
+        if self.cost_s <= 0 or self._tokens is None:
+            return 0
+        probs = path_probs(parents, [max(stats.prob(key) for key in ks) for ks in keys])
+        depth_of = np.zeros(len(parents) + 1, dtype=np.int64)
+        for i, p in enumerate(parents):
+            depth_of[i + 1] = depth_of[p + 1] + 1
+        have = {}
+        for i, pr in enumerate(probs):
+            have[int(depth_of[i + 1])] = max(have.get(int(depth_of[i + 1]), 0.0), float(pr))
+        unseen = n - min(self.runner.length, n - 1)  # rows its first call feeds: 1, or more after steps without it
+        catch_up = 1.0 + max(unseen - 2, 0) / 32  # a multi-row call costs little more than one row (fp32)
+        best_d, best_rate = 0, self._rate(probs, parents, costs, k, overhead_s, chain_only)
+        chain_p, extra = 1.0, []
+        for d in range(1, k + 1):
+            chain_p *= stats.prob(NodeStats.key("draft", d, 0))
+            extra.append(max(chain_p - have.get(d, 0.0), 0.0))
+            p = np.concatenate([probs, extra])
+            par = list(parents) + [-1] + [len(parents) + j for j in range(d - 1)]
+            rate = self._rate(p, par, costs, k, overhead_s + (d - 1 + catch_up) * self.cost_s, chain_only)
+            if rate > best_rate:
+                best_d, best_rate = d, rate
+        return best_d
+
+    @staticmethod
+    def _rate(probs, parents, costs, k, overhead_s, chain_only) -> float:
+        chosen = choose(probs, parents, costs, k, overhead_s, chain_only, margin=1.0)
+        return (1.0 + float(sum(probs[i] for i in chosen))) / (overhead_s + costs[len(chosen)])
+
+    def extend(self, trie, keys, tokens: np.ndarray, n: int, d: int) -> int:
+        """Run the draft d tokens deep from tokens[:n] and add its chain (and runners-up where unsure) to `trie`;
+        returns the draft calls made."""
+        r = self.runner
+        t0 = time.perf_counter()
+        r.truncate(min(r.length, n - 1))
+        calls = -(-(n - r.length) // PREFILL_CHUNK)
+        row = r.prefill(tokens[r.length:n], PREFILL_CHUNK)
+        self._base, self._fed = n, []
+        parent = -1
+        for depth in range(1, d + 1):
+            row = row[:self.vocab]
+            top = np.argpartition(row, -3)[-3:] if row.size > 3 else np.arange(row.size)
+            top = top[np.argsort(-row[top], kind="stable")]
+            z = np.exp(row[top] - row.max())
+            p1 = float(z[0] / np.exp(row - row.max()).sum())
+            ranks = 1 + sum(p1 < u for u in UNSURE)
+            main = None
+            for rank, tok in enumerate(top[:ranks].tolist()):
+                before = len(trie)
+                node = trie.add(parent, tok)
+                if node is None:
+                    continue
+                key = NodeStats.key("draft", depth, rank)
+                if len(trie) > before:
+                    keys.append([key])
+                elif key not in keys[node]:
+                    keys[node].append(key)
+                if rank == 0:
+                    main = node
+            if main is None or depth == d:
+                break
+            self._fed.append(int(top[0]))
+            row = r.forward(np.array([top[0]], dtype=np.int64))[-1]
+            calls += 1
+            parent = main
+        self.last_s = time.perf_counter() - t0
+        if not self.fixed:
+            per_call = self.last_s / max(calls, 1)
+            self.cost_s = per_call if self.cost_s <= 0 else 0.75 * self.cost_s + 0.25 * per_call
+        return calls
+
+    def observe(self, n: int) -> None:
+        """tokens[:n] committed: keep the cached chain tokens the committed text confirms."""
+        if self._tokens is None:
+            return
+        agree = 0
+        committed = self._tokens[self._base:n].tolist()
+        while agree < min(len(self._fed), len(committed)) and self._fed[agree] == committed[agree]:
+            agree += 1
+        self.runner.truncate(min(self.runner.length, self._base + agree, n - 1))
+        self._fed = self._fed[:agree]
