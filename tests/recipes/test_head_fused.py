@@ -1,0 +1,124 @@
+"""The fused draft head's recipe (#52): shards made by the batch engine, training-time test, held-out measure."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from specrt.models.draft_head_fused import FusedDraftHead, ttt_layer, ttt_mask
+
+
+def _decoder(path):
+    from specrt.models.checkpoint import open_checkpoint
+
+    return open_checkpoint(path).load_decoder(torch.float32).eval().requires_grad_(False)
+
+
+def _head(decoder, vocab=None, seed=0):
+    torch.manual_seed(seed)
+    ids = torch.arange(decoder.config.vocab_size) if vocab is None else torch.tensor(vocab)
+    head = FusedDraftHead(decoder, ids, (0, 1, 1))
+    with torch.no_grad():  # away from the identity start, so every input and depth matters
+        for p in head.trained_parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+    return head.eval()
+
+
+def test_ttt_mask_is_the_drafting_cache():
+    m = ttt_mask(4, 2)  # depth 2, row 3: depth-0 keys of rows <= 1, the depth-1 key of row 2, itself
+    assert m[3].tolist() == [True, True, False, False] + [False, False, True, False] + [False, False, False, True]
+    assert m[1].tolist()[:4] == [False] * 4 and m[1, 9]  # no anchor yet: only itself
+
+
+@torch.no_grad()
+def test_ttt_depth0_equals_the_layer(llama_target):
+    dec = _decoder(llama_target)
+    head = _head(dec)
+    c = dec.config
+    x = torch.randn(2, 7, c.hidden_size)
+    pos = torch.arange(7).expand(2, 7)
+    cos, sin = head.rotary.cos_sin(pos)
+    empty = torch.zeros(2, 0, c.num_kv_heads, c.head_dim)
+    want, _, _ = head.layer(x, cos, sin, empty, empty)
+    got = ttt_layer(head, x, pos, [], [], 0)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_batched_acceptance_equals_real_drafting(llama_target):
+    """The training-time-test pass measures what a head drafting with its own cache row by row accepts."""
+    from specrt.recipes.head_ttt import drafting_acceptance, heldout_acceptance
+
+    dec = _decoder(llama_target)
+    vocab = [5, 9, 17, 40]  # a tiny head vocabulary: its guesses are right often enough to count
+    head = _head(dec, vocab, seed=3)
+    d = dec.config.hidden_size
+    total, counted = np.zeros(3), 0
+    for seed in range(6):
+        g = torch.Generator().manual_seed(seed)
+        t = 30
+        seq = {"ids": torch.tensor(vocab)[torch.randint(0, 4, (t,), generator=g)],
+               "feats": torch.randn(t, 4, d, generator=g).half(), "prompt_len": 4, "greedy": True}
+        # make the answer partly the head's own greedy chains, so that deep drafts are accepted too
+        c = dec.config
+        empty = torch.zeros(1, 0, c.num_kv_heads, c.head_dim)
+        for a in range(3, t - 3, 3):
+            rows = t - 1
+            logits = head(seq["feats"][None, :rows, -1].float(), seq["ids"][None, 1:], torch.arange(rows)[None],
+                          empty, empty, seq["feats"][None, :rows, :-1].float())[0]
+            seq["ids"][a + 2] = int(head.vocab_ids[int(logits[0, a].argmax())])
+        real = drafting_acceptance(head, seq, k=3)
+        batched = heldout_acceptance(head, [seq], k=3)
+        assert [round(r / batched["positions"], 4) for r in real] == batched["per_position"]
+        total += real
+        counted += batched["positions"]
+    assert total[0] > 0 and total[1] > 0  # both depths were exercised
+
+
+def test_spec_bench_questions_are_refused():
+    from specrt.core.errors import InvalidArgument
+    from specrt.recipes.head_shards import benchmark_questions, requests_of
+
+    question = sorted(benchmark_questions())[0]
+    with pytest.raises(InvalidArgument, match="Spec-Bench question"):
+        requests_of(["Explain DNS.", question.upper()])
+    reqs = requests_of([f"prompt {i}" for i in range(10)])
+    assert sum(r["base"] == 9 for r in reqs) == 1 and sum(r["base"] == 0 for r in reqs) > 1  # held out: plain only
+
+
+def test_shards_from_the_batch_engine_then_training_resumes(workdir, llama_target, target_only_bundle, tokenizer_path):
+    """Answers by the batch engine, features of three layers + the final one, shards resumed; a few training steps,
+    the learning curve written and resumed from its checkpoint."""
+    from specrt.recipes.head_data import chat_encoder
+    from specrt.recipes.head_fit import fit_fused_head
+    from specrt.recipes.head_shards import make_shards, requests_of
+    from specrt.recipes.head_shardset import ShardSet
+
+    dec = _decoder(llama_target)
+    run = workdir / "fused_head"
+    reqs = requests_of([f"def f{i}(x):" for i in range(10)], styles=("", " return"))
+    made = make_shards(target_only_bundle, dec, chat_encoder(llama_target), reqs, run / "shards", max_new=8,
+                       samples=1, batch=8, layers=(0, 1, 1))
+    assert made == 3 and make_shards(target_only_bundle, dec, None, reqs, run / "shards", max_new=8, samples=1,
+                                     batch=8, layers=(0, 1, 1)) == 3  # all made: nothing is generated again
+    data = ShardSet(run / "shards")
+    assert len(data.train) == 36 and len(data.heldout) == 1  # 18 training requests x (greedy + 1 sample)
+    seq = data.sequence(data.train[0])
+    c = dec.config
+    with torch.no_grad():
+        empty = torch.zeros(1, 0, c.num_kv_heads, c.head_dim)
+        out = dec(seq["ids"][None], torch.arange(seq["ids"].numel())[None], (empty,) * 2, (empty,) * 2)
+    torch.testing.assert_close(seq["feats"][:, -1].float(), out.hidden_states[0], atol=2e-3, rtol=2e-3)
+    assert (seq["top_ids"][:, 0] == out.logits[0].argmax(-1).int()).all()
+
+    fit_fused_head(dec, run / "shards", run, steps=4, draft_vocab=64, batch_size=2, rows=16, eval_every=2,
+                   min_train_tokens=10, progress=False, say=lambda _: None)
+    curve = [json.loads(x) for x in (run / "curve.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in curve] == [2, 4] and len(curve[-1]["heldout_per_position"]) == 3
+    said = []
+    fit_fused_head(dec, run / "shards", run, steps=6, draft_vocab=64, batch_size=2, rows=16, eval_every=2,
+                   min_train_tokens=10, progress=False, say=said.append)
+    assert said[0].startswith("resumed at step 4") and (run / "curve.jsonl").read_text().count("\n") == 3
