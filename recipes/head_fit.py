@@ -6,8 +6,9 @@ training-time-test loss of recipes/head_ttt.py. Every `eval_every` steps it re-o
 shards join the training set), re-picks the head's vocabulary from all training answers so far (a frozen buffer:
 no trained weight depends on it), measures the held-out acceptance and appends one line to `RUN/curve.jsonl`
 ({step, tokens seen, training tokens available, held-out acceptance per position, teacher-forced top-1, loss}),
-then checkpoints `RUN/fit.pt` (the trained state, the optimiser, the step and the vocabulary): stopping at any
-time loses at most `eval_every` steps, and the next call goes on from there. On a terminal the progress bar
+then checkpoints `RUN/fit.pt` (the trained state, the optimiser, the step and the vocabulary; also every
+`ckpt_minutes` and at the end): a process killed at any time loses at most `ckpt_minutes` of training, and the next
+call goes on from there. On a terminal the progress bar
 shows the loss and the last held-out acceptance; elsewhere one line per measure.
 """
 
@@ -34,6 +35,7 @@ def fit_fused_head(target: Decoder, shard_dir: Path, run_dir: Path, *, steps: in
                    batch_size: int = 8, rows: int = 256, lr: float = 3e-3, depths: int = 3,
                    feature_weight: float = 1.0, eval_every: int = 200, eval_sequences: int = 54,
                    min_train_tokens: int = 20_000, seed: int = 0, deadline: float | None = None,
+                   ckpt_minutes: float = 5.0,
                    progress: bool = True, say: Callable[[str], None] = print) -> FusedDraftHead:
     """Train until `steps` (a total: steps done in earlier calls count) or `deadline` (time.time()); returns the head."""
     run_dir = Path(run_dir)
@@ -62,7 +64,12 @@ def fit_fused_head(target: Decoder, shard_dir: Path, run_dir: Path, *, steps: in
         say(f"resumed at step {step} ({seen} tokens seen)")
     lookup = reduced_index(head.vocab_ids, v)
     heldout = [data.sequence(r) for r in data.heldout[:eval_sequences]]
-    ema, last = None, {}
+    ema, last, saved = None, {}, time.time()
+
+    def save() -> None:
+        _save(ckpt, {"trained": head.trained_state(), "opt": opt.state_dict(), "step": step, "tokens_seen": seen,
+                     "vocab_ids": head.vocab_ids, "feature_layers": layers})
+
     bar = _bar(progress, steps, step)
     while step < steps and (deadline is None or time.time() < deadline):
         rng = np.random.default_rng([seed, step])
@@ -94,13 +101,17 @@ def fit_fused_head(target: Decoder, shard_dir: Path, run_dir: Path, *, steps: in
                     "train_agree_per_depth": [round(a, 4) for a in agree], **{f"heldout_{k}": x for k, x in last.items()}}
             with open(run_dir / "curve.jsonl", "a") as fh:
                 fh.write(json.dumps(line) + "\n")
-            _save(ckpt, {"trained": head.trained_state(), "opt": opt.state_dict(), "step": step, "tokens_seen": seen,
-                         "vocab_ids": head.vocab_ids, "feature_layers": layers})
+            save()
+            saved = time.time()
             if not bar:
                 say(f"step {step}: loss {ema:.3f}, held-out per position {last.get('per_position')} "
                     f"(tf top-1 {last.get('tf_top1')}), {line['train_tokens']} training tokens")
+        elif time.time() - saved > ckpt_minutes * 60:
+            save()
+            saved = time.time()
     if bar:
         bar[0].stop()
+    save()
     return head.eval()
 
 
