@@ -25,7 +25,7 @@ import torch
 
 from specrt.models.base import Decoder
 from specrt.models.draft_head_fused import FusedDraftHead
-from specrt.recipes.head_shards import default_feature_layers
+from specrt.recipes.head_shards import default_feature_layers, shard_layers
 from specrt.recipes.head_shardset import ShardSet, choose_vocab_from_counts, make_windows
 from specrt.recipes.head_train import reduced_index
 from specrt.recipes.head_ttt import heldout_acceptance, ttt_loss
@@ -52,7 +52,8 @@ def fit_fused_head(target: Decoder, shard_dir: Path, run_dir: Path, *, steps: in
 
     ckpt = run_dir / "fit.pt"
     state = torch.load(ckpt, weights_only=False) if ckpt.exists() else None
-    layers = tuple(state["feature_layers"]) if state else default_feature_layers(target.config.num_layers)
+    layers = tuple(state["feature_layers"]) if state else (shard_layers(shard_dir) or
+                                                           default_feature_layers(target.config.num_layers))
     head = FusedDraftHead(target, state["vocab_ids"] if state else vocab(), layers)
     params = head.trained_parameters()
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -63,13 +64,36 @@ def fit_fused_head(target: Decoder, shard_dir: Path, run_dir: Path, *, steps: in
         step, seen = state["step"], state["tokens_seen"]
         say(f"resumed at step {step} ({seen} tokens seen)")
     lookup = reduced_index(head.vocab_ids, v)
-    heldout = [data.sequence(r) for r in data.heldout[:eval_sequences]]
     ema, last, saved = None, {}, time.time()
 
     def save() -> None:
         _save(ckpt, {"trained": head.trained_state(), "opt": opt.state_dict(), "step": step, "tokens_seen": seen,
                      "vocab_ids": head.vocab_ids, "feature_layers": layers})
 
+    def measure() -> dict:
+        """New shards joined, the vocabulary re-picked, the held-out measure appended to the curve, a checkpoint."""
+        nonlocal lookup
+        data.refresh()
+        head.set_vocab(lm, vocab())
+        lookup = reduced_index(head.vocab_ids, v)
+        held = [data.sequence(r) for r in data.heldout[:eval_sequences]]
+        head.eval()
+        got = heldout_acceptance(head, held) if held else {}
+        head.train()
+        line = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "step": step, "tokens_seen": seen,
+                "train_tokens": data.tokens(data.train), "train_sequences": len(data.train),
+                "heldout_sequences": len(held), "loss_ema": None if ema is None else round(ema, 4),
+                "train_agree_per_depth": [round(a, 4) for a in agree], **{f"heldout_{k}": x for k, x in got.items()}}
+        with open(run_dir / "curve.jsonl", "a") as fh:
+            fh.write(json.dumps(line) + "\n")
+        save()
+        if not bar:
+            say(f"step {step}: loss {line['loss_ema']}, held-out per position {got.get('per_position')} "
+                f"(tf top-1 {got.get('tf_top1')}), {line['train_tokens']} training tokens")
+        return got
+
+    agree: list = []
+    measured = step
     bar = _bar(progress, steps, step)
     while step < steps and (deadline is None or time.time() < deadline):
         rng = np.random.default_rng([seed, step])
@@ -88,27 +112,13 @@ def fit_fused_head(target: Decoder, shard_dir: Path, run_dir: Path, *, steps: in
         if bar:
             bar[0].update(bar[1], completed=step, loss=ema, acc=last.get("acceptance", float("nan")))
         if step % eval_every == 0 or step == steps:
-            data.refresh()
-            head.set_vocab(lm, vocab())
-            lookup = reduced_index(head.vocab_ids, v)
-            heldout = [data.sequence(r) for r in data.heldout[:eval_sequences]]
-            head.eval()
-            last = heldout_acceptance(head, heldout) if heldout else {}
-            head.train()
-            line = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "step": step, "tokens_seen": seen,
-                    "train_tokens": data.tokens(data.train), "train_sequences": len(data.train),
-                    "heldout_sequences": len(heldout), "loss_ema": round(ema, 4),
-                    "train_agree_per_depth": [round(a, 4) for a in agree], **{f"heldout_{k}": x for k, x in last.items()}}
-            with open(run_dir / "curve.jsonl", "a") as fh:
-                fh.write(json.dumps(line) + "\n")
-            save()
+            last, measured = measure(), step
             saved = time.time()
-            if not bar:
-                say(f"step {step}: loss {ema:.3f}, held-out per position {last.get('per_position')} "
-                    f"(tf top-1 {last.get('tf_top1')}), {line['train_tokens']} training tokens")
         elif time.time() - saved > ckpt_minutes * 60:
             save()
             saved = time.time()
+    if measured != step:  # stopped by the deadline between two measures
+        measure()
     if bar:
         bar[0].stop()
     save()

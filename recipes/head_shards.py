@@ -47,8 +47,15 @@ def heldout(base: int) -> bool:
 
 
 def default_feature_layers(num_layers: int) -> tuple[int, int, int]:
-    """Low, middle and high layers (0-based; the residual stream after each), as EAGLE-3 picks them."""
-    return (min(2, num_layers - 1), num_layers // 2, max(num_layers - 3, 0))
+    """Low, middle and high layers (0-based; the residual stream after each), as EAGLE-3 picks them (distinct:
+    fewer on a target of fewer than 3 layers)."""
+    return tuple(sorted({min(2, num_layers - 1), num_layers // 2, max(num_layers - 3, 0)}))
+
+
+def shard_layers(shard_dir: Path) -> tuple[int, ...] | None:
+    """The feature layers the shards in `shard_dir` hold (layers.json), None before any was made."""
+    path = Path(shard_dir) / "layers.json"
+    return tuple(json.loads(path.read_text())) if path.exists() else None
 
 
 def benchmark_questions() -> set[str]:
@@ -146,9 +153,13 @@ def make_shards(bundle: Path, decoder: Decoder, encode: Callable[[str], list[int
     from specrt.models.draft_head import target_fingerprint
     from specrt.runtime.generator import load
 
-    layers = layers or default_feature_layers(decoder.config.num_layers)
+    layers = tuple(layers or default_feature_layers(decoder.config.num_layers))
     shard_dir = Path(shard_dir)
     shard_dir.mkdir(parents=True, exist_ok=True)
+    have_layers = shard_layers(shard_dir)
+    if have_layers is not None and have_layers != layers:
+        raise InvalidArgument(f"{shard_dir} holds the features of layers {list(have_layers)}, not {list(layers)}")
+    (shard_dir / "layers.json").write_text(json.dumps(list(layers)))
     order = np.random.default_rng(seed).permutation(len(requests)).tolist()
     chunks = [order[a:a + batch] for a in range(0, len(order), batch)]
     todo = [c for c in range(len(chunks)) if not (shard_dir / f"shard-{c:05d}").is_dir()]

@@ -109,3 +109,47 @@ def ttt_layer(head: FusedDraftHead, x: torch.Tensor, position_ids: torch.Tensor,
     out = nn.functional.scaled_dot_product_attention(q.transpose(1, 2), kk, vv, attn_mask=mask)  # [B, H, R, Dh]
     x = x + a.o_proj(out.transpose(1, 2).reshape(b, s, c.num_heads * c.head_dim))
     return x + layer.mlp(layer.post_attention_layernorm(x))
+
+
+from specrt.models.head_config import FUSED_VERSION  # noqa: E402 (head_config.json version of a fused head)
+
+
+def save_fused_head(head: FusedDraftHead, out_dir, extra: dict | None = None) -> None:
+    """head_config.json (version 2, with `feature_layers`) + head.safetensors (fc [D, 5D] and the layer)."""
+    import json
+    from pathlib import Path
+
+    from specrt.models.draft_head import CONFIG, save_head
+
+    save_head(head, out_dir, extra={**(extra or {}), "feature_layers": list(head.feature_layers)})
+    path = Path(out_dir) / CONFIG
+    cfg = json.loads(path.read_text())
+    cfg["version"] = FUSED_VERSION
+    path.write_text(json.dumps(cfg) + "\n")
+
+
+def load_fused_head(head_dir, target: Decoder) -> FusedDraftHead:
+    """A fused head directory on `target` (its frozen parts rebuilt from the target). Raises CheckpointError."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    from specrt.core.errors import CheckpointError
+    from specrt.core.jsonfile import load_json
+    from specrt.models.draft_head import CONFIG, WEIGHTS, target_fingerprint
+    from specrt.models.head_config import check_head_config
+
+    head_dir = Path(head_dir)
+    cfg = load_json(head_dir / CONFIG, CheckpointError)
+    want = target_fingerprint(target.config)
+    ids = check_head_config(cfg, str(head_dir / CONFIG), target=want, error=CheckpointError,
+                            versions=(FUSED_VERSION,))
+    if cfg.get("version") != FUSED_VERSION:
+        raise CheckpointError(f"{head_dir / CONFIG} is a plain draft head, not a fused one (version {FUSED_VERSION})")
+    head = FusedDraftHead(target, torch.tensor(ids, dtype=torch.long), tuple(cfg["feature_layers"]))
+    tensors = load_file(str(head_dir / WEIGHTS))
+    own = head.trained_state()
+    if set(tensors) != set(own) or any(tuple(tensors[k].shape) != tuple(own[k].shape) for k in own):
+        raise CheckpointError(f"{head_dir / WEIGHTS} does not hold a fused head's fc and layer for this target")
+    head.load_state_dict({**head.state_dict(), **{k: v.float() for k, v in tensors.items()}})
+    return head.eval()

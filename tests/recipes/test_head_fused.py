@@ -101,9 +101,9 @@ def test_shards_from_the_batch_engine_then_training_resumes(workdir, llama_targe
     run = workdir / "fused_head"
     reqs = requests_of([f"def f{i}(x):" for i in range(10)], styles=("", " return"))
     made = make_shards(target_only_bundle, dec, chat_encoder(llama_target), reqs, run / "shards", max_new=8,
-                       samples=1, batch=8, layers=(0, 1, 1))
+                       samples=1, batch=8, layers=(0, 1))
     assert made == 3 and make_shards(target_only_bundle, dec, None, reqs, run / "shards", max_new=8, samples=1,
-                                     batch=8, layers=(0, 1, 1)) == 3  # all made: nothing is generated again
+                                     batch=8, layers=(0, 1)) == 3  # all made: nothing is generated again
     data = ShardSet(run / "shards")
     assert len(data.train) == 36 and len(data.heldout) == 1  # 18 training requests x (greedy + 1 sample)
     seq = data.sequence(data.train[0])
@@ -122,3 +122,35 @@ def test_shards_from_the_batch_engine_then_training_resumes(workdir, llama_targe
     fit_fused_head(dec, run / "shards", run, steps=6, draft_vocab=64, batch_size=2, rows=16, eval_every=2,
                    min_train_tokens=10, progress=False, say=said.append)
     assert said[0].startswith("resumed at step 4") and (run / "curve.jsonl").read_text().count("\n") == 3
+
+
+def test_cli_fused_recipe_writes_a_fused_head_that_compile_refuses(workdir, llama_target, target_only_bundle):
+    """`specrt train-head --recipe fused`: shards, training, a version-2 head directory that loads back exactly;
+    compile refuses it in one line (the target graphs do not output the layers yet)."""
+    from click.testing import CliRunner
+
+    from specrt.cli.main import main
+    from specrt.compiler.draft_head import draft_head_step
+    from specrt.core.errors import CheckpointError
+    from specrt.models.draft_head_fused import load_fused_head
+
+    base = workdir / "fused_cli"
+    base.mkdir()
+    prompts = base / "prompts.txt"
+    prompts.write_text("\n".join(f"def g{i}(y):" for i in range(10)) + "\n")
+    out = base / "head"
+    args = ["train-head", "--target", str(llama_target), "-o", str(out), "--prompts", str(prompts), "--recipe", "fused",
+            "--answers-bundle", str(target_only_bundle), "--answer-tokens", "6", "--samples", "1", "--steps", "3",
+            "--draft-vocab", "64", "--batch-size", "2", "--max-rows", "16", "--answer-batch", "32", "--json"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.output[res.output.index("{"):])
+    assert got["recipe"] == "fused" and len(got["heldout_acceptance"]["per_position"]) == 3
+    cfg = json.loads((out / "head_config.json").read_text())
+    assert cfg["version"] == 2 and cfg["feature_layers"] == [0, 1]  # a 2-layer target: two distinct layers
+    head = load_fused_head(out, _decoder(llama_target))
+    assert head.fc.weight.shape[1] == 4 * head.config.hidden_size
+    with pytest.raises(CheckpointError, match="fused draft head"):
+        draft_head_step(out, llama_target)
+    no_bundle = CliRunner().invoke(main, args[:args.index("--answers-bundle")] + ["--force"])
+    assert no_bundle.exit_code != 0 and "--answers-bundle" in no_bundle.output and "Traceback" not in no_bundle.output
