@@ -18,7 +18,8 @@ teacher-forced pass of the PyTorch decoder per few sequences for what training r
     top_ids.npy    [N, K] int32        the target's K most likely next tokens
     top_logits.npy [N, K] fp16         their logits
 
-Making resumes by shard: a chunk whose shard exists is skipped (the request order is a fixed shuffle of `seed`).
+Making resumes by shard: a chunk whose shard exists is skipped (the request order: the held-out requests, then the
+training ones, each in a fixed shuffle of `seed`).
 """
 
 from __future__ import annotations
@@ -160,7 +161,10 @@ def make_shards(bundle: Path, decoder: Decoder, encode: Callable[[str], list[int
     if have_layers is not None and have_layers != layers:
         raise InvalidArgument(f"{shard_dir} holds the features of layers {list(have_layers)}, not {list(layers)}")
     (shard_dir / "layers.json").write_text(json.dumps(list(layers)))
-    order = np.random.default_rng(seed).permutation(len(requests)).tolist()
+    # held-out requests first (the learning curve has its measure from the first shards), then a fixed shuffle
+    rng = np.random.default_rng(seed)
+    order = [i for i in rng.permutation(len(requests)).tolist() if heldout(requests[i]["base"])]
+    order += [i for i in rng.permutation(len(requests)).tolist() if not heldout(requests[i]["base"])]
     chunks = [order[a:a + batch] for a in range(0, len(order), batch)]
     todo = [c for c in range(len(chunks)) if not (shard_dir / f"shard-{c:05d}").is_dir()]
     if not todo:

@@ -154,3 +154,21 @@ def test_cli_fused_recipe_writes_a_fused_head_that_compile_refuses(workdir, llam
         draft_head_step(out, llama_target)
     no_bundle = CliRunner().invoke(main, args[:args.index("--answers-bundle")] + ["--force"])
     assert no_bundle.exit_code != 0 and "--answers-bundle" in no_bundle.output and "Traceback" not in no_bundle.output
+
+
+@torch.no_grad()
+def test_heldout_measure_starts_where_the_runtime_drafts(llama_target):
+    """The answer's first token comes from the prefill and is never drafted: the first chain is anchored at row
+    prompt_len - 1 (it drafts token prompt_len + 1). Both held-out measures count exactly the runtime's anchors."""
+    from specrt.models.draft_head import DraftHead
+    from specrt.recipes.head_train import acceptance_per_position
+    from specrt.recipes.head_ttt import heldout_acceptance
+
+    dec = _decoder(llama_target)
+    d, t, p, k = dec.config.hidden_size, 20, 6, 3
+    g = torch.Generator().manual_seed(0)
+    seq = {"ids": torch.randint(0, 50, (t,), generator=g), "feats": torch.randn(t, 4, d, generator=g).half(),
+           "prompt_len": p, "greedy": True}
+    plain = {**seq, "features": seq["feats"][:, -1]}
+    assert acceptance_per_position(DraftHead(dec, torch.arange(64)), [plain], k=k)["positions"] == t - p - k
+    assert heldout_acceptance(_head(dec), [seq], k=k)["positions"] == t - p - k
