@@ -146,13 +146,15 @@ def write_shard(path: Path, seqs: list[list[int]], meta: list[dict], feats: list
 
 def make_shards(bundle: Path, decoder: Decoder, encode: Callable[[str], list[int]], requests: list[dict],
                 shard_dir: Path, *, max_new: int, samples: int, seed: int = 0, batch: int = 32,
-                layers: tuple[int, ...] | None = None, deadline: float | None = None,
+                layers: tuple[int, ...] | None = None, deadline: float | None = None, engine_batch: int = 24,
                 say: Callable[[str], None] = lambda _: None) -> int:
-    """Shards for every chunk of `batch` requests not made yet (see the module docstring); past `deadline`
+    """Shards for every chunk of `batch` requests not made yet (see the module docstring; their answers decoded
+    `engine_batch` at a time); past `deadline`
     (time.time()) no further chunk is started. Returns the number of shards present."""
     from specrt.core.errors import InvalidArgument
     from specrt.models.draft_head import target_fingerprint
     from specrt.runtime.generator import load
+    from specrt.runtime.request import GenerationRequest
 
     layers = tuple(layers or default_feature_layers(decoder.config.num_layers))
     shard_dir = Path(shard_dir)
@@ -173,7 +175,7 @@ def make_shards(bundle: Path, decoder: Decoder, encode: Callable[[str], list[int
     have, want = target_fingerprint(gen.manifest.models["target"].decoder_config), target_fingerprint(decoder.config)
     if have != want:
         raise InvalidArgument(f"--answers-bundle {bundle} was not compiled from this target ({have} vs {want})")
-    engine = gen.engine(max_batch=batch)
+    engine = gen.engine(max_batch=engine_batch)
     try:
         for c in todo:
             if deadline is not None and time.time() > deadline:
@@ -181,19 +183,16 @@ def make_shards(bundle: Path, decoder: Decoder, encode: Callable[[str], list[int
             t0 = time.time()
             reqs = [requests[r] for r in chunks[c]]
             prompt_ids = [encode(r["text"]) for r in reqs]
-            seqs, meta = [], []
-            runs = [(True, {"temperature": 0.0})] + [
-                (False, {"temperature": SAMPLE_TEMPERATURE, "seed": seed * 1_000_003 + c * 64 + j})
-                for j in range(1, samples + 1)]
-            for greedy, options in runs:
-                pick = [i for i, r in enumerate(reqs) if greedy or not heldout(r["base"])]
-                if not pick:
-                    continue
-                results = engine.generate_batch([prompt_ids[i] for i in pick], max_new, method="none", **options)
-                for i, res in zip(pick, results):
-                    seqs.append(list(prompt_ids[i]) + list(res.token_ids))
-                    meta.append({"prompt_len": len(prompt_ids[i]), "base": reqs[i]["base"],
-                                 "style": reqs[i]["style"], "greedy": greedy})
+            # the greedy and the sampled answers of the chunk in one call: continuous batching refills the slots
+            # of answers that ended early (three calls of `batch` ran each at its longest answer's pace)
+            jobs = [(i, j) for j in range(1 + samples) for i, r in enumerate(reqs) if j == 0 or not heldout(r["base"])]
+            options = [GenerationRequest(max_new_tokens=max_new, method="none", temperature=0.0) if j == 0 else
+                       GenerationRequest(max_new_tokens=max_new, method="none", temperature=SAMPLE_TEMPERATURE,
+                                         seed=seed * 1_000_003 + c * 4096 + i * 8 + j) for i, j in jobs]
+            results = engine.generate_batch([prompt_ids[i] for i, _ in jobs], requests=options)
+            seqs = [list(prompt_ids[i]) + list(res.token_ids) for (i, _), res in zip(jobs, results)]
+            meta = [{"prompt_len": len(prompt_ids[i]), "base": reqs[i]["base"], "style": reqs[i]["style"],
+                     "greedy": j == 0} for i, j in jobs]
             t1 = time.time()
             write_shard(shard_dir / f"shard-{c:05d}", seqs, meta, sequence_features(decoder, seqs, layers))
             say(f"shard {c} ({len(seqs)} sequences, {sum(map(len, seqs))} tokens): answers {t1 - t0:.0f} s, "
