@@ -172,3 +172,19 @@ def test_heldout_measure_starts_where_the_runtime_drafts(llama_target):
     plain = {**seq, "features": seq["feats"][:, -1]}
     assert acceptance_per_position(DraftHead(dec, torch.arange(64)), [plain], k=k)["positions"] == t - p - k
     assert heldout_acceptance(_head(dec), [seq], k=k)["positions"] == t - p - k
+
+
+@pytest.mark.parametrize("layers, message", [([1, 1], "distinct"), ([0, 7], "outside the target's 2 layers"),
+                                             ("2,15", "distinct"), ([True], "distinct")])
+def test_fused_head_config_checks_its_layers(layers, message):
+    from specrt.core.errors import CheckpointError, ManifestError
+    from specrt.models.head_config import check_head_config
+
+    target = {"num_layers": 2, "vocab_size": 10}
+    cfg = {"format": "specrt-draft-head", "version": 2, "vocab_ids": [0, 1], "feature_layers": [0, 1], "target": target}
+    assert check_head_config(cfg, "h.json", target=target, versions=(2,)) == [0, 1]
+    with pytest.raises(ManifestError, match="do not run fused heads yet"):  # compile / load: plain heads only
+        check_head_config(cfg, "h.json", target=target)
+    with pytest.raises(CheckpointError, match=message):
+        check_head_config({**cfg, "feature_layers": layers}, "h.json", target=target, versions=(2,),
+                          error=CheckpointError)
