@@ -61,10 +61,10 @@ def shard_layers(shard_dir: Path) -> tuple[int, ...] | None:
 
 def benchmark_questions() -> set[str]:
     """Every turn of Spec-Bench's questions (specrt/assets/spec_bench), normalised."""
-    from specrt.bench.spec_bench import default_questions_path
+    from importlib import resources
 
     out = set()
-    for line in default_questions_path().read_text(encoding="utf-8").splitlines():
+    for line in resources.files("specrt.assets.spec_bench").joinpath("question.jsonl").read_text("utf-8").splitlines():
         if line.strip():
             out.update(" ".join(t.split()).lower() for t in json.loads(line)["turns"])
     return out
