@@ -81,7 +81,8 @@ def choose_vocab_from_counts(counts: np.ndarray, size: int, always: set[int]) ->
 def make_windows(seqs: list[dict], rows: int, rng: np.random.Generator, lookup: torch.Tensor) -> dict:
     """A batch of windows (right-padded, `mask` False on padding):
     final [B,R,D], layers [B,R,F-1,D], ids [B,R] (token t+1), pos [B,R], tgt_final [B,R,D] (f_{t+1}),
-    tgt_top [B,R,K] (reduced ids of token t+2's top-K, -1 = outside V'), tgt_logits [B,R,K], mask [B,R]."""
+    tgt_top [B,R,K] (reduced ids of token t+2's top-K, -1 = outside V'), tgt_logits [B,R,K], mask [B,R] (False on
+    padding and on rows guessing a prompt token)."""
     parts = []
     for s in seqs:
         t = s["ids"].numel()
@@ -89,7 +90,10 @@ def make_windows(seqs: list[dict], rows: int, rng: np.random.Generator, lookup: 
         start = int(rng.integers(0, t - 1 - n + 1))
         r, nxt = slice(start, start + n), slice(start + 1, start + 1 + n)
         f = s["feats"].float()
-        parts.append({"final": f[r, -1], "layers": f[r, :-1], "ids": s["ids"][nxt], "pos": torch.arange(start, start + n),
+        # the loss counts the rows whose guessed token (t + 2) is in the answer: the prompt's rows are context only
+        # (a head never drafts inside a prompt, and the chat template's fixed system text would inflate the loss)
+        answer = torch.arange(start, start + n) >= s["prompt_len"] - 2
+        parts.append({"answer": answer, "final": f[r, -1], "layers": f[r, :-1], "ids": s["ids"][nxt], "pos": torch.arange(start, start + n),
                       "tgt_final": f[nxt, -1], "tgt_top": lookup[s["top_ids"][nxt].long()],
                       "tgt_logits": s["top_logits"][nxt].float()})
     width = max(p["ids"].numel() for p in parts)
@@ -97,5 +101,5 @@ def make_windows(seqs: list[dict], rows: int, rng: np.random.Generator, lookup: 
     for key in parts[0]:
         out[key] = torch.stack([torch.cat((p[key], p[key][-1:].expand(width - p[key].shape[0], *p[key].shape[1:])))
                                 for p in parts])
-    out["mask"] = torch.stack([torch.arange(width) < p["ids"].numel() for p in parts])
+    out["mask"] = torch.stack([torch.arange(width) < p["ids"].numel() for p in parts]) & out.pop("answer")
     return out

@@ -188,3 +188,14 @@ def test_fused_head_config_checks_its_layers(layers, message):
     with pytest.raises(CheckpointError, match=message):
         check_head_config({**cfg, "feature_layers": layers}, "h.json", target=target, versions=(2,),
                           error=CheckpointError)
+
+
+def test_windows_train_on_answer_rows_only():
+    """Prompt rows are context (keys and values), not loss: the head never drafts inside a prompt."""
+    from specrt.recipes.head_shardset import make_windows
+
+    t, p, d = 12, 5, 8
+    seq = {"ids": torch.arange(t), "feats": torch.zeros(t, 4, d).half(), "top_ids": torch.zeros(t, 2, dtype=torch.int32),
+           "top_logits": torch.zeros(t, 2).half(), "prompt_len": p}
+    w = make_windows([seq], 64, np.random.default_rng(0), torch.arange(t))
+    assert w["mask"][0].tolist() == [False] * (p - 2) + [True] * (t - 1 - (p - 2))  # row t guesses token t + 2
