@@ -78,4 +78,25 @@ def train_fused_head_for_target(target: str | Path, out: str | Path, *, answers_
                    "wall_s": round(budget.elapsed(), 1)}
         save_fused_head(head, staging, extra={"training": metrics})
         (staging / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
+        (staging / "README.md").write_text(_card(metrics))
     return metrics
+
+
+def _card(m: dict) -> str:
+    a = m["heldout_acceptance"]
+    rows = "\n".join(f"| {i + 1} | {r:.3f} | {c:.3f} |"
+                     for i, (r, c) in enumerate(zip(a.get("per_position", []), a.get("conditional", []))))
+    return f"""# Fused draft head for {Path(m['target']).name}
+
+EAGLE-3-style: fc over [final feature ; token embedding ; the target's layers {m['feature_layers']}] + one layer
+initialised from the target's last, {m['draft_vocab_size']} tokens; training-time test over {m['ttt_depth']} depths,
+trained by `specrt train-head --recipe fused` on the target's own answers ({m['shards']} shards,
+{m['train_tokens']} training tokens, {m['steps']} steps). `specrt compile` cannot run a fused head yet
+(docs/draft-head.md, "The fused head").
+
+## Held-out greedy acceptance ({a.get('positions')} chains; teacher-forced top-1 {a.get('tf_top1')})
+
+| draft position i | P(drafts 1..i accepted) | P(draft i accepted given 1..i-1) |
+|---|---|---|
+{rows}
+"""

@@ -146,6 +146,7 @@ def test_cli_fused_recipe_writes_a_fused_head_that_compile_refuses(workdir, llam
     assert res.exit_code == 0, res.output
     got = json.loads(res.output[res.output.index("{"):])
     assert got["recipe"] == "fused" and len(got["heldout_acceptance"]["per_position"]) == 3
+    assert "Held-out greedy acceptance" in (out / "README.md").read_text()
     cfg = json.loads((out / "head_config.json").read_text())
     assert cfg["version"] == 2 and cfg["feature_layers"] == [0, 1]  # a 2-layer target: two distinct layers
     head = load_fused_head(out, _decoder(llama_target))
