@@ -140,7 +140,9 @@ def acceptance_per_position(head: DraftHead, seqs: list[dict], k: int = 3, max_p
         rows = t_len - 1
         logits, hidden, keys, values = head(feats[None, :rows], ids[None, 1:], torch.arange(rows)[None], empty,
                                             empty)
-        for t in range(max(p_len - 2, 0), t_len - 2):  # row t drafts tokens t+2 .. t+1+k
+        # row t drafts tokens t+2 .. t+1+k; the first proposal is at row p_len - 1 (token p_len, the answer's first,
+        # comes from the prefill: the runtime never drafts it)
+        for t in range(max(p_len - 1, 0), t_len - 2):
             if total >= max_positions:
                 break
             truth = ids[t + 2:t + 2 + k]

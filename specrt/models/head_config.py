@@ -17,16 +17,25 @@ from specrt.core.jsonfile import load_json
 
 FORMAT = "specrt-draft-head"
 VERSION = 1
+FUSED_VERSION = 2  # a fused head (specrt/models/draft_head_fused.py): also reads `feature_layers` of the target
 TARGET_KEYS = ("architecture", "hidden_size", "vocab_size", "num_layers", "num_kv_heads", "head_dim")
 
 
 def check_head_config(cfg: Any, where: str, *, target: dict | None = None, draft_vocab_size: int | None = None,
-                      error: Callable[[str], Exception] = ManifestError) -> list[int]:
+                      error: Callable[[str], Exception] = ManifestError, versions: tuple[int, ...] = (VERSION,)
+                      ) -> list[int]:
     """The head's vocabulary ids after checking `cfg` (parsed head_config.json; `where` names it): format and
     version; `vocab_ids` a non-empty list of distinct integer ids inside the target's vocabulary, as many as the
     config's own `draft_vocab_size` and the manifest's (`draft_vocab_size`); `target` (the facts of TARGET_KEYS the
-    head runs on, when known) equal to the recorded ones. Raises `error` naming the field and the values."""
-    if not isinstance(cfg, dict) or cfg.get("format") != FORMAT or cfg.get("version") != VERSION:
+    head runs on, when known) equal to the recorded ones; a fused head (version 2, where `versions` allows it) its
+    `feature_layers` distinct layer indices of the target. Raises `error` naming the field and the values."""
+    if isinstance(cfg, dict) and cfg.get("format") == FORMAT and cfg.get("version") == FUSED_VERSION:
+        if FUSED_VERSION not in versions:
+            raise error(f"{where}: a fused draft head (version {FUSED_VERSION}, reading the target's layers "
+                        f"{_short(cfg.get('feature_layers'))}): compile and the runtime do not run fused heads yet "
+                        "(the target graphs must first output those layers; docs/draft-head.md)")
+        _check_layers(cfg.get("feature_layers"), where, (target or {}).get("num_layers"), error)
+    elif not isinstance(cfg, dict) or cfg.get("format") != FORMAT or cfg.get("version") != VERSION:
         got = (cfg.get("format"), cfg.get("version")) if isinstance(cfg, dict) else type(cfg).__name__
         raise error(f"{where}: not a {FORMAT} version {VERSION} file (found {got!r})")
     ids = cfg.get("vocab_ids")
@@ -62,6 +71,15 @@ def check_head_config(cfg: Any, where: str, *, target: dict | None = None, draft
         twice = next(i for i in ids if i in seen or seen.add(i))
         raise error(f"{where}: vocab_ids holds {twice} twice (each logit must name a distinct token)")
     return ids
+
+
+def _check_layers(layers: Any, where: str, num_layers: int | None, error: Callable[[str], Exception]) -> None:
+    ok = isinstance(layers, list) and layers and all(isinstance(i, int) and not isinstance(i, bool) for i in layers)
+    if not ok or len(set(layers)) != len(layers):
+        raise error(f"{where}: feature_layers must be a list of distinct layer indices, got {_short(layers)}")
+    bad = next((i for i in layers if i < 0 or (num_layers is not None and i >= num_layers)), None)
+    if bad is not None:
+        raise error(f"{where}: feature_layers holds {bad}, outside the target's {num_layers} layers")
 
 
 def target_facts(config: Any) -> dict[str, Any]:

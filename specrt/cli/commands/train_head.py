@@ -29,7 +29,13 @@ from specrt.core.errors import InvalidArgument
                    "--steps: the steps asked, however long).")
 @click.option("--batch-size", default=8, show_default=True, type=int)
 @click.option("--max-rows", default=256, show_default=True, type=int, help="Longest training window (tokens).")
-@click.option("--lr", default=6e-3, show_default=True, type=float)
+@click.option("--lr", default=None, type=float, help="Learning rate (default: 6e-3 plain, 3e-3 fused).")
+@click.option("--recipe", type=click.Choice(["plain", "fused"]), default="plain", show_default=True,
+              help="plain: the head on the target's final feature; fused: EAGLE-3's low/mid/high layer features, "
+                   "training-time test and varied prompts in shards (needs --answers-bundle; compile cannot run "
+                   "it yet: docs/draft-head.md).")
+@click.option("--ttt-depth", default=3, show_default=True, type=int,
+              help="With --recipe fused: draft depths trained on the head's own features (training-time test).")
 @click.option("--answers-bundle", type=click.Path(path_type=Path),
               help="A bundle compiled from TARGET: it writes the answers (batched, ONNX Runtime), ~25x faster.")
 @click.option("--answer-batch", default=32, show_default=True, type=int,
@@ -39,7 +45,7 @@ from specrt.core.errors import InvalidArgument
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def train_head_cmd(target, output, prompts, draft_vocab, answer_tokens, samples, steps, max_minutes, batch_size,
-                   max_rows, lr, answers_bundle, answer_batch, run_dir, force, as_json):
+                   max_rows, lr, recipe, ttt_depth, answers_bundle, answer_batch, run_dir, force, as_json):
     """Train a draft head for TARGET (resumable: run it again to continue); compile it with --draft head:OUTPUT."""
     from specrt.cli.commands.train import check_target
 
@@ -56,7 +62,14 @@ def train_head_cmd(target, output, prompts, draft_vocab, answer_tokens, samples,
     from specrt.recipes.train_head import check_options, output_inputs, train_head_for_target
 
     check_options(draft_vocab, answer_tokens, samples, steps, max_minutes)
+    if lr is not None and not lr > 0:
+        raise InvalidArgument(f"--lr must be > 0, got {lr}")
     check_recipe_output(output, force, output_inputs(target, prompts, answers_bundle), DRAFT_HEAD, run_dir)
+    if recipe == "fused":
+        _fused(target, output, prompts, draft_vocab, answer_tokens, samples, steps, max_minutes, batch_size, max_rows,
+               lr, ttt_depth, answers_bundle, answer_batch, run_dir, force, as_json)
+        return
+    lr = 6e-3 if lr is None else lr
     try:
         metrics = train_head_for_target(target, output, prompts=prompts, draft_vocab=draft_vocab,
                                         answer_tokens=answer_tokens, samples=samples, steps=steps,
@@ -71,3 +84,25 @@ def train_head_cmd(target, output, prompts, draft_vocab, answer_tokens, samples,
     else:
         click.echo(f"wrote head {output}; held-out acceptance per draft position (k=3): {acc['per_position']}")
         click.echo(f"next: specrt compile --target {target} --draft head:{output} -o artifacts/my-head")
+
+
+def _fused(target, output, prompts, draft_vocab, answer_tokens, samples, steps, max_minutes, batch_size, max_rows, lr,
+           ttt_depth, answers_bundle, answer_batch, run_dir, force, as_json):
+    if answers_bundle is None:
+        raise InvalidArgument("--recipe fused makes its answers with the batch engine: give --answers-bundle BUNDLE "
+                              "(compiled from TARGET)")
+    from specrt.recipes.train_head_fused import train_fused_head_for_target
+
+    metrics = train_fused_head_for_target(target, output, answers_bundle=answers_bundle, prompts=prompts,
+                                          draft_vocab=draft_vocab, answer_tokens=answer_tokens, samples=samples,
+                                          steps=steps, max_minutes=max_minutes, batch_size=batch_size,
+                                          max_rows=max_rows, lr=3e-3 if lr is None else lr, ttt_depth=ttt_depth,
+                                          run_dir=run_dir, force=force, progress=not as_json,
+                                          answer_batch=answer_batch)
+    acc = metrics["heldout_acceptance"]
+    if as_json:
+        echo_json({"output": str(output), "recipe": "fused", "heldout_acceptance": acc,
+                   "draft_vocab_size": metrics["draft_vocab_size"]})
+    else:
+        click.echo(f"wrote fused head {output}; held-out acceptance per draft position: {acc.get('per_position')} "
+                   f"(teacher-forced top-1 {acc.get('tf_top1')}); run the command again to train on")
