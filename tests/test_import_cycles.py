@@ -14,13 +14,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import layers  # noqa: E402  (scripts/layers.py: the layer table and the one import walker)
 
 CHECKED = (layers.RUNTIME, layers.BUNDLE, layers.COMPILER)
-# Cycles that run through files being restructured in parallel (#50 items 2-5), each to be broken at merge; an entry
-# whose cycle is gone fails the test too, so the list only shrinks.
-ALLOWED = {
-    # engine.generate_batch imports GenerationResult from the generator; Generator.engine() builds the BatchEngine.
-    # Broken by moving GenerationResult (a plain dataclass) into its own module that both import.
-    ("specrt.runtime.batch.engine", "specrt.runtime.generator"),
-}
+ALLOWED: set = set()  # none: a cycle is broken by giving the shared piece its own module
 
 
 def test_no_import_cycle_in_runtime_bundle_compiler():
