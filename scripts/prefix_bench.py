@@ -8,11 +8,15 @@ is switched on and off between runs (same sessions, same threads; the runs inter
    tokens per second with the cache on (rows stored at every prefill, never hit) and off.
 
     python scripts/prefix_bench.py BUNDLE [--history 600] [--rounds 3] [--clients 8] [--method ngram]
+                                   [--json FILE] [--markdown FILE --label LABEL]   (scripts/make_benchmarks.sh)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import platform
 import statistics
 import time
 from pathlib import Path
@@ -24,7 +28,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "batching.md"
 
 def first_token_time(engine, ids, max_new, method):
     """(seconds from submission to the first token, every token, prompt tokens taken from the cache)."""
-    from specrt.runtime.batch.engine import END
+    from specrt.runtime.batch.streams import END
 
     t0 = time.perf_counter()
     seq, events = engine.submit(ids, max_new_tokens=max_new, method=method, temperature=0)
@@ -75,6 +79,9 @@ def ttft_rounds(gen, engine, args, fmt):
     on, off = statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows)
     print(f"TTFT median: cache {on * 1e3:.0f} ms, no cache {off * 1e3:.0f} ms, ratio {on / off:.2f}; "
           f"all identical {all(r[2] for r in rows)}")
+    return {"rounds": args.rounds, "turn1_tokens": n1, "turn2_tokens": n2, "cached_tokens": cached,
+            "ttft_cache_ms": on * 1e3, "ttft_no_cache_ms": off * 1e3, "ratio": on / off,
+            "ratios": [r[0] / r[1] for r in rows], "identical": all(r[2] for r in rows)}
 
 
 def timed_hooks(prefix) -> dict:
@@ -116,6 +123,32 @@ def throughput_rounds(gen, engine, args):
     print(f"throughput median: cache {on:.1f} tok/s, no cache {off:.1f} tok/s, ratio {on / off:.3f}; time in the "
           f"prefix cache's hooks {spent['s']:.2f} s of {walls:.1f} s with the cache ({spent['s'] / walls:.2%}); store "
           f"{engine.scheduler.prefix.describe()}")
+    return {"rounds": args.rounds, "clients": args.clients, "tps_cache": on, "tps_no_cache": off, "ratio": on / off,
+            "hooks_share": spent["s"] / walls}
+
+
+def markdown(args, ttft: dict | None, tput: dict | None) -> str:
+    """The BENCHMARKS.md section of this run (scripts/make_benchmarks.sh, SECTIONS=prefix-cache)."""
+    load = os.getloadavg()[0]
+    out = [f"### {args.label}", "",
+           f"`python scripts/prefix_bench.py {args.bundle} --rounds {args.rounds} --history {args.history} "
+           f"--method {args.method}` ({time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}, {os.cpu_count()} cores, "
+           f"{platform.processor() or platform.machine()}, load average at the end {load:.2f}); one engine, the cache "
+           "switched on and off between runs, interleaved, the order alternating; medians over the rounds.", ""]
+    if ttft is not None:
+        out += ["| multi-turn chat | turn-2 prompt | from the cache | TTFT with the cache | without | ratio | "
+                "per round | text |", "|---|---|---|---|---|---|---|---|",
+                f"| turn 1 ~{args.history} tokens of history, answered in {args.answer} | {ttft['turn2_tokens']} | "
+                f"{ttft['cached_tokens']} | {ttft['ttft_cache_ms']:,.0f} ms | {ttft['ttft_no_cache_ms']:,.0f} ms | "
+                f"{ttft['ratio']:.2f} | {', '.join(f'{r:.2f}' for r in ttft['ratios'])} | "
+                f"{'identical' if ttft['identical'] else 'DIFFERENT'} |", ""]
+    if tput is not None:
+        out += ["| throughput, no shared prefixes | with the cache | without | ratio | hooks' share of the time |",
+                "|---|---|---|---|---|",
+                f"| {tput['clients']} clients, {args.prompt_tokens} prompt + {args.max_new} new tokens, {args.method} | "
+                f"{tput['tps_cache']:.1f} tok/s | {tput['tps_no_cache']:.1f} tok/s | {tput['ratio']:.2f} | "
+                f"{tput['hooks_share']:.2%} |", ""]
+    return "\n".join(out)
 
 
 def main() -> None:
@@ -129,6 +162,9 @@ def main() -> None:
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--method", default="ngram")
     ap.add_argument("--skip", choices=["ttft", "throughput"], default=None)
+    ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--markdown", help="write a BENCHMARKS.md section here")
+    ap.add_argument("--label", default="Prefix cache", help="the section's title")
     args = ap.parse_args()
     from specrt.runtime import load
     from specrt.runtime.backends.ort.threads import share_thread_pool
@@ -137,13 +173,18 @@ def main() -> None:
     share_thread_pool(None)  # as `specrt serve`: the engine's sessions on one pool
     gen = load(args.bundle, backend="ort")
     engine = gen.engine(max_batch=args.clients)
+    ttft = tput = None
     try:
         if args.skip != "ttft":
-            ttft_rounds(gen, engine, args, ChatFormatter.from_manifest(gen.manifest))
+            ttft = ttft_rounds(gen, engine, args, ChatFormatter.from_manifest(gen.manifest))
         if args.skip != "throughput":
-            throughput_rounds(gen, engine, args)
+            tput = throughput_rounds(gen, engine, args)
     finally:
         engine.close()
+    if args.json:
+        Path(args.json).write_text(json.dumps({"bundle": args.bundle, "ttft": ttft, "throughput": tput}, indent=1))
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(args, ttft, tput), encoding="utf-8")
 
 
 if __name__ == "__main__":
