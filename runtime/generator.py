@@ -128,7 +128,7 @@ class Generator:
         meanwhile. `max_batch` slots' KV cache must fit in the memory available (else InvalidArgument).
         `prefix_cache_mb`: the prefix cache's budget in MiB (None: the default, 256; 0: off; docs/batching.md)."""
         from specrt.runtime.batch.engine import BatchEngine
-        from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB
+        from specrt.runtime.prefix_budget import DEFAULT_PREFIX_CACHE_MB
 
         self._check_open()
         mb = DEFAULT_PREFIX_CACHE_MB if prefix_cache_mb is None else prefix_cache_mb

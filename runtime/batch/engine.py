@@ -20,7 +20,7 @@ from collections.abc import Mapping, Set as AbstractSet
 from typing import Any, Iterator, Sequence as Seq
 
 from specrt.core.errors import EngineClosed, InvalidArgument
-from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB, check_budget_mb
+from specrt.runtime.prefix_budget import DEFAULT_PREFIX_CACHE_MB, check_budget_mb
 from specrt.runtime.batch.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
 from specrt.runtime.batch.sequence import BatchSequence
 from specrt.runtime.batch import intake

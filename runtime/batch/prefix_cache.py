@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from specrt.runtime.batch.pool import RegionPool
-from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB, MB, check_budget_mb  # noqa: F401
+from specrt.runtime.prefix_budget import DEFAULT_PREFIX_CACHE_MB, MB, check_budget_mb  # noqa: F401
 from specrt.runtime.batch.prefix_store import DEFAULT_BLOCK, PrefixStore
 from specrt.runtime.batch.sequence import BatchSequence
 

@@ -35,7 +35,7 @@ from specrt.runtime.batch.passes import Passes
 from specrt.runtime.batch.plan import (BatchedTokenPass, Chunk, Decode, OwnPass, PackedRowsPass, PrefillPass,
                                        StepPlan, first, prepare, request_ks)
 from specrt.runtime.batch.pool import RegionPool
-from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB
+from specrt.runtime.prefix_budget import DEFAULT_PREFIX_CACHE_MB
 from specrt.runtime.batch.prefix_cache import PrefixCaching
 from specrt.runtime.batch.protocol import KVPool
 from specrt.runtime.batch.sequence import BatchSequence

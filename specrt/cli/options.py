@@ -39,7 +39,7 @@ class BatchSize(click.ParamType):
 def prefix_cache_options(fn):
     """--prefix-cache-mb and --no-prefix-cache (the batch engine's prefix cache: runtime/batch/prefix_cache.py);
     the command gets `prefix_cache_mb` (0 when turned off) and `no_prefix_cache`: use `prefix_cache_budget`."""
-    from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB
+    from specrt.runtime.prefix_budget import DEFAULT_PREFIX_CACHE_MB
 
     fn = click.option("--no-prefix-cache", is_flag=True,
                       help="Prefill every prompt in full (no KV rows reused from earlier prompts).")(fn)

@@ -43,7 +43,7 @@ def batched_engine(bundle: Union[str, Path, Any], max_batch: Union[int, str], ba
     from specrt.runtime import load
     from specrt.runtime.batch.engine import BatchEngine
 
-    from specrt.runtime.batch.prefix_budget import DEFAULT_PREFIX_CACHE_MB, check_budget_mb
+    from specrt.runtime.prefix_budget import DEFAULT_PREFIX_CACHE_MB, check_budget_mb
 
     if max_batch != "auto" and (not isinstance(max_batch, int) or max_batch < 1):
         raise InvalidArgument(f"max_batch must be >= 1 or 'auto', got {max_batch!r}")

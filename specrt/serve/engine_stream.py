@@ -70,7 +70,7 @@ def _on_engine(engine: Any, job: Job, stream: RequestStream) -> None:
             seq.cancel.set()
 
     try:
-        seq, _ = engine.submit(job.prepared, output=emit)  # resolved once (runtime/prepared.py)
+        seq, _ = engine.submit(job.prepared, output=emit, checked=True)  # resolved and judged once (`start`)
     except Exception as exc:  # noqa: BLE001 - a request the engine refuses (closed, a bad argument): its Done
         stream.deliver(Done("error", 0, None, exc))
         return

@@ -125,7 +125,7 @@ def test_every_proposer_on_fused_equals_portable_and_transformers(gemma_pair):
     hf = transformers.AutoModelForCausalLM.from_pretrained(target).eval()
     fused, portable = load(bundle, backend="ort"), load(bundle, backend="ort-portable")
     assert fused.target.describe()["graph"] == "fused" and fused.draft.describe()["graph"] == "fused"
-    assert set(fused.methods) == {"none", "ngram", "recycle", "draft", "hybrid", "medusa"}
+    assert set(fused.methods) == {"none", "ngram", "recycle", "draft", "hybrid", "medusa", "auto"}
     for prompt in PROMPTS:
         ids = fused.tokenizer.encode(prompt)
         with torch.no_grad():

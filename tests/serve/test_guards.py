@@ -82,8 +82,9 @@ class Exploding:
     def __getattr__(self, name):
         return getattr(self._gen, name)
 
-    def encode_prompt(self, prompt):
-        if prompt == "explode":
+    def encode_prompt(self, prompt):  # the server passes the prompt's token ids (runtime/prepared.py)
+        text = prompt if isinstance(prompt, str) else self._gen.tokenizer.decode(list(prompt))
+        if text.strip() == "explode":
             raise RuntimeError("boom")
         return self._gen.encode_prompt(prompt)
 

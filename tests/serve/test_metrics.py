@@ -35,7 +35,8 @@ def test_metrics_move(server, client, pair_generator):
     before = scrape(server)
     assert before["specrt_slots"] == 2
     ref = pair_generator.generate("import os", 10, temperature=0, method="draft", num_speculative_tokens=3)
-    resp = client.completions.create(model="tiny", prompt="import os", max_tokens=10, temperature=0)
+    resp = client.completions.create(model="tiny", prompt="import os", max_tokens=10, temperature=0,
+                                     extra_body={"speculative": {"method": "draft"}})  # as `ref`
     list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=6,
                                         temperature=0, stream=True))
     httpx.post(f"{server.url}/v1/completions", json={"prompt": "x", "max_tokens": 0}, timeout=10)

@@ -32,11 +32,14 @@ def test_greedy_n_gives_n_identical_choices(client, pair_generator):
 def test_seeded_n_choices_are_the_requests_with_seed_plus_i(client, pair_generator):
     wants = [ref(pair_generator, PROMPT, 10, temperature=1.0, seed=41 + i).text for i in range(3)]
     assert len(set(wants)) > 1  # the seeds differ, so do the samples
-    resp = client.completions.create(model="tiny", prompt=PROMPT, n=3, max_tokens=10, temperature=1.0, seed=41)
+    resp = client.completions.create(model="tiny", prompt=PROMPT, n=3, max_tokens=10, temperature=1.0, seed=41,
+                                      extra_body={"speculative": SPEC})
     assert [c.text for c in resp.choices] == wants
-    again = client.completions.create(model="tiny", prompt=PROMPT, n=3, max_tokens=10, temperature=1.0, seed=41)
+    again = client.completions.create(model="tiny", prompt=PROMPT, n=3, max_tokens=10, temperature=1.0, seed=41,
+                                      extra_body={"speculative": SPEC})
     assert [c.text for c in again.choices] == wants  # reproducible
-    one = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=10, temperature=1.0, seed=41)
+    one = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=10, temperature=1.0, seed=41,
+                                      extra_body={"speculative": SPEC})
     assert one.choices[0].text == wants[0]  # choice 0 is the request with n = 1
 
 
@@ -56,7 +59,8 @@ def test_streamed_choices_carry_their_index(client, pair_generator):
     wants = [ref(pair_generator, p, 10, temperature=0.8, seed=7 + i).text for p in (PROMPT, OTHER) for i in range(2)]
     texts, finishes = collections.defaultdict(str), collections.Counter()
     chunks = list(client.completions.create(model="tiny", prompt=[PROMPT, OTHER], n=2, max_tokens=10, seed=7,
-                                            temperature=0.8, stream=True, stream_options={"include_usage": True}))
+                                            temperature=0.8, stream=True, stream_options={"include_usage": True},
+                                            extra_body={"speculative": SPEC}))
     for chunk in chunks:
         for c in chunk.choices:
             texts[c.index] += c.text
