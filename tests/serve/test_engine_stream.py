@@ -148,3 +148,25 @@ def test_stop_strings_under_batching_cut_as_without(pair_bundle, pair_generator)
             chunks = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: {")]
         assert "".join(c["choices"][0]["text"] for c in chunks) == ref.text
         assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_a_request_that_fails_to_start_gives_its_slot_back(pair_bundle, monkeypatch):
+    # a producer that raises after the slot was taken (an unexpected error): a 500, and the slot is free again, so
+    # the next requests are served (before: both slots held for ever, the third request waited without end)
+    from specrt.serve.engine_stream import Producers
+
+    real, fails = Producers.start, [2]
+
+    def start(self, slot, job, stream):
+        if fails[0]:
+            fails[0] -= 1
+            raise RuntimeError("boom")
+        return real(self, slot, job, stream)
+
+    monkeypatch.setattr(Producers, "start", start)
+    with serving(str(pair_bundle), max_batch=2, method="none", served_model_name="tiny", backend="ort") as server:
+        post = lambda: httpx.post(f"{server.url}/v1/completions", timeout=60, json={  # noqa: E731
+            "model": "tiny", "prompt": "x = 1\n", "max_tokens": 4, "temperature": 0}).status_code
+        assert [post(), post()] == [500, 500]
+        assert [post(), post(), post()] == [200, 200, 200]
+        assert metric(server, "vllm:num_requests_running") == 0
