@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -165,3 +166,30 @@ def event_tokens(events) -> list[int]:
         if not isinstance(ev, tuple):
             return ids
         ids.extend(ev[1])
+
+
+@contextlib.contextmanager
+def resolve_counts(monkeypatch):
+    """Counts of the functions that resolve a call: the request (`Generator.request`), the bundle checks of the
+    request (method available, k bounds: `check_for`), the prompt's ids (`prompt_ids`), the context check
+    (`context_room`) and the batch's own check of the method (`intake.refusal`)."""
+    from specrt.runtime import GenerationRequest, generator, prepared
+    from specrt.runtime.batch import intake
+
+    counts = dict.fromkeys(("request", "check_for", "prompt_ids", "context", "batch_check"), 0)
+
+    def spy(owner, name, key):
+        real = getattr(owner, name)
+
+        def counted(*args, **kwargs):
+            counts[key] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+
+    spy(generator.Generator, "request", "request")
+    spy(GenerationRequest, "check_for", "check_for")
+    spy(generator, "prompt_ids", "prompt_ids")
+    spy(prepared, "context_room", "context")
+    spy(intake, "refusal", "batch_check")
+    yield counts

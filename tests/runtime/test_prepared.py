@@ -4,44 +4,17 @@ test_prepared_server.py). The spies count the real resolving functions while rea
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import pytest
 
 from specrt.core.errors import InvalidArgument
-from specrt.runtime import GenerationRequest, PreparedRequest
+from specrt.runtime import PreparedRequest
 from specrt.runtime.prepared import ContextExceeded
 from specrt.runtime.request import RequestFieldError
 
+from helpers import resolve_counts
+
 PROMPTS = ["def load(path):\n", "import json\n"]
-
-
-@contextlib.contextmanager
-def resolve_counts(monkeypatch):
-    """Counts of the functions that resolve a call: the request (`Generator.request`), the bundle checks of the
-    request (method available, k bounds: `check_for`), the prompt's ids (`prompt_ids`), the context check
-    (`context_room`) and the batch's own check of the method (`intake.refusal`)."""
-    from specrt.runtime import generator, prepared
-    from specrt.runtime.batch import intake
-
-    counts = dict.fromkeys(("request", "check_for", "prompt_ids", "context", "batch_check"), 0)
-
-    def spy(owner, name, key):
-        real = getattr(owner, name)
-
-        def counted(*args, **kwargs):
-            counts[key] += 1
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(owner, name, counted)
-
-    spy(generator.Generator, "request", "request")
-    spy(GenerationRequest, "check_for", "check_for")
-    spy(generator, "prompt_ids", "prompt_ids")
-    spy(prepared, "context_room", "context")
-    spy(intake, "refusal", "batch_check")
-    yield counts
 
 
 def test_prepare_holds_the_checked_call(pair_generator):

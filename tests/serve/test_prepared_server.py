@@ -7,30 +7,13 @@ from __future__ import annotations
 import httpx
 
 from conftest import serving
+from helpers import resolve_counts
 
 
 def test_a_batched_server_request_is_resolved_once(pair_bundle, pair_generator, monkeypatch):
-    from specrt.runtime import GenerationRequest, generator, prepared
-    from specrt.runtime.batch import intake
-
-    counts = dict.fromkeys(("request", "check_for", "prompt_ids", "context", "batch_check"), 0)
-
-    def spy(owner, name, key):
-        real = getattr(owner, name)
-
-        def counted(*args, **kwargs):
-            counts[key] += 1
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(owner, name, counted)
-
     ref = pair_generator.generate("def load(path):\n", 6, temperature=0, method="ngram").text
-    with serving(str(pair_bundle), max_batch=2, method="ngram", served_model_name="tiny", backend="ort") as server:
-        spy(generator.Generator, "request", "request")
-        spy(GenerationRequest, "check_for", "check_for")
-        spy(generator, "prompt_ids", "prompt_ids")
-        spy(prepared, "context_room", "context")
-        spy(intake, "refusal", "batch_check")
+    with serving(str(pair_bundle), max_batch=2, method="ngram", served_model_name="tiny", backend="ort") as server, \
+            resolve_counts(monkeypatch) as counts:  # spies set after the server's start-up
         r = httpx.post(f"{server.url}/v1/completions", timeout=120,
                        json={"model": "tiny", "prompt": "def load(path):\n", "max_tokens": 6, "temperature": 0})
         assert r.status_code == 200, r.text
