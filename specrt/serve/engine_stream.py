@@ -33,8 +33,6 @@ class Producers:
 
     def start(self, slot: Any, job: Job, stream: RequestStream) -> None:
         engine = self.engine
-        if job.prepared is None:  # a job made without its prepared request (runtime/prepared.py): prepared here, once
-            job.prepared = (engine.gen if engine is not None else slot).prepare(job.prompt_ids, request=job.request)
         if engine is not None and engine.batchable(job.prepared):
             _on_engine(engine, job, stream)
             return

@@ -80,8 +80,7 @@ def test_a_cancelled_stream_frees_its_batch_row_within_one_step(pair_bundle, mon
     app = create_app(str(pair_bundle), max_batch=2, method="none", backend="ort", threads=1)
     service, engine = app.state.service, app.state.engine
     try:
-        request = service.generator.request("generate", 200, None, temperature=0, method="none")
-        job = Job(service.generator.encode_prompt("def f(x):\n").tolist(), request)
+        job = Job.of(service.generator.prepare("def f(x):\n", max_new_tokens=200, temperature=0, method="none"))
 
         async def main():
             slot = await service.pool.acquire()
