@@ -27,6 +27,7 @@ from specrt.bundle.paths import check_relative
 FORMAT_NAME = "specrt-bundle"
 READABLE_VERSIONS = (1,)  # format versions this specrt reads (BUNDLE_FORMAT_VERSION is the one it writes)
 MAX_SEQ_LEN_LIMIT = 1 << 20
+MAX_BATCH_SIZE = 1 << 16  # sequences per pass a bundle's engines were built for
 REQUIRED = ("models", "files", "max_seq_len", "max_draft_tokens", "tokenizer")
 
 
@@ -62,6 +63,8 @@ class Manifest:
         k = check_int(self.max_draft_tokens, "max_draft_tokens", 1, MAX_DRAFT_TOKENS_LIMIT)
         if k + 2 > seq:
             raise ManifestError(f"manifest: max_draft_tokens {k} leaves no room in max_seq_len {seq}")
+        if self.batch_size is not None:
+            check_int(self.batch_size, "batch_size", 1, MAX_BATCH_SIZE)
         if "target" not in self.models:
             raise ManifestError("manifest has no models.target; recompile the bundle")
         for role, entry in self.models.items():
@@ -73,7 +76,9 @@ class Manifest:
             for key, ids in ((f"models.{role}.eos_token_ids", entry.eos_token_ids or ()),
                              ("tokenizer.eos_token_ids", self.tokenizer.eos_token_ids),
                              ("tokenizer.bos_token_id", () if self.tokenizer.bos_token_id is None
-                              else (self.tokenizer.bos_token_id,))):
+                              else (self.tokenizer.bos_token_id,)),
+                             (f"models.{role}.bos_token_id", () if entry.bos_token_id is None
+                              else (entry.bos_token_id,))):
                 bad = [i for i in ids if i >= vocab]
                 if bad:
                     raise ManifestError(f"manifest key {key} holds {bad[0]}, outside the {vocab}-token vocabulary "

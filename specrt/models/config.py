@@ -110,6 +110,8 @@ class DecoderConfig:
         if self.sliding_window is not None and (isinstance(self.sliding_window, bool)
                                                 or not isinstance(self.sliding_window, int)):
             raise CheckpointError(f"config.json: sliding_window must be an integer, got {self.sliding_window!r}")
+        if self.sliding_window is not None and self.sliding_window < 0:
+            raise CheckpointError(f"config.json: sliding_window must not be negative, got {self.sliding_window}")
         if self.num_heads % self.num_kv_heads:
             raise CheckpointError(
                 f"config.json: num_attention_heads={self.num_heads} is not a multiple of "

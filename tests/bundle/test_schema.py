@@ -127,6 +127,9 @@ def _replace_model(m: Manifest, **changes) -> Manifest:
     (lambda m: _replace_model(m, decoder_config=dataclasses.replace(m.models["target"].decoder_config,
                                                                    intermediate_size=0)),
      "models.target.decoder_config.intermediate_size"),
+    (lambda m: dataclasses.replace(m, batch_size=0), "batch_size"),
+    (lambda m: dataclasses.replace(m, batch_size=True), "batch_size"),
+    (lambda m: _replace_model(m, bos_token_id=2 ** 31), "models.target.bos_token_id"),
     (lambda m: dataclasses.replace(m.tokenizer, path=""), "tokenizer.path"),
     (lambda m: dataclasses.replace(m.tokenizer, bos_token_id=-3), "tokenizer.bos_token_id"),
     (lambda m: dataclasses.replace(m.medusa, num_heads=0), "medusa.num_heads"),
@@ -146,6 +149,9 @@ def test_construction_validates_and_names_the_key(manifest, build, key):
     (lambda d: d.update(engines={"target": []}), "engines.target"),
     (lambda d: d.update(medusa={"onnx": "medusa/heads.onnx"}), "medusa.num_heads"),
     (lambda d: d["tokenizer"].update(eos_token_ids=[True]), "tokenizer.eos_token_ids"),
+    (lambda d: d["models"]["target"]["decoder_config"].update(sliding_window=-5),
+     "models.target.decoder_config.*sliding_window"),
+    (lambda d: d.update(batch_size=0), "batch_size"),
 ])
 def test_reading_names_the_key(tamper, key):
     data = fixture()
