@@ -7,7 +7,7 @@ import asyncio
 
 import httpx
 
-from conftest import metric, serving, wait_until
+from serve_helpers import metric, serving, wait_until
 
 PROMPTS = ["import json\n", "def load(path):\n", "class Parser:\n    ", "    return os.path.", "x = [1, 2, 3]\n",
            "for i in range(10):\n", "# a comment\n", "print("]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import K
+from serve_helpers import K
 
 SPECRT = str(Path(sys.executable).with_name("specrt"))
 

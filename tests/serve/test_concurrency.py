@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from conftest import K, Gated, metric, openai_client, serving, wait_until
+from serve_helpers import K, Gated, metric, openai_client, serving, wait_until
 
 PROMPTS = ["import json\n", "def load(path):\n", "class Parser:\n    ", "    return os.path."]
 

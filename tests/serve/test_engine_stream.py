@@ -12,7 +12,7 @@ import time
 
 import httpx
 
-from conftest import metric, serving
+from serve_helpers import metric, serving
 
 # one server in a fresh process: 8 clients at once, then its threads (the OS's count and Python's, less the loop's
 # default executor, which tokenizes prompts and grows with concurrent requests whatever the batch)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from conftest import openai_client, serving
+from serve_helpers import openai_client, serving
 
 GOOD = {"model": "tiny", "prompt": "import os", "max_tokens": 4, "temperature": 0}
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}

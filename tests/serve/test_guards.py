@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from conftest import serving
+from serve_helpers import serving
 
 COMPLETION = {"model": "tiny", "prompt": "import os", "max_tokens": 3, "temperature": 0}
 

@@ -82,7 +82,7 @@ def test_top_logprobs_needs_logprobs_and_stays_in_range(server):
 
 def test_with_max_batch_such_requests_run_beside_the_batch(pair_bundle, pair_generator):
     """--max-batch: a request with a penalty and logprobs runs on the one-request loop and equals generate."""
-    from conftest import openai_client, serving
+    from serve_helpers import openai_client, serving
 
     ref = pair_generator.generate(PROMPT, 12, temperature=0, method="none", frequency_penalty=1.0, logprobs=1)
     assert ref.token_ids != pair_generator.generate(PROMPT, 12, temperature=0, method="none").token_ids

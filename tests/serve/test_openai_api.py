@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import K
+from serve_helpers import K
 
 PROMPT = "def main(args):\n    "
 MESSAGES = [{"role": "system", "content": "You write Python."}, {"role": "user", "content": "import os"}]

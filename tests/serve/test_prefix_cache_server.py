@@ -4,7 +4,7 @@ without the cache; /metrics reports vLLM's prefix_cache counters (tokens), the h
 
 from __future__ import annotations
 
-from conftest import metric, openai_client, serving
+from serve_helpers import metric, openai_client, serving
 
 SYSTEM = "Be brief and careful."  # the toy bundle's context is 128 tokens
 TURNS = ["What does a step do?", "Why?"]

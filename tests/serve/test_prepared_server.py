@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 
-from conftest import serving
+from serve_helpers import serving
 from helpers import resolve_counts
 
 

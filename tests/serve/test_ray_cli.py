@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import K
+from serve_helpers import K
 from ray_helpers import free_port, ray_processes, wait_gone
 from specrt.core.errors import InvalidArgument
 from specrt.serve.ray_config import RayConfig

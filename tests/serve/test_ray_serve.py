@@ -16,7 +16,7 @@ import httpx
 import psutil
 import pytest
 
-from conftest import K
+from serve_helpers import K
 from ray_helpers import free_port, ray_processes, small_ray, wait_gone
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

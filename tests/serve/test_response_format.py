@@ -10,7 +10,7 @@ import jsonschema
 import openai
 import pytest
 
-from conftest import K
+from serve_helpers import K
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["tool", "retries"],
           "properties": {"tool": {"enum": ["grep", "sed", "awk"]}, "retries": {"type": "integer", "maximum": 9}}}

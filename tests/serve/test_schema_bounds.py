@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from conftest import Gated, serving, wait_until
+from serve_helpers import Gated, serving, wait_until
 
 SPECRT = str(Path(sys.executable).with_name("specrt"))
 

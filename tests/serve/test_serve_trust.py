@@ -6,7 +6,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from conftest import serving
+from serve_helpers import serving
 
 from specrt.cli.main import main
 

@@ -8,7 +8,7 @@ import collections
 import openai
 import pytest
 
-from conftest import K, metric, serving, openai_client
+from serve_helpers import K, metric, serving, openai_client
 
 PROMPT = "def main(args):\n    "
 OTHER = "import os\n"
@@ -107,7 +107,7 @@ def test_choices_decode_together_on_the_batch(pair_bundle, pair_generator):
 
 
 def test_a_client_leaving_a_stream_of_choices_frees_every_slot(server, client):
-    from conftest import metric, wait_until
+    from serve_helpers import metric, wait_until
     import httpx
 
     cancelled = metric(server, "specrt_request_finish_total", finish_reason="cancelled")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from conftest import serving
+from serve_helpers import serving
 
 
 @pytest.fixture(scope="module")

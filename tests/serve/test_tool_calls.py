@@ -11,7 +11,7 @@ import jsonschema
 import openai
 import pytest
 
-from conftest import ServerThread, openai_client
+from serve_helpers import ServerThread, openai_client
 
 USER = [{"role": "user", "content": "hi"}]
 PICK = {"type": "object", "additionalProperties": False, "required": ["tool"],
