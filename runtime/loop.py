@@ -127,6 +127,7 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
             verdict = accept(proposal, logits, params, rng)
             if proposal.parents is not None:
                 hidden = keep_path(target, past, verdict.path, hidden)
+                stats.tree_passes += 1
             j, nxt = verdict.count, verdict.token
             t2 = time.perf_counter()
             # 4. commit

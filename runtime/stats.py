@@ -29,6 +29,7 @@ class GenerationStats:
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     verify_steps: int = 0
+    tree_passes: int = 0  # verify passes that carried a token tree (not a chain: docs/trees.md)
     accepted_histogram: list[int] = dataclasses.field(default_factory=list)
     k_history: list[int] = dataclasses.field(default_factory=list)
     branches: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)

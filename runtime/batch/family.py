@@ -39,11 +39,12 @@ class FamilyChooser:
         self.spec_calibration = {FUSED: 1.0, PACKED: 1.0}  # ... of its steps that drafted
 
     def choose(self, acceptance: list[float], max_ks: list[int], draft_costs: list[float],
-               prefilling: bool) -> tuple[str, KPlan | None]:
+               prefilling: bool, gains: dict | None = None) -> tuple[str, KPlan | None]:
         """The family of this step's decode (`acceptance`, `max_ks`, `draft_costs`: per decoding request) and, when
         it planned it to compare, that family's k plan. Packed is possible with two requests or more decoding, or
         one with prompts to prefill (their chunks ride in the pass, and a closed-loop client's next request does not
-        switch sessions twice); a fused family without the batched pass always takes it then."""
+        switch sessions twice); a fused family without the batched pass always takes it then. `gains`: per family,
+        the tree proposers' expected accepted drafts per count (goodput.py; trees.py), or None."""
         decoding = len(acceptance)
         if not (self.packed and self.costs.packed and decoding and decoding + bool(prefilling) >= 2):
             self.family, self.family_steps = FUSED, 0
@@ -51,8 +52,8 @@ class FamilyChooser:
         if not self.batched_decode:
             self.family = PACKED
             return PACKED, None
-        packed_plan = plan_packed(acceptance, max_ks, draft_costs, self.costs)
-        fused_plan = plan_step(acceptance, max_ks, draft_costs, self.costs, True)
+        packed_plan = plan_packed(acceptance, max_ks, draft_costs, self.costs, _of(gains, PACKED))
+        fused_plan = plan_step(acceptance, max_ks, draft_costs, self.costs, True, _of(gains, FUSED))
         g_packed, g_fused = packed_plan.goodput, fused_plan.goodput
         # the ratio smoothed over steps (one step's n-gram matches say little) and a minimum stay per family
         ratio = g_packed * self.calibration[PACKED] / max(g_fused * self.calibration[FUSED], 1e-9)
@@ -71,24 +72,25 @@ class FamilyChooser:
         return self.family, packed_plan if use else fused_plan
 
     def plan(self, family: str, acceptance: list[float], max_ks: list[int], draft_costs: list[float],
-             planned: KPlan | None = None) -> KPlan:
+             planned: KPlan | None = None, gains: dict | None = None) -> KPlan:
         """The k plan in `family` (`planned`: the one `choose` made), or that family's plain plan (every k 0) when
         the drafting plan's prediction, scaled by the calibration of this family's drafting steps, falls below the
         plain plan's scaled by that of its plain steps: a batch where drafting disappoints stops drafting (SmolLM2
         fp32, 4-8 clients: 0.90-0.93x plain batching before) and drafts again once the calibration has drifted back
         (CALIBRATION_RELAX per plain step)."""
-        plan = planned or self._plan(family, acceptance, max_ks, draft_costs)
+        plan = planned or self._plan(family, acceptance, max_ks, draft_costs, gains)
         if not any(plan.ks):
             return plan
-        plain = self._plan(family, acceptance, [0] * len(plan.ks), draft_costs)
+        plain = self._plan(family, acceptance, [0] * len(plan.ks), draft_costs, gains)
         if plan.goodput * self.spec_calibration[family] >= plain.goodput * self.calibration[family]:
             return plan
         return plain
 
-    def _plan(self, family: str, acceptance: list[float], max_ks: list[int], draft_costs: list[float]) -> KPlan:
+    def _plan(self, family: str, acceptance: list[float], max_ks: list[int], draft_costs: list[float],
+              gains: dict | None = None) -> KPlan:
         if family == PACKED:
-            return plan_packed(acceptance, max_ks, draft_costs, self.costs)
-        return plan_step(acceptance, max_ks, draft_costs, self.costs, self.batched_decode)
+            return plan_packed(acceptance, max_ks, draft_costs, self.costs, _of(gains, PACKED))
+        return plan_step(acceptance, max_ks, draft_costs, self.costs, self.batched_decode, _of(gains, FUSED))
 
     def calibrate(self, realized: float, predicted: float, drafted: bool) -> None:
         """Fold a step's realized / predicted goodput into the calibration of the family in use: the drafting one
@@ -105,3 +107,7 @@ class FamilyChooser:
         other = PACKED if self.family == FUSED else FUSED
         for t in (self.calibration, self.spec_calibration):
             t[other] += CALIBRATION_RELAX * (t[self.family] - t[other])
+
+
+def _of(gains: dict | None, family: str) -> list | None:
+    return gains.get(family) if gains else None

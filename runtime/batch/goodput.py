@@ -96,8 +96,11 @@ def _dinkelbach(options: list[list[tuple[int, float, float]]], fixed_tokens: flo
     return [p[0] for p in pick], g
 
 
-def plan_packed(acceptance: list[float], max_ks: list[int], draft_costs: list[float], table: CostTable) -> KPlan:
-    """The packed family's plan: greedy over one more draft at a time (module docstring)."""
+def plan_packed(acceptance: list[float], max_ks: list[int], draft_costs: list[float], table: CostTable,
+                gains: list | None = None) -> KPlan:
+    """The packed family's plan: greedy over one more draft at a time (module docstring). `gains[i]`, where not
+    None: request i's expected accepted drafts per draft count (a tree proposer's best chain, trees.py), in place of
+    its per-token acceptance."""
     b = len(acceptance)
     ks = [0] * b
     rows = b
@@ -108,9 +111,12 @@ def plan_packed(acceptance: list[float], max_ks: list[int], draft_costs: list[fl
         # the pass with one row more, the same for every candidate: its extra seconds plus the draft's own
         extra_row = table.t_packed(b, rows + 1) - (secs - drafting)
         for i, (a, kmax, cd) in enumerate(zip(acceptance, max_ks, draft_costs)):
-            if ks[i] >= kmax or a <= 0.0:
+            if ks[i] >= kmax:
                 continue
-            dt = a ** (ks[i] + 1)
+            g = gains[i] if gains is not None else None
+            dt = a ** (ks[i] + 1) if g is None else g[ks[i] + 1] - g[ks[i]]
+            if dt <= 0.0:
+                continue
             ds = max(extra_row + cd, 1e-9) * SPEC_MARGIN
             if (tokens + dt) / (secs + ds) > tokens / secs and (best is None or dt * best[2] > best[1] * ds):
                 best = (i, dt, ds)
@@ -126,23 +132,26 @@ def plan_packed(acceptance: list[float], max_ks: list[int], draft_costs: list[fl
 
 
 def plan_step(acceptance: list[float], max_ks: list[int], draft_costs: list[float], table: CostTable,
-              batched_ok: bool = True) -> KPlan:
+              batched_ok: bool = True, gains: list | None = None) -> KPlan:
     """k per request (0 allowed) and the fused plan, batched or separate, maximising expected tokens / expected
     seconds of the step. `batched_ok` False: no one-token batched pass (a target whose one-token calls must run
-    as several rows). The packed family is planned by `plan_packed` (family.py chooses between them)."""
+    as several rows). The packed family is planned by `plan_packed` (family.py chooses between them). `gains[i]`,
+    where not None: request i's expected accepted drafts per node count (a tree of k nodes, verified in a pass of
+    k + 1 rows priced `t_rows(k + 1)`: trees.py), in place of the chain's a + a^2 + ... + a^k."""
     b = len(acceptance)
     if b == 0:
         return KPlan([], batched_ok, 0.0)
 
-    def spec(a: float, k: int, cd: float) -> tuple[float, float]:
+    def spec(a: float, k: int, cd: float, g) -> tuple[float, float]:
         # a drafting pass is charged SPEC_MARGIN more: speculation must beat not drafting by that much (estimates
         # are noisy; the single-sequence loop's adaptive k asks the same 5%)
-        return 1.0 + gain(a, k), (k * cd + table.t_rows(k + 1)) * (SPEC_MARGIN if k else 1.0)
+        return 1.0 + (gain(a, k) if g is None else g[k]), (k * cd + table.t_rows(k + 1)) * (SPEC_MARGIN if k else 1.0)
 
     batched_opts, separate_opts = [], []
-    for a, kmax, cd in zip(acceptance, max_ks, draft_costs):
-        batched_opts.append([(0, 0.0, 0.0)] + [(k, *spec(a, k, cd)) for k in range(1, kmax + 1)])
-        separate_opts.append([(k, *spec(a, k, cd)) for k in range(0, kmax + 1)])
+    for i, (a, kmax, cd) in enumerate(zip(acceptance, max_ks, draft_costs)):
+        g = gains[i] if gains is not None else None
+        batched_opts.append([(0, 0.0, 0.0)] + [(k, *spec(a, k, cd, g)) for k in range(1, kmax + 1)])
+        separate_opts.append([(k, *spec(a, k, cd, g)) for k in range(0, kmax + 1)])
     ks, g = _dinkelbach(separate_opts, 0.0, 0.0)
     best = KPlan(ks, False, g)
     if batched_ok:

@@ -15,7 +15,7 @@ import numpy as np
 from specrt.runtime.batch.plan import BatchedTokenPass, Chunk, Decode, OwnPass, PrefillPass
 from specrt.runtime.batch.protocol import KVPool, PassCall
 from specrt.runtime.batch.sequence import BatchSequence
-from specrt.runtime.step import accept, commit, pick_token, record, verify
+from specrt.runtime.step import accept, commit, keep_path, pick_token, record, verify
 
 
 class Passes:
@@ -26,8 +26,8 @@ class Passes:
 
     def run(self, p):
         """Execute one pass -> its outputs (logits rows; with the seconds of a prompt chunk's pass)."""
-        if isinstance(p, OwnPass):  # the single-sequence verify (runtime/step.py)
-            return verify(p.decode.seq, p.decode.proposal.token_ids)  # [k + 1, V]
+        if isinstance(p, OwnPass):  # the single-sequence verify (runtime/step.py), a tree's too
+            return verify(p.decode.seq, p.decode.proposal.token_ids, p.decode.proposal.parents)  # [k + 1, V]
         if isinstance(p, BatchedTokenPass):
             return self.pool.decode_batch(np.array([d.seq.tokens[d.seq.n - 1] for d in p.decodes], np.int64))
         t0 = time.perf_counter()
@@ -67,6 +67,8 @@ class Passes:
             self._prefilled(p.chunk, out[0], out[1])
             return 0
         outs, seconds = out
+        for d, logits in zip(p.decodes, outs):  # every verified row refreshes a successor table, as alone
+            _observe_verify(d.seq, d.proposal.token_ids, logits)
         emitted = sum(self._accept(d, logits) for d, logits in zip(p.decodes, outs))
         for c, logits in zip(p.chunks, outs[len(p.decodes):]):
             self._prefilled(c, logits[0], seconds, counted=True)
@@ -76,10 +78,13 @@ class Passes:
         """The loop's acceptance rule over the logits of the request's pending token and drafts ([k + 1, V])."""
         s, kk = d.seq, d.proposal.token_ids.size
         verdict = accept(d.proposal, logits, s.request.sampling, s.rng)
+        if d.proposal.parents is not None:  # a tree: the accepted path's KV rows moved into place in the region
+            keep_path(s.target, s.n - 1, verdict.path, None)
+            s.stats.tree_passes += 1
         if kk == 0 and d.free is not None and d.free.token_ids.size:  # the free draft judged against the token
             s.observe_acceptance(1, int(int(d.free.token_ids[0]) == verdict.token))
         record(s.stats, d.k, d.proposal, verdict)
-        if kk:
+        if kk and d.proposal.parents is None:  # (a tree request is sized on its proposer's estimates: trees.py)
             s.observe_acceptance(kk, verdict.count)
         _policy_update(s, d.k, kk, verdict.count)
         return self._commit(s, verdict.emitted(d.proposal), verdict.count)
@@ -95,6 +100,7 @@ class Passes:
                 s.target.truncate(s.n - 1)  # number its run alone does not; the row is discarded
                 continue
             s.stats.target_calls += 1
+            _observe_verify(s, s.tokens[:0], row[None])
             nxt = pick_token(row, s.request.sampling, s.rng)
             if d.k == 0:
                 s.stats.record_step(0, 0, 0, "")
@@ -127,6 +133,14 @@ class Passes:
         seq.stats.prefill_seconds += seconds
         if seq.prefilled == seq.prompt_ids.size:
             self.prefill_done(seq, last)
+
+def _observe_verify(s: BatchSequence, drafts: np.ndarray, logits: np.ndarray) -> None:
+    """A proposer that learns from verified rows (Token Recycling's table) sees the pending token and `drafts` [k]
+    with their rows [k + 1, V] (an own pass's are seen by runtime/step.py's `verify`)."""
+    observe = getattr(s.proposer, "observe_verify", None)
+    if observe is not None:
+        observe(np.concatenate([s.tokens[s.n - 1:s.n], drafts]), logits, None)
+
 
 def _policy_update(s: BatchSequence, k: int, drafted: int, accepted: int) -> None:
     """A seeded request's step is over: its policy learns from the counts (never timings: CountOnlyAdaptiveK)."""

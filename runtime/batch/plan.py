@@ -11,9 +11,12 @@ import dataclasses
 
 import numpy as np
 
+from specrt.runtime.batch import trees as tree_offers
+from specrt.runtime.batch.family import FUSED, PACKED
 from specrt.runtime.batch.goodput import CostTable
 from specrt.runtime.batch.sequence import DRAFT_KIND, BatchSequence
 from specrt.runtime.proposers.base import Proposal
+from specrt.runtime.step import no_drafts, tree_or_chain
 
 PROBE_AFTER = 8  # steps without drafting after which a draft-model request decoding alone drafts one token
 
@@ -26,10 +29,26 @@ class Prepared:
     max_ks: list[int]  # the most it may draft this step (0: it cannot)
     free: list[Proposal | None]  # its free proposal (n-gram, hybrid's n-gram branch when it matched), a chain
     draft_costs: list[float]  # seconds per drafted token (0 for a free proposal)
+    offers: list = dataclasses.field(default_factory=list)  # per request its TreeOffer (trees.py) or None
+    trees: bool = False  # the fused family's own passes verify trees
 
     @property
     def acceptance(self) -> list[float]:
         return [s.acceptance for s in self.seqs]
+
+    @property
+    def gains(self) -> dict | None:
+        """Per family, the tree proposers' expected accepted drafts per count (a tree on the fused family's own
+        passes where they verify trees, else the best chain), None where no request offers a tree."""
+        if not any(o is not None for o in self.offers):
+            return None
+        return {FUSED: [o.gains(not self.trees) if o is not None else None for o in self.offers],
+                PACKED: [o.gains(True) if o is not None else None for o in self.offers]}
+
+    @property
+    def seeded_trees(self) -> bool:
+        """A seeded request of a tree method decodes: the step stays fused (its tree as alone, trees.py)."""
+        return self.trees and any(s.policy is not None and s.method in tree_offers.TREE_METHODS for s in self.seqs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +57,7 @@ class Decode:
 
     seq: BatchSequence
     k: int  # drafts planned (0: none)
-    proposal: Proposal  # what its pass verifies: k drafts (a chain), or none
+    proposal: Proposal  # what its pass verifies: k drafts (a chain; a tree in an own pass), or none
     free: Proposal | None  # a free proposal not used (k = 0): its first draft is judged against the token picked
 
 
@@ -95,7 +114,7 @@ class StepPlan:
     planning_s: float = 0.0  # seconds spent planning (proposals included)
 
 
-def prepare(seqs: list[BatchSequence], costs: CostTable, capacity: int) -> Prepared:
+def prepare(seqs: list[BatchSequence], costs: CostTable, capacity: int, trees: bool = False) -> Prepared:
     """The plan's inputs. Free proposals (n-gram, hybrid's n-gram branch when it matches) cost nothing: they are made
     first, so that k is capped by what matched, and acceptance is estimated per kind of proposal (n-gram: its match
     size; a draft model's: DRAFT_KIND, so that hybrid's n-gram judgements do not price its draft model, nor the
@@ -123,7 +142,16 @@ def prepare(seqs: list[BatchSequence], costs: CostTable, capacity: int) -> Prepa
                   and (s.n - 1 - s.draft.length) * costs.draft_token > limit else mk
                   for s, mk, f in zip(seqs, max_ks, free)]
     dcost = [costs.draft_token if s.draft is not None and f is None else 0.0 for s, f in zip(seqs, free)]
-    return Prepared(list(seqs), max_ks, free, dcost)
+    offers = []  # tree proposers (auto, recycle; not seeded: those keep their own sizing) offer scored candidates
+    for i, s in enumerate(seqs):
+        o = None
+        if max_ks[i] > 0 and s.policy is None and free[i] is None:
+            cap = max_ks[i] if not trees else min(max_ks[i], max(s.target.tree_max_rows - 1, 1))
+            o = tree_offers.offer(s.proposer, s.tokens, s.n, cap)
+            if o is not None:
+                max_ks[i] = len(o.order)
+        offers.append(o)
+    return Prepared(list(seqs), max_ks, free, dcost, offers, trees)
 
 
 def request_ks(prepared: Prepared, ks: list[int], packed: bool) -> list[int]:
@@ -152,3 +180,21 @@ def first(prop: Proposal, k: int) -> Proposal:
     if prop.token_ids.size <= k:
         return prop
     return dataclasses.replace(prop, token_ids=prop.token_ids[:k])
+
+
+def decode(s: BatchSequence, k: int, free: Proposal | None, offer, chain_only: bool) -> Decode:
+    """The request's part of the plan: its proposal for k drafts (the free one cut to k, the k nodes of its tree
+    offer, else its proposer's). Trees only where not `chain_only` (own passes of the fused family on a target with
+    trees: trees.py) and from the tree methods; else chains."""
+    if k == 0:
+        return Decode(s, 0, no_drafts(s.tokens), free)
+    chain = chain_only or s.method not in tree_offers.TREE_METHODS
+    if free is not None:
+        prop = first(free, k)
+    elif offer is not None:
+        prop = tree_offers.proposal(s.proposer, offer, k, chain)
+    else:
+        prop = s.proposer.propose(s.tokens, s.n, k)
+    prop = tree_or_chain(prop, k, s.target, chain)
+    s.stats.draft_calls += prop.calls
+    return Decode(s, k, prop, free)

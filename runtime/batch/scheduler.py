@@ -14,7 +14,8 @@ finished ones. Requests join and leave at step boundaries:
    rows and the prompt chunks (`PackedRowsPass`). Every verify goes through runtime/step.py's accept and commit;
 4. retire: finished or cancelled requests free their regions at once (a first token that ends a request: at once).
 Decoding requests hold regions [0, d) in `running` order, those in prefill the ones after them; greedy output equals
-the request's alone (tests/runtime/test_batching.py). `auto` runs as n-gram chains here (batches verify chains).
+the request's alone (tests/runtime/test_batching.py). `auto` and `recycle` offer scored trees (trees.py), verified as
+trees in their own passes of the fused family where the target has trees, else as their best chains.
 """
 
 from __future__ import annotations
@@ -32,20 +33,21 @@ from specrt.runtime.backends.ort.threads import shared_pool
 from specrt.runtime.batch.family import FUSED, PACKED, FamilyChooser
 from specrt.runtime.batch.goodput import CostTable
 from specrt.runtime.batch.passes import Passes
-from specrt.runtime.batch.plan import (BatchedTokenPass, Chunk, Decode, OwnPass, PackedRowsPass, PrefillPass,
-                                       StepPlan, first, prepare, request_ks)
+from specrt.runtime.batch.plan import (BatchedTokenPass, Chunk, OwnPass, PackedRowsPass, PrefillPass, StepPlan,
+                                       decode, prepare, request_ks)
 from specrt.runtime.batch.pool import RegionPool
 from specrt.runtime.prefix_budget import DEFAULT_PREFIX_CACHE_MB
 from specrt.runtime.batch.prefix_cache import PrefixCaching
 from specrt.runtime.batch.protocol import KVPool
 from specrt.runtime.batch.sequence import BatchSequence
+from specrt.runtime.batch import trees
 from specrt.runtime.batch.shared_prompt import PromptSharing
 from specrt.runtime.proposers.build import Drafters, build_proposer
 from specrt.runtime.proposers.draft_model import DraftModelProposer
-from specrt.runtime.step import no_drafts, pick_token
+from specrt.runtime.step import pick_token
 
 DEFAULT_PREFILL_CHUNK = 256  # prompt tokens prefilled per step (all requests in prefill together)
-BATCH_METHODS = ("draft", "hybrid", "ngram", "none", "auto")
+BATCH_METHODS = ("draft", "hybrid", "ngram", "none", "auto", "recycle")
 
 
 class Scheduler:
@@ -76,6 +78,9 @@ class Scheduler:
         # differently from the batched pass: its requests run their own passes (identical to alone; docs/batching.md)
         self.min_rows = self.targets.runners[0].min_rows
         self.batched_decode = self.min_rows <= 1
+        # token trees (trees.py): verified in own passes on the fused regions where the graph has the tree input
+        self.trees = fused and getattr(self.targets.runners[0], "supports_tree", False)
+        self.auto_state = trees.batch_state(gen)  # acceptance estimates of the batch's auto requests
         if packed is None:
             packed = os.environ.get("SPECRT_PACKED", "1") != "0"
         self.packed = packed and max_batch > 1
@@ -99,7 +104,8 @@ class Scheduler:
 
     @property
     def methods(self) -> list[str]:
-        return [m for m in self.gen.methods if m in BATCH_METHODS and (m in ("ngram", "none", "auto") or self.drafts)]
+        return [m for m in self.gen.methods
+                if m in BATCH_METHODS and (m in ("ngram", "none", *trees.TREE_METHODS) or self.drafts)]
 
     # ----------------------------------------------------------------------------------- admit
     def add(self, seq: BatchSequence) -> None:
@@ -129,8 +135,7 @@ class Scheduler:
             if seq.proposer is not None and params.seed is not None and not params.greedy:
                 # which random numbers a step draws depends on its k: a seeded request keeps the k schedule it has
                 # alone (the Generator's count-only policy), whatever the plan would choose for it
-                seq.policy = self.gen.make_policy(seq.request.num_speculative_tokens,
-                                                  "ngram" if seq.method == "auto" else seq.method, seeded=True)
+                seq.policy = self.gen.make_policy(seq.request.num_speculative_tokens, seq.method, seeded=True)
             self.sharing.on_admit(seq, self.running + self.prefilling)  # hook: admitted (its region is empty)
             self.prefix.on_admit(seq)
             self.prefilling.append(seq)
@@ -148,6 +153,9 @@ class Scheduler:
         prefilled on its first drafting step, never if the plans never draft it."""
         if seq.method == "none" or seq.max_k == 0:
             return None
+        if seq.method in trees.TREE_METHODS:
+            return trees.tree_proposer(self.gen, seq.method, seq.request.sampling, seq.request.ngram_sizes,
+                                       self.auto_state)
 
         def draft():
             seq.draft = self.drafts.acquire()
@@ -184,18 +192,20 @@ class Scheduler:
         """This step's plan: the family (asked of the chooser unless `decode_only`: the decode after a fused step's
         prompt chunks), then per decoding request k and its proposal (made here), and the passes."""
         t0 = time.perf_counter()
-        prepared = prepare(self.running, self.costs, self.gen.max_seq_len) if self.running else None
+        prepared = prepare(self.running, self.costs, self.gen.max_seq_len, self.trees) if self.running else None
         family, planned = FUSED, None
-        if prepared is not None and not decode_only:
+        if prepared is not None and not decode_only and not prepared.seeded_trees:
             family, planned = self.chooser.choose(prepared.acceptance, prepared.max_ks, prepared.draft_costs,
-                                                  bool(self.prefilling))
+                                                  bool(self.prefilling), prepared.gains)
         if family == FUSED and self.prefilling and not decode_only:
             return StepPlan(FUSED, [PrefillPass(c) for c in self._prefill_chunks()], then_decode=True)
         if prepared is None:
             return StepPlan(FUSED, [])
-        kplan = self.chooser.plan(family, prepared.acceptance, prepared.max_ks, prepared.draft_costs, planned)
+        kplan = self.chooser.plan(family, prepared.acceptance, prepared.max_ks, prepared.draft_costs, planned,
+                                  prepared.gains)
         ks = request_ks(prepared, kplan.ks, family == PACKED)
-        decodes = [self._decode(s, k, f) for s, k, f in zip(prepared.seqs, ks, prepared.free)]
+        decodes = [decode(s, k, f, o, family == PACKED or not self.trees)
+                   for s, k, f, o in zip(prepared.seqs, ks, prepared.free, prepared.offers)]
         if family == PACKED:
             passes = [PackedRowsPass(decodes, self._prefill_chunks())]
         else:
@@ -204,15 +214,6 @@ class Scheduler:
                 passes.append(BatchedTokenPass(decodes))
         return StepPlan(family, passes, kplan.goodput, any(ks), decoding=True,
                         planning_s=time.perf_counter() - t0)
-
-    def _decode(self, s: BatchSequence, k: int, free) -> Decode:
-        """The request's part of the plan: its proposal for k drafts (the free one cut to k, else its proposer's;
-        batched passes verify chains)."""
-        if k == 0:
-            return Decode(s, 0, no_drafts(s.tokens), free)
-        prop = first(free, k) if free is not None else s.proposer.propose(s.tokens, s.n, k).chain()
-        s.stats.draft_calls += prop.calls
-        return Decode(s, k, prop, free)
 
     def _prefill_chunks(self) -> list[Chunk]:
         """This step's prompt chunks: the prompt-token budget spent on the requests in prefill, oldest first."""

@@ -28,7 +28,7 @@ class Drafters:
     head: Callable[[], Proposer] | None = None  # a draft head's (HeadProposer)
     recycle: Callable[[], Proposer] | None = None  # Token Recycling's (the bundle's successor table)
     medusa: Callable[[], Proposer] | None = None  # Medusa heads'
-    auto: Callable[[], Proposer] | None = None  # every source in one tree (auto.py); None: n-gram chains (batches)
+    auto: Callable[[], Proposer] | None = None  # every source in one tree (auto.py); None: n-gram chains
 
 
 def hybrid(eos_ids: frozenset[int], draft: Proposer, ngram_sizes: dict) -> HybridProposer:
@@ -56,7 +56,7 @@ def build_proposer(method: str, eos_ids: frozenset[int], ngram_sizes: dict, draf
         return draft if method == "draft" else hybrid(eos_ids, draft, ngram_sizes)
     if method == "auto" and drafters.auto is not None:
         return drafters.auto()
-    if method in ("ngram", "auto"):  # auto without its maker (the batch, which verifies chains): n-gram chains
+    if method in ("ngram", "auto"):  # auto without its maker: n-gram chains (the batch makes its own: batch/trees.py)
         return NgramProposer(eos_ids, **ngram_sizes)
     if method == "recycle":  # prompt lookup + the bundle's successor table
         if drafters.recycle is None:

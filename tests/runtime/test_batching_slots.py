@@ -42,7 +42,7 @@ def test_greedy_output_equals_alone_with_requests_joining_and_leaving(portable, 
     gen, eng = portable
     pool = eng.scheduler.targets
     assert isinstance(pool, BatchRunnerPool) and pool.batch.name == "ort-portable"
-    assert set(eng.scheduler.methods) == {"ngram", "none", "auto"}
+    assert set(eng.scheduler.methods) == {"ngram", "none", "auto", "recycle"}
     alone = [gen.generate(p, n, method=method).token_ids for p, n in zip(PROMPTS, LENGTHS)]
     rows = []  # per pass: the new tokens of each slot
     real = pool.batch.forward_batch
