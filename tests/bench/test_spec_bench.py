@@ -66,3 +66,29 @@ def test_a_question_file_that_is_no_regular_file_is_one_clear_error(tmp_path):
     for path, what in ((fifo, "FIFO"), ("/dev/zero", "character device")):
         with pytest.raises(InvalidArgument, match=what):
             load_questions(path)
+
+
+def test_free_rows_measures_auto_mat_with_trees_up_to_the_cap(target_only_bundle, tmp_path):
+    """--free-rows: method auto with every pass priced as one row: its trees fill the node cap where the measured
+    costs keep them small; the table is MAT only, outputs still plain's; other methods and suites are refused."""
+    path = tmp_path / "q.jsonl"
+    path.write_text("\n".join(json.dumps(q) for q in TINY[:3]) + "\n")
+    rows = {}
+    for flag in ((), ("--free-rows",)):
+        out = tmp_path / f"r{len(flag)}.json"
+        md = tmp_path / f"r{len(flag)}.md"
+        r = run_cli("bench", target_only_bundle, "--suite", f"spec-bench:{path}", "--per-category", "1",
+                    "--methods", "auto", "--max-new-tokens", "12", "--json", out, "--markdown", md, "--quiet", *flag)
+        assert r.returncode == 0, r.stderr
+        result = json.loads(out.read_text())
+        assert result["methods"] == ["auto"] and result["free_rows"] == bool(flag)
+        rows[bool(flag)] = {row["category"]: row for row in result["rows"]}
+        assert all(row["identical"] == row["prompts"] for row in result["rows"])
+    free, measured = rows[True]["overall"], rows[False]["overall"]
+    assert free["rows_per_pass"] > measured["rows_per_pass"] and free["rows_per_pass"] > 4
+    text = (tmp_path / "r1.md").read_text()
+    assert "MAT at a free-rows budget" in text and "speeds not measured" in text and "x (" not in text
+    r = run_cli("bench", target_only_bundle, "--suite", f"spec-bench:{path}", "--methods", "ngram", "--free-rows")
+    assert r.returncode != 0 and "--free-rows measures method auto" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("bench", target_only_bundle, "--suite", "code", "--free-rows")
+    assert r.returncode != 0 and "--free-rows" in r.stderr and "Traceback" not in r.stderr
