@@ -13,11 +13,14 @@ adaptive k's estimates); then per prompt: plain, method 1, plain, method 2, ...,
 category is its decode tokens/s (prefill excluded) over that of the plain runs beside its runs; MAT (mean
 accepted tokens per target pass, the bonus token included, 1.00 for plain) = tokens / decode passes. Methods
 that learn across requests (recycle's table) keep what earlier questions taught them, as in a server; no
-question is run twice by a method before it is measured.
+question is run twice by a method before it is measured. The bundle's successor table is one per loaded bundle,
+shared by `recycle` and `auto`: each method here gets its own copy of it (`MethodTables`), so a method never
+starts a question from a table another method has just refreshed on that very question's answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Any, Callable
@@ -112,10 +115,12 @@ def run_spec_bench(gen, methods: list[str], questions: list[Question], max_new_t
 
     params = SamplingParams(temperature=0.0)
     note = progress or (lambda _: None)
+    tables = MethodTables(gen, methods)
     warm = chat_ids(gen, [{"role": "user", "content": WARM_UP_PROMPT}])
     for m in ["none", *methods] if warm_up else ():
         note(f"warm-up {m}")
-        run_once(gen, warm, max_new_tokens, m, k, params)
+        with tables.of(m):
+            run_once(gen, warm, max_new_tokens, m, k, params)
     runs: list[dict[str, Any]] = []
     for qi, q in enumerate(questions):
         history: list[dict[str, str]] = []
@@ -129,13 +134,38 @@ def run_spec_bench(gen, methods: list[str], questions: list[Question], max_new_t
             before = plain
             for m in methods:
                 note(f"{q.category} #{qi} turn {turn + 1}: {m}")
-                res = run_once(gen, ids, max_new_tokens, m, k, params)
+                with tables.of(m):
+                    res = run_once(gen, ids, max_new_tokens, m, k, params)
                 after = before if mat_only else run_once(gen, ids, max_new_tokens, "none", 0, params)
                 runs.append(_record(q.category, m, res, before, after, plain.token_ids))
                 before = after
             history.append({"role": "assistant", "content": gen.tokenizer.decode(plain.token_ids)})
     return {"suite": SUITE, "methods": list(methods), "k": k, "max_new_tokens": max_new_tokens, "mat_only": mat_only,
             "questions": len(questions), "rows": aggregate(runs, methods), "runs": runs}
+
+
+class MethodTables:
+    """Per method its own state of the bundle's successor table (runtime/proposers/recycle_table.py `table_for`):
+    `with tables.of(m):` loads m's copy into the shared table and keeps what m's run taught it."""
+
+    def __init__(self, gen, methods: list[str]) -> None:
+        from specrt.runtime.proposers.recycle_table import table_for
+
+        self.table = table_for(gen)
+        self.own = {m: self.table.succ.copy() for m in methods}  # [V, K] each
+
+    @contextlib.contextmanager
+    def of(self, method: str):
+        if method not in self.own:  # plain: reads no table
+            yield
+            return
+        with self.table.lock:
+            self.table.succ[:] = self.own[method]
+        try:
+            yield
+        finally:
+            with self.table.lock:
+                self.own[method] = self.table.succ.copy()
 
 
 def _decode(stats) -> tuple[int, float]:

@@ -92,3 +92,41 @@ def test_free_rows_measures_auto_mat_only(target_only_bundle, tmp_path):
     assert r.returncode != 0 and "--free-rows measures method auto" in r.stderr and "Traceback" not in r.stderr
     r = run_cli("bench", target_only_bundle, "--suite", "code", "--free-rows")
     assert r.returncode != 0 and "--free-rows" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_each_method_starts_from_the_table_its_own_runs_left(target_only_bundle, monkeypatch):
+    """recycle and auto share the bundle's successor table; in one Spec-Bench run each starts every question from
+    what its own earlier runs taught it, never from the table the other method just refreshed on that very
+    question's answer (which inflated the second method's MAT)."""
+    import numpy as np
+
+    import specrt.bench.measure as measure
+    from specrt.bench.spec_bench import Question, run_spec_bench
+    from specrt.runtime import load
+    from specrt.runtime.proposers.recycle_table import table_for
+
+    gen = load(target_only_bundle, threads=1)
+    table = table_for(gen)
+    seen = []  # (method, table before its run, table after)
+    real = measure.run_once
+
+    def spy(gen_, ids, n, method, k, params, proposer=None):
+        before = table.succ.copy()
+        res = real(gen_, ids, n, method, k, params)
+        seen.append((method, before, table.succ.copy()))
+        return res
+
+    monkeypatch.setattr(measure, "run_once", spy)
+    questions = [Question("qa", ("one two three one two three",)), Question("qa", ("hello world hello",)),
+                 Question("rag", ("the cat sat on the mat and the cat",))]
+    run_spec_bench(gen, ["recycle", "auto"], questions, max_new_tokens=12)
+    last, changed = {}, 0
+    for method, before, after in seen:
+        if method == "none":
+            assert np.array_equal(before, after)  # plain runs read and write no table
+            continue
+        if method in last:
+            assert np.array_equal(before, last[method]), method
+        changed += not np.array_equal(before, after)
+        last[method] = after
+    assert changed > 0  # the runs did refresh the table: the check above is not vacuous
