@@ -102,9 +102,8 @@ def bounds(data: dict, label: str) -> list[str]:
     res, free, costs = data[label], data[f"{label}_free"], data["costs"][label]
     a, f = rows(res, "auto"), rows(free, "auto")
     mean_goal, cat_goal = GOALS.get(label, (None, None))
-    out = [f"`{label}` (`auto`): | category | MAT | rows per pass S | T(S)/T(1) | bound MAT / (T(S)/T(1)) | measured | "
-           "MAT the goal needs at S | free-rows MAT (S) | free-rows bound here |", "|---" * 9 + "|"]
-    out[0] = out[0].split(": ", 1)[1]
+    out = ["| category | MAT | rows per pass S | T(S)/T(1) | bound MAT / (T(S)/T(1)) | measured | MAT the goal needs at S "
+           "| free-rows MAT (S) | free-rows bound here |", "|---" * 9 + "|"]
     for c in cats(res) + ["overall"]:
         ratio = cost_at(costs, a[c]["rows_per_pass"])
         goal = mean_goal if c == "overall" else cat_goal
