@@ -114,7 +114,8 @@ def main() -> None:
         run([sys.executable, ROOT / "scripts" / "demo_prompts_bench.py", args.fp32, "--repeats",
              str(args.demo_repeats), "--max-new-tokens", str(args.max_new_tokens), "--json", files["demo"]], log,
             keep(files["demo"]))
-        files["costs"].write_text(json.dumps(row_costs(bundles), indent=2) + "\n", encoding="utf-8")
+        if not (args.resume and files["costs"].is_file()):
+            files["costs"].write_text(json.dumps(row_costs(bundles), indent=2) + "\n", encoding="utf-8")
         from specrt.bench.measure import cpu_model
 
         meta = {"command": "python scripts/spec_bench_section.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
