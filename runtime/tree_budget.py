@@ -36,16 +36,17 @@ MAX_DEPTH_KEY = 8  # depths past this share one estimate
 class PassCosts:
     """T(S) for S = 1 .. len(load_costs): the load-time seconds per pass size, times a measured ratio (one for
     plain passes, one for passes with drafts), non-decreasing in S. `fixed=True` never learns (seeded sampling:
-    the sizes, hence the random numbers drawn, must not depend on timings)."""
+    the sizes, hence the random numbers drawn, must not depend on timings). `free_rows=True` prices every pass
+    at T(1) (`specrt bench --free-rows`: the trees a device where verify rows cost ~nothing would draft)."""
 
-    def __init__(self, load_costs, fixed: bool = False) -> None:
+    def __init__(self, load_costs, fixed: bool = False, free_rows: bool = False) -> None:
         base = [float(c) for c in load_costs]
         if not base or any(not np.isfinite(c) or c <= 0 for c in base):
             raise ValueError(f"pass costs must be positive seconds per pass size, got {load_costs!r}")
         for i in range(1, len(base)):  # more rows never cost less: noise cannot make drafting look free
             base[i] = max(base[i], base[i - 1])
         self.base = base
-        self.fixed = fixed
+        self.fixed, self.free_rows = fixed, bool(free_rows)
         self.ratio = {False: 1.0, True: 1.0}  # measured / load-time, for plain passes and passes with drafts
         self.overhead_s = 0.0  # EMA of the proposer's seconds per step (building and sizing the tree)
 
@@ -67,6 +68,8 @@ class PassCosts:
     def table(self) -> list[float]:
         """[max_rows] predicted seconds of a pass over S = 1 .. max_rows rows."""
         out = [self.base[0] * self.ratio[False]]
+        if self.free_rows:
+            return out * self.max_rows
         for s in range(2, self.max_rows + 1):
             out.append(max(self.base[s - 1] * self.ratio[True], out[-1]))
         return out

@@ -70,6 +70,17 @@ def state_for(gen) -> AutoState:
         return state
 
 
+def use_free_rows(gen) -> AutoState:
+    """`specrt bench --free-rows`: from now on `gen`'s `auto` prices a pass of any size at T(1), so its trees take
+    every candidate worth anything up to the node cap (a fresh state; the successor table is kept). Measures the
+    MAT a device where verify rows cost ~nothing would reach; its speeds on this machine mean nothing."""
+    with _STATES_LOCK:
+        if gen._load_costs is None:
+            gen.warmup()
+        state = _STATES[gen] = AutoState(PassCosts(gen._load_costs[0], free_rows=True))
+        return state
+
+
 class AutoProposer:
     name = "auto"
 

@@ -13,11 +13,14 @@ adaptive k's estimates); then per prompt: plain, method 1, plain, method 2, ...,
 category is its decode tokens/s (prefill excluded) over that of the plain runs beside its runs; MAT (mean
 accepted tokens per target pass, the bonus token included, 1.00 for plain) = tokens / decode passes. Methods
 that learn across requests (recycle's table) keep what earlier questions taught them, as in a server; no
-question is run twice by a method before it is measured.
+question is run twice by a method before it is measured. The bundle's successor table is one per loaded bundle,
+shared by `recycle` and `auto`: each method here gets its own copy of it (`MethodTables`), so a method never
+starts a question from a table another method has just refreshed on that very question's answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Any, Callable
@@ -103,18 +106,21 @@ def pick(gen, questions: list[Question], per_category: int, max_new_tokens: int)
 
 def run_spec_bench(gen, methods: list[str], questions: list[Question], max_new_tokens: int = 128,
                    k: int | str = "auto", progress: Callable[[str], None] | None = None,
-                   warm_up: bool = True) -> dict[str, Any]:
+                   warm_up: bool = True, mat_only: bool = False) -> dict[str, Any]:
     """Measure plain and every method on every question's turns (greedy); returns rows per method and category.
-    `warm_up=False`: a later call on the same generator (the first one warmed it up)."""
+    `warm_up=False`: a later call on the same generator (the first one warmed it up). `mat_only`: no plain run
+    after each method's (its speedups are not measured: `--free-rows`), one plain run per turn for the reference."""
     from specrt.bench.measure import run_once
     from specrt.runtime.sampling import SamplingParams
 
     params = SamplingParams(temperature=0.0)
     note = progress or (lambda _: None)
+    tables = MethodTables(gen, methods)
     warm = chat_ids(gen, [{"role": "user", "content": WARM_UP_PROMPT}])
     for m in ["none", *methods] if warm_up else ():
         note(f"warm-up {m}")
-        run_once(gen, warm, max_new_tokens, m, k, params)
+        with tables.of(m):
+            run_once(gen, warm, max_new_tokens, m, k, params)
     runs: list[dict[str, Any]] = []
     for qi, q in enumerate(questions):
         history: list[dict[str, str]] = []
@@ -128,13 +134,38 @@ def run_spec_bench(gen, methods: list[str], questions: list[Question], max_new_t
             before = plain
             for m in methods:
                 note(f"{q.category} #{qi} turn {turn + 1}: {m}")
-                res = run_once(gen, ids, max_new_tokens, m, k, params)
-                after = run_once(gen, ids, max_new_tokens, "none", 0, params)
+                with tables.of(m):
+                    res = run_once(gen, ids, max_new_tokens, m, k, params)
+                after = before if mat_only else run_once(gen, ids, max_new_tokens, "none", 0, params)
                 runs.append(_record(q.category, m, res, before, after, plain.token_ids))
                 before = after
             history.append({"role": "assistant", "content": gen.tokenizer.decode(plain.token_ids)})
-    return {"suite": SUITE, "methods": list(methods), "k": k, "max_new_tokens": max_new_tokens,
+    return {"suite": SUITE, "methods": list(methods), "k": k, "max_new_tokens": max_new_tokens, "mat_only": mat_only,
             "questions": len(questions), "rows": aggregate(runs, methods), "runs": runs}
+
+
+class MethodTables:
+    """Per method its own state of the bundle's successor table (runtime/proposers/recycle_table.py `table_for`):
+    `with tables.of(m):` loads m's copy into the shared table and keeps what m's run taught it."""
+
+    def __init__(self, gen, methods: list[str]) -> None:
+        from specrt.runtime.proposers.recycle_table import table_for
+
+        self.table = table_for(gen)
+        self.own = {m: self.table.succ.copy() for m in methods}  # [V, K] each
+
+    @contextlib.contextmanager
+    def of(self, method: str):
+        if method not in self.own:  # plain: reads no table
+            yield
+            return
+        with self.table.lock:
+            self.table.succ[:] = self.own[method]
+        try:
+            yield
+        finally:
+            with self.table.lock:
+                self.own[method] = self.table.succ.copy()
 
 
 def _decode(stats) -> tuple[int, float]:
@@ -148,7 +179,8 @@ def _record(category: str, method: str, res, before, after, reference: list[int]
     (t0, s0), (t1, s1) = _decode(before.stats), _decode(after.stats)
     return {"category": category, "method": method, "tokens": tokens, "decode_s": seconds,
             "plain_tokens": (t0 + t1) / 2, "plain_decode_s": (s0 + s1) / 2,
-            "verify_steps": s.verify_steps, "accepted": s.accepted_tokens, "identical": res.token_ids == reference}
+            "verify_steps": s.verify_steps, "accepted": s.accepted_tokens, "drafted": s.drafted_tokens,
+            "identical": res.token_ids == reference}
 
 
 def aggregate(runs: list[dict[str, Any]], methods: list[str]) -> list[dict[str, Any]]:
@@ -164,6 +196,7 @@ def aggregate(runs: list[dict[str, Any]], methods: list[str]) -> list[dict[str, 
             steps = sum(r["verify_steps"] for r in rs)
             per_cat.append({"method": m, "category": cat, "prompts": len(rs), "speedup": tps / plain,
                             "mat": 1 + sum(r["accepted"] for r in rs) / steps if steps else 1.0,
+                            "rows_per_pass": 1 + sum(r.get("drafted", 0) for r in rs) / steps if steps else 1.0,
                             "identical": sum(r["identical"] for r in rs), "tokens_per_second": tps,
                             "plain_tokens_per_second": plain})
         rows += per_cat
@@ -171,21 +204,27 @@ def aggregate(runs: list[dict[str, Any]], methods: list[str]) -> list[dict[str, 
             rows.append({"method": m, "category": "overall", "prompts": sum(r["prompts"] for r in per_cat),
                          "speedup": float(np.mean([r["speedup"] for r in per_cat])),
                          "mat": float(np.mean([r["mat"] for r in per_cat])),
+                         "rows_per_pass": float(np.mean([r["rows_per_pass"] for r in per_cat])),
                          "identical": sum(r["identical"] for r in per_cat), "tokens_per_second": None,
                          "plain_tokens_per_second": None})
     return rows
 
 
 def markdown(result: dict[str, Any], title: str = "Spec-Bench") -> str:
-    """Spec-Bench's table: a row per method, per category `speedup (MAT)`, and outputs identical to plain."""
+    """Spec-Bench's table: a row per method, per category `speedup (MAT)` (`mat_only` results: MAT alone), and
+    outputs identical to plain."""
     cats = list(dict.fromkeys(r["category"] for r in result["rows"]))
+    mat_only = result.get("mat_only", False)
+    what = ("MAT = mean accepted tokens per target pass incl. the bonus token; speeds not measured" if mat_only else
+            "speedup over plain decode tokens/s (interleaved), (MAT = mean accepted tokens per target pass incl. the "
+            "bonus token)")
     lines = [f"## {title}", "", f"{result['questions']} questions, greedy, {result['max_new_tokens']} new tokens, "
-             f"k = {result['k']}; speedup over plain decode tokens/s (interleaved), (MAT = mean accepted tokens per "
-             "target pass incl. the bonus token); overall = mean of the categories.", "",
+             f"k = {result['k']}; {what}; overall = mean of the categories.", "",
              "| method | " + " | ".join(cats) + " | identical to plain |", "|---" * (len(cats) + 2) + "|"]
     for m in result["methods"]:
         rows = {r["category"]: r for r in result["rows"] if r["method"] == m}
-        cells = [f"{rows[c]['speedup']:.2f}x ({rows[c]['mat']:.2f})" if c in rows else "-" for c in cats]
+        cells = [("-" if c not in rows else f"{rows[c]['mat']:.2f}" if mat_only else
+                  f"{rows[c]['speedup']:.2f}x ({rows[c]['mat']:.2f})") for c in cats]
         same = rows["overall"] if "overall" in rows else None
         lines.append(f"| {m} | " + " | ".join(cells) + f" | {same['identical']}/{same['prompts']} |" if same else "")
     return "\n".join(lines) + "\n"

@@ -66,3 +66,67 @@ def test_a_question_file_that_is_no_regular_file_is_one_clear_error(tmp_path):
     for path, what in ((fifo, "FIFO"), ("/dev/zero", "character device")):
         with pytest.raises(InvalidArgument, match=what):
             load_questions(path)
+
+
+def test_free_rows_measures_auto_mat_only(target_only_bundle, tmp_path):
+    """--free-rows: method auto with every pass priced as one row (tests/runtime/test_auto.py: its trees fill the
+    node cap); the table is MAT only, outputs still plain's; other methods and suites are refused."""
+    path = tmp_path / "q.jsonl"
+    path.write_text("\n".join(json.dumps(q) for q in TINY[:3]) + "\n")
+    rows = {}
+    for flag in ((), ("--free-rows",)):
+        out = tmp_path / f"r{len(flag)}.json"
+        md = tmp_path / f"r{len(flag)}.md"
+        r = run_cli("bench", target_only_bundle, "--suite", f"spec-bench:{path}", "--per-category", "1",
+                    "--methods", "auto", "--max-new-tokens", "12", "--json", out, "--markdown", md, "--quiet", *flag)
+        assert r.returncode == 0, r.stderr
+        result = json.loads(out.read_text())
+        assert result["methods"] == ["auto"] and result["free_rows"] == bool(flag)
+        rows[bool(flag)] = {row["category"]: row for row in result["rows"]}
+        assert all(row["identical"] == row["prompts"] for row in result["rows"])
+    # the toy model's rows are nearly free anyway: its trees are as big as its candidates allow either way
+    assert rows[True]["overall"]["rows_per_pass"] >= rows[False]["overall"]["rows_per_pass"] > 1
+    text = (tmp_path / "r1.md").read_text()
+    assert "MAT at a free-rows budget" in text and "speeds not measured" in text and "x (" not in text
+    r = run_cli("bench", target_only_bundle, "--suite", f"spec-bench:{path}", "--methods", "ngram", "--free-rows")
+    assert r.returncode != 0 and "--free-rows measures method auto" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("bench", target_only_bundle, "--suite", "code", "--free-rows")
+    assert r.returncode != 0 and "--free-rows" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_each_method_starts_from_the_table_its_own_runs_left(target_only_bundle, monkeypatch):
+    """recycle and auto share the bundle's successor table; in one Spec-Bench run each starts every question from
+    what its own earlier runs taught it, never from the table the other method just refreshed on that very
+    question's answer (which inflated the second method's MAT)."""
+    import numpy as np
+
+    import specrt.bench.measure as measure
+    from specrt.bench.spec_bench import Question, run_spec_bench
+    from specrt.runtime import load
+    from specrt.runtime.proposers.recycle_table import table_for
+
+    gen = load(target_only_bundle, threads=1)
+    table = table_for(gen)
+    seen = []  # (method, table before its run, table after)
+    real = measure.run_once
+
+    def spy(gen_, ids, n, method, k, params, proposer=None):
+        before = table.succ.copy()
+        res = real(gen_, ids, n, method, k, params)
+        seen.append((method, before, table.succ.copy()))
+        return res
+
+    monkeypatch.setattr(measure, "run_once", spy)
+    questions = [Question("qa", ("one two three one two three",)), Question("qa", ("hello world hello",)),
+                 Question("rag", ("the cat sat on the mat and the cat",))]
+    run_spec_bench(gen, ["recycle", "auto"], questions, max_new_tokens=12)
+    last, changed = {}, 0
+    for method, before, after in seen:
+        if method == "none":
+            assert np.array_equal(before, after)  # plain runs read and write no table
+            continue
+        if method in last:
+            assert np.array_equal(before, last[method]), method
+        changed += not np.array_equal(before, after)
+        last[method] = after
+    assert changed > 0  # the runs did refresh the table: the check above is not vacuous

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from specrt.runtime import load
-from specrt.runtime.proposers.auto import PRIORS, AutoProposer, AutoState
+from specrt.runtime.proposers.auto import PRIORS, AutoProposer, AutoState, state_for, use_free_rows
 from specrt.runtime.proposers.recycle_table import SuccessorTable
 from specrt.runtime.tree_budget import NodeStats, PassCosts
 
@@ -114,3 +114,27 @@ def test_batched_requests_run_auto_as_ngram_chains(target_only_bundle):
         got = eng.generate_batch(list(PROMPTS), 20, temperature=0)  # the default method, batched
     for r, p in zip(got, PROMPTS):
         assert r.token_ids == gen.generate(p, 20, method="none", temperature=0).token_ids
+
+
+def test_free_rows_fill_the_tree_up_to_the_cap(target_only_bundle):
+    """`specrt bench --free-rows` (use_free_rows): every pass priced at T(1), so the tree takes every candidate up to
+    the node cap where the measured costs of dear rows (int4-like) take a few; greedy output is still plain's."""
+    vocab = 512
+    table = SuccessorTable(vocab, top_k=2)
+    table.succ[:, 0] = (np.arange(vocab) + 1) % vocab  # t -> t + 1, t + 2: a binary tree of candidates
+    table.succ[:, 1] = (np.arange(vocab) + 2) % vocab
+    dear = [0.02 * (1 + 0.3 * s) for s in range(9)]  # T(S)/T(1) = 1 + 0.3 (S - 1)
+    sizes = {}
+    for free in (False, True):
+        proposer = AutoProposer(table, AutoState(PassCosts(dear, free_rows=free)), trees=True, max_n=1)
+        proposer.rows_seen = True
+        tokens = np.zeros(64, np.int64)
+        tokens[:3] = [40, 50, 60]
+        proposer.start(tokens, 3)
+        sizes[free] = len(proposer.propose(tokens, 3, 8).token_ids)
+    assert sizes[True] == 8 and sizes[False] < 8, sizes
+    gen = load(target_only_bundle, threads=1)
+    plain = gen.generate(PROMPTS[1], 24, method="none", temperature=0).token_ids
+    state = use_free_rows(gen)
+    assert state_for(gen) is state and state.costs.free_rows
+    assert gen.generate(PROMPTS[1], 24, method="auto", temperature=0).token_ids == plain

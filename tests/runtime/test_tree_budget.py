@@ -102,3 +102,18 @@ def test_pass_costs_scale_load_time_costs_by_what_steps_measure():
     assert fixed.table() == pytest.approx([1.0, 1.05, 1.10, 1.15])  # seeded sampling: never timed
     with pytest.raises(ValueError, match="positive seconds"):
         PassCosts([0.02, 0.0])
+
+
+def test_free_rows_price_every_pass_at_one_row_and_take_every_candidate_up_to_the_cap():
+    """`specrt bench --free-rows`: T(S) = T(1) (still learning T(1) from plain steps), so the sizing takes every
+    candidate with any chance, up to the node cap, where the measured costs take few or none."""
+    costs = PassCosts([0.02 * c for c in INT4], free_rows=True)
+    assert costs.table() == pytest.approx([0.02] * 9)
+    for _ in range(40):
+        costs.observe(5, 0.2)  # slow drafting passes change nothing: rows are free
+        costs.observe(1, 0.03)
+    assert costs.table() == pytest.approx([costs.table()[0]] * 9) and costs.table()[0] > 0.025
+    parents = list(range(-1, 7)) + [-1] * 4
+    probs = path_probs(parents, [0.5] * 8 + [0.1] * 4)
+    assert len(choose(probs, parents, costs.table(), max_nodes=8)) == 8
+    assert len(choose(probs, parents, PassCosts([0.02 * c for c in INT4]).table(), max_nodes=8)) < 4

@@ -26,10 +26,6 @@ def _csv(kind, name: str):
     return convert
 
 
-def _k(value: str):
-    return KType().convert(value, None, None)
-
-
 @main.command("bench")
 @click.argument("bundle", required=False, type=click.Path(path_type=Path))
 @click.option("--prompts", "prompts_file", type=click.Path(path_type=Path), help='JSONL file: {"prompt": ..., "suite": ...} per line.')
@@ -37,10 +33,13 @@ def _k(value: str):
 @click.option("--prompts-per-suite", default=2, show_default=True, type=int, help="Built-in prompts per suite.")
 @click.option("--per-category", default=4, show_default=True, type=int,
               help="--suite spec-bench[:FILE] (Spec-Bench's questions, per-category table): questions per category.")
+@click.option("--free-rows", is_flag=True, help="--suite spec-bench: method auto with every verify pass priced as one "
+              "row (T(S) = T(1)) up to its node cap (--k, default the bundle's max draft tokens): the MAT only.")
 @click.option("--methods", default=None, callback=_csv(str, "methods"),
               help="Comma-separated: draft,hybrid,ngram,medusa,head,hybrid-head,recycle,auto (default: every method the "
                    "bundle has; plain is always run).")
-@click.option("--k", "ks", default="1,2,4,8,auto", show_default=True, callback=_csv(_k, "integers or 'auto'"))
+@click.option("--k", "ks", default="1,2,4,8,auto", show_default=True,
+              callback=_csv(lambda v: KType().convert(v, None, None), "integers or 'auto'"))
 @click.option("--max-new-tokens", default=96, show_default=True, type=int)
 @click.option("--repeats", default=3, show_default=True, type=int, help="Timed rounds (medians and spread over them).")
 @click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy (outputs compared to plain).")
@@ -77,7 +76,7 @@ def _k(value: str):
 @handle_errors
 def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, per_category, methods, ks, max_new_tokens, repeats, temperature,
               seed, backend, threads, peer, target_checkpoint, draft_checkpoint, simulate, ttft_prompt_tokens, json_path,
-              plot_path, md_path, title, random_dir, params, concurrency, force, quiet, wide):
+              plot_path, md_path, title, random_dir, params, concurrency, force, quiet, wide, free_rows):
     """Benchmark BUNDLE: plain vs speculative decoding per method, k and workload suite."""
     from rich.console import Console
 
@@ -86,16 +85,17 @@ def bench_cmd(bundle, prompts_file, suites, prompts_per_suite, per_category, met
 
         summary = make(random_dir, params, force=force)
         click.echo(f"wrote a random Llama ({summary['parameters']:,} parameters, {summary['num_hidden_layers']} layers, "
-                   f"hidden {summary['hidden_size']}) to {random_dir}; compile it with: "
-                   f"specrt compile --target {random_dir} -o BUNDLE")
+                   f"hidden {summary['hidden_size']}) to {random_dir}; compile it: specrt compile --target {random_dir} -o BUNDLE")
         return
     if bundle is None:
         raise click.UsageError("missing BUNDLE (or --make-random-target DIR)")
     from specrt.cli.commands.bench_spec import is_spec_bench, spec_bench_suite
 
+    if free_rows and not is_spec_bench(suites):
+        raise click.UsageError("--free-rows measures --suite spec-bench[:FILE] only")
     if is_spec_bench(suites):
         return spec_bench_suite(bundle, suites, methods, ks, max_new_tokens, per_category, backend, threads, md_path,
-                                json_path, title, quiet)
+                                json_path, title, quiet, free_rows)
     if "json" in suites:
         return _json_suite(bundle, suites, methods, ks, max_new_tokens, repeats, backend, threads, md_path, json_path,
                            title, quiet)

@@ -17,8 +17,9 @@ def is_spec_bench(suites) -> bool:
 
 
 def spec_bench_suite(bundle, suites, methods, ks, max_new_tokens, per_category, backend, threads, md_path, json_path,
-                     title, quiet) -> None:
-    """Runs the suite; prints the table (Markdown), writes --markdown / --json when given."""
+                     title, quiet, free_rows: bool = False) -> None:
+    """Runs the suite; prints the table (Markdown), writes --markdown / --json when given. `free_rows`: method auto
+    with every pass priced as one row (runtime/proposers/auto.py `use_free_rows`), MAT only."""
     from specrt.bench.spec_bench import load_questions, markdown, pick, run_spec_bench
     from specrt.core.errors import InvalidArgument
     from specrt.runtime import load
@@ -30,10 +31,13 @@ def spec_bench_suite(bundle, suites, methods, ks, max_new_tokens, per_category, 
     if len(ks) != 1:
         raise InvalidArgument(f"--suite spec-bench measures one k per method (an integer or auto), got {len(ks)}: "
                               "give --k once")
+    if free_rows and methods and tuple(methods) != ("auto",):
+        raise InvalidArgument(f"--free-rows measures method auto (its cost model), got --methods {','.join(methods)}: "
+                              "give --methods auto or leave --methods out")
     path = suites[0][len(SUITE) + 1:] or None
     questions = load_questions(Path(path) if path else None)  # a bad file fails before the bundle loads
     gen = load(bundle, backend=backend, threads=threads)
-    methods = [m for m in (methods or gen.methods) if m != "none"]
+    methods = ["auto"] if free_rows else [m for m in (methods or gen.methods) if m != "none"]
     for m in methods:
         if m not in gen.methods:
             raise InvalidArgument(f"method {m!r} is not available with this bundle; choose from "
@@ -43,10 +47,15 @@ def spec_bench_suite(bundle, suites, methods, ks, max_new_tokens, per_category, 
         raise InvalidArgument(f"no question fits the bundle's context ({gen.max_seq_len} tokens) with "
                               f"--max-new-tokens {max_new_tokens}")
     report = None if quiet else (lambda line: click.echo(line, err=True))
-    result = run_spec_bench(gen, methods, picked, max_new_tokens, ks[0], progress=report)
+    if free_rows:
+        from specrt.runtime.proposers.auto import use_free_rows
+
+        use_free_rows(gen)
+    result = run_spec_bench(gen, methods, picked, max_new_tokens, ks[0], progress=report, mat_only=free_rows)
+    result["free_rows"] = free_rows
     result["skipped_too_long"] = skipped
     result["command"] = "specrt bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 else None
-    text = markdown(result, title or "Spec-Bench")
+    text = markdown(result, title or ("Spec-Bench: MAT at a free-rows budget" if free_rows else "Spec-Bench"))
     if skipped:
         text += f"\n{skipped} question(s) skipped: prompt + {max_new_tokens} new tokens exceed the bundle's context.\n"
     if md_path is not None:

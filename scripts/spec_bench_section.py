@@ -1,0 +1,135 @@
+"""BENCHMARKS.md's Spec-Bench section (issue #51; `SECTIONS=spec-bench scripts/make_benchmarks.sh`): every
+measurement the section states, each by the command a user would run, then the section (scripts/spec_bench_report.py).
+
+1. per bundle (fp32 target only, int4 target only, fp32 with `--draft self:int4`) one interleaved run of
+   `specrt bench BUNDLE --suite spec-bench --methods ngram,recycle,auto[,draft,hybrid]`, and one of
+   `specrt bench BUNDLE --suite spec-bench --free-rows` (auto's MAT with every pass priced as one row), each in its
+   own process (a fresh successor table: no question is seen twice before it is measured);
+2. open chat prompts outside Spec-Bench (benchmarks/head_fresh_prompts.txt, never used for training or tuning) on
+   the fp32 bundle, as a question file of one category (`--suite spec-bench:FILE`): ngram and auto;
+3. `auto` vs plain on `specrt demo`'s prompts (scripts/demo_prompts_bench.py) on the fp32 bundle;
+4. the measured cost of a target pass of S rows, T(S)/T(1) for S = 1 .. max draft tokens + 1 at a past of 300
+   (specrt/bench/measure.py verify_curve), per bundle, and the draft model's step against the target's.
+
+    python scripts/spec_bench_section.py --fp32 B --int4 B --self B [--per-category 4] [--max-new-tokens 128]
+        [--open-per-category 12] [--demo-repeats 5] [--out benchmarks] [--markdown benchmarks/sections/spec_bench.md]
+        [--compose-only]   (only the section, from the JSON files a previous run wrote)
+        [--resume]         (keep the JSON files an interrupted run already wrote; measure the rest)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+OPEN_PROMPTS = ROOT / "benchmarks" / "head_fresh_prompts.txt"
+METHODS = {"fp32": "ngram,recycle,auto", "int4": "ngram,recycle,auto", "self": "ngram,recycle,draft,hybrid,auto"}
+
+
+def run(cmd: list[str], log: list[str], done: Path | None = None) -> None:
+    """Runs `cmd` (its output file `done`: kept from an earlier run with --resume)."""
+    line = " ".join(shlex.quote(str(c)) for c in cmd)
+    if done is not None and done.is_file():
+        print(f"== kept {done} (--resume)", file=sys.stderr, flush=True)
+        log.append(f"{line}  # kept from an earlier run")
+        return
+    print(f"== {line}", file=sys.stderr, flush=True)
+    t0 = time.time()
+    subprocess.run([str(c) for c in cmd], check=True)
+    log.append(f"{line}  # {time.time() - t0:.0f} s")
+
+
+def open_questions(path: Path, out: Path) -> Path:
+    """The open chat prompts as a question file of one category (`open_chat`)."""
+    lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
+    out.write_text("".join(json.dumps({"category": "open_chat", "turns": [ln]}) + "\n"
+                           for ln in lines if ln and not ln.startswith("#")), encoding="utf-8")
+    return out
+
+
+def row_costs(bundles: dict[str, str], past: int = 300) -> dict:
+    """Per bundle: T(S)/T(1) for S = 1 .. max draft tokens + 1 (median of 7 interleaved rounds), the default method,
+    and (with a draft model) the draft step's seconds over the target's one-row pass."""
+    from specrt.bench.measure import verify_curve
+    from specrt.runtime import load
+
+    out = {}
+    for label, bundle in bundles.items():
+        gen = load(bundle)
+        curve = verify_curve(gen.target, past, range(gen.max_draft_tokens + 1))
+        verify, draft = gen._load_costs
+        out[label] = {"rows": [k + 1 for k in curve["k"]], "seconds": curve["seconds"], "ratio": curve["ratio"],
+                      "past": curve["past_length"], "default_method": gen.default_method,
+                      "draft_over_target": (draft / verify[0]) if draft else None}
+        gen.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fp32", required=True, help="fp32 target-only bundle (with the tree mask input)")
+    ap.add_argument("--int4", required=True, help="the same target compiled with --quantize int4")
+    ap.add_argument("--self", dest="self_", required=True, help="the fp32 target compiled with --draft self:int4")
+    ap.add_argument("--per-category", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--open-per-category", type=int, default=12, help="open chat prompts (of 12)")
+    ap.add_argument("--demo-repeats", type=int, default=5)
+    ap.add_argument("--specrt", default=os.environ.get("SPECRT", "specrt"))
+    ap.add_argument("--out", type=Path, default=Path("benchmarks"), help="directory of the JSON files")
+    ap.add_argument("--markdown", type=Path, default=Path("benchmarks/sections/spec_bench.md"))
+    ap.add_argument("--compose-only", action="store_true")
+    ap.add_argument("--resume", action="store_true")
+    args = ap.parse_args()
+    if min(args.per_category, args.open_per_category, args.demo_repeats) < 1 or args.max_new_tokens < 2:
+        ap.error("--per-category, --open-per-category, --demo-repeats must be >= 1 and --max-new-tokens >= 2")
+    bundles = {"fp32": args.fp32, "int4": args.int4, "self": args.self_}
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    files = {label: out / f"spec_bench_{label}.json" for label in bundles}
+    files.update({f"{label}_free": out / f"spec_bench_{label}_free.json" for label in bundles})
+    files.update(open=out / "spec_bench_open_fp32.json", demo=out / "spec_bench_demo.json",
+                 costs=out / "spec_bench_row_costs.json", meta=out / "spec_bench_meta.json")
+    if not args.compose_only:
+        log: list[str] = []
+        keep = (lambda path: path) if args.resume else (lambda path: None)
+        started = time.time()
+        sized = ["--per-category", str(args.per_category), "--max-new-tokens", str(args.max_new_tokens)]
+        for label, bundle in bundles.items():
+            run([args.specrt, "bench", bundle, "--suite", "spec-bench", *sized, "--methods", METHODS[label],
+                 "--json", files[label], "--quiet"], log, keep(files[label]))
+            run([args.specrt, "bench", bundle, "--suite", "spec-bench", *sized, "--free-rows",
+                 "--json", files[f"{label}_free"], "--quiet"], log, keep(files[f"{label}_free"]))
+        questions = open_questions(OPEN_PROMPTS, out / "spec_bench_open_questions.jsonl")
+        run([args.specrt, "bench", args.fp32, "--suite", f"spec-bench:{questions}", "--per-category",
+             str(args.open_per_category), "--max-new-tokens", str(args.max_new_tokens), "--methods", "ngram,auto",
+             "--json", files["open"], "--quiet"], log, keep(files["open"]))
+        run([sys.executable, ROOT / "scripts" / "demo_prompts_bench.py", args.fp32, "--repeats",
+             str(args.demo_repeats), "--max-new-tokens", str(args.max_new_tokens), "--json", files["demo"]], log,
+            keep(files["demo"]))
+        if not (args.resume and files["costs"].is_file()):
+            files["costs"].write_text(json.dumps(row_costs(bundles), indent=2) + "\n", encoding="utf-8")
+        from specrt.bench.measure import cpu_model
+
+        meta = {"command": "python scripts/spec_bench_section.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+                "date": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()), "minutes": (time.time() - started) / 60,
+                "cores": len(os.sched_getaffinity(0)), "cpu": cpu_model(), "load_average": os.getloadavg()[0],
+                "runs": log, "bundles": bundles}
+        files["meta"].write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    from spec_bench_report import section
+
+    data = {key: json.loads(path.read_text(encoding="utf-8")) for key, path in files.items()}
+    args.markdown.parent.mkdir(parents=True, exist_ok=True)
+    args.markdown.write_text(section(data), encoding="utf-8")
+    print(f"wrote {args.markdown}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""The Spec-Bench section's Markdown (scripts/spec_bench_report.py) from the JSON its script writes: goals met / not
+met by the measured numbers, the bound speedup <= MAT / (T(S)/T(1)) at the interpolated pass cost, the leaderboard's
+figures marked as other hardware, and a section that the real `specrt bench --suite spec-bench` JSON feeds."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import run_cli
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import spec_bench_report as report  # noqa: E402
+
+CATS = ("mt_bench", "qa")
+
+
+def result(methods: dict[str, tuple[float, float]], rows_per_pass: float = 3.0, identical: bool = True) -> dict:
+    """A `specrt bench --suite spec-bench` result: per method (speedup, MAT) in every category and overall."""
+    rows = []
+    for m, (speed, mat) in methods.items():
+        for c in (*CATS, "overall"):
+            rows.append({"method": m, "category": c, "prompts": 2, "speedup": speed, "mat": mat,
+                         "rows_per_pass": rows_per_pass, "identical": 2 if identical else 1})
+    return {"methods": list(methods), "rows": rows, "questions": 2, "max_new_tokens": 16}
+
+
+def data(auto_fp32=1.8, auto_int4=1.2, self_auto=1.3, self_draft=1.4, identical=True, demo_worst=0.99) -> dict:
+    costs = {"rows": [1, 2, 3, 4, 5], "ratio": [1.0, 1.1, 1.2, 1.3, 1.4], "seconds": [0.02] * 5, "past": 300,
+             "default_method": "auto", "draft_over_target": None}
+    return {
+        "fp32": result({"ngram": (1.5, 1.6), "recycle": (1.4, 1.7), "auto": (auto_fp32, 2.0)}, identical=identical),
+        "int4": result({"ngram": (1.3, 1.6), "recycle": (1.1, 1.7), "auto": (auto_int4, 1.9)}),
+        "self": result({"ngram": (1.2, 1.6), "draft": (self_draft, 2.2), "auto": (self_auto, 2.0)}),
+        "fp32_free": result({"auto": (1.0, 2.6)}, rows_per_pass=5.0),
+        "int4_free": result({"auto": (1.0, 2.5)}, rows_per_pass=5.0),
+        "self_free": result({"auto": (1.0, 2.7)}, rows_per_pass=5.0),
+        "open": result({"ngram": (1.0, 1.1), "auto": (1.1, 1.2)}),
+        "demo": {"rows": [{"kind": "open", "first": 1.0, "min": demo_worst, "median": 1.0, "decode_min": 1.0,
+                           "decode_median": 1.0, "mat": 1.1, "identical": True}], "worst": demo_worst,
+                 "repeats": 1, "max_new_tokens": 16, "load_average": 1.0},
+        "costs": {"fp32": costs, "int4": costs, "self": dict(costs, draft_over_target=0.42)},
+        "meta": {"command": "python scripts/spec_bench_section.py", "date": "today", "minutes": 1.0, "cores": 2,
+                 "cpu": "cpu", "load_average": 1.0, "runs": ["specrt bench x"]},
+    }
+
+
+def goal_lines(text: str) -> dict[str, str]:
+    return {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ") and "**" in line}
+
+
+def test_goals_follow_the_numbers():
+    text = report.section(data())
+    lines = goal_lines(text)
+    assert "**met**" in lines["| fp32 target only, default method (`auto`): mean >= 1.7x"]
+    assert "**not met**" in lines["| int4 target only, default method (`auto`): mean >= 1.7x"]
+    assert "**not met**" in lines["| open chat prompts outside Spec-Bench, fp32 `auto` >= 1.2x"]
+    self_line = lines["| `--draft self:int4`: its default (`auto`) >= the best of its methods in every category"]
+    assert "**not met**" in self_line and "mt_bench: auto 1.30x < draft 1.40x" in self_line
+    ngram_line = lines["| every category at least n-gram's speedup (`auto` vs `ngram`, each bundle)"]
+    assert "int4 qa 1.20x < 1.30x" in ngram_line and "fp32" not in ngram_line.split(" | ")[1]
+    assert "**met**" in lines["| outputs identical to plain on every question"]
+    assert "**met**" in lines["| `auto` >= 0.97x plain on every demo prompt (every run)"]
+    better = goal_lines(report.section(data(self_auto=1.5, identical=False, demo_worst=0.9)))
+    assert "**met**" in better["| `--draft self:int4`: its default (`auto`) >= the best of its methods in every category"]
+    assert "**not met**" in better["| outputs identical to plain on every question"]
+    assert "**not met**" in better["| `auto` >= 0.97x plain on every demo prompt (every run)"]
+
+
+def test_the_bound_divides_mat_by_the_interpolated_row_cost():
+    text = report.section(data())
+    # fp32 auto: MAT 2.0 at 3 rows per pass, T(3)/T(1) = 1.2: bound 1.67x; the goal 1.25x needs MAT 1.50 there;
+    # free rows: MAT 2.6 at 5 rows, T(5)/T(1) = 1.4: 1.86x
+    assert "| qa | 2.00 | 3.00 | 1.20 | 1.67x | 1.80x | 1.50 (goal 1.25x) | 2.60 (5.0) | 1.86x |" in text
+    assert report.cost_at({"rows": [1, 2, 3], "ratio": [1.0, 1.2, 1.6]}, 2.5) == pytest.approx(1.4)
+    assert "Not comparable with the rows above" in text and "fd2c1cd" in text and "| 2.73 | 2.22x |" in text
+    assert "one step of the int4 draft costs 0.42" in text
+
+
+def test_a_section_from_real_spec_bench_runs(target_only_bundle, tmp_path):
+    """The JSON `specrt bench --suite spec-bench` writes (with and without --free-rows) is what the report reads."""
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"category": "qa", "turns": ["one two three one two three"]}) + "\n")
+    real = {}
+    for key, extra in (("fp32", ("--methods", "ngram,recycle,auto")), ("fp32_free", ("--free-rows",))):
+        out = tmp_path / f"{key}.json"
+        r = run_cli("bench", target_only_bundle, "--suite", f"spec-bench:{path}", "--per-category", "1",
+                    "--max-new-tokens", "8", "--json", out, "--quiet", *extra)
+        assert r.returncode == 0, r.stderr
+        real[key] = json.loads(out.read_text())
+    d = data()
+    d.update(real)
+    text = report.section(d)
+    assert "| fp32 target only, default method (`auto`): mean >= 1.7x |" in text
+    assert "#### fp32, target only" in text and "| recycle |" in text
