@@ -7,10 +7,10 @@
     table.conf[token]                           # [K] float16: each successor's share of its row's top K, NaN unknown
     table.reset()                               # back to the seed (the bundle's table) or empty: a cold start
 
-Memory is fixed at V * K * 6 bytes (int32 ids, float16 conf; SmolLM2, V = 49,152, K = 8: 2.25 MiB), whatever the traffic; a refresh
-costs O(S * V) (one argpartition per row, like the acceptance rule's argmax), nothing proportional to the
-context. A Generator keeps one table per loaded bundle (`table_for`), so what one request taught carries
-over to the next in the process.
+Memory is fixed at V * K * 6 bytes (int32 ids, float16 conf; SmolLM2, V = 49,152, K = 8: 2.25 MiB), whatever the
+traffic; a refresh costs O(S * V) (one argpartition per row, like the acceptance rule's argmax), nothing
+proportional to the context. A Generator keeps one table per loaded bundle (`table_for`), so what one request
+taught carries over to the next in the process.
 
 `conf` holds, per successor, the target's probability of it renormalized over its row's top K (a softmax over the
 K logits, O(S * K) per refresh): how sure the target was, which ranks alone do not say (a rank-0 successor after

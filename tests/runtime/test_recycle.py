@@ -56,7 +56,8 @@ def test_the_table_persists_across_requests(plain_gen):
     again = plain_gen.generate(PROMPTS[0], 30, method="recycle", num_speculative_tokens=3)
     assert again.token_ids == first.token_ids
     assert again.stats.accepted_tokens > first.stats.accepted_tokens  # the second request drafts from the table
-    assert table.succ.min() >= -1 and table.succ.max() < plain_gen.vocab_size and table.nbytes == table.succ.size * 6  # ids int32 + conf float16
+    assert table.succ.min() >= -1 and table.succ.max() < plain_gen.vocab_size \
+        and table.nbytes == table.succ.size * 6  # ids int32 + conf float16
 
 
 def test_refresh_keeps_how_sure_the_target_was(plain_gen):
