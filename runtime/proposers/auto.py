@@ -24,6 +24,7 @@ chain, sized the same way.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import threading
 import time
@@ -35,7 +36,8 @@ from specrt.runtime.proposers.base import Proposal
 from specrt.runtime.proposers.ngram_branches import NgramBranches
 from specrt.runtime.proposers.recycle_table import SuccessorTable
 from specrt.runtime.proposers.token_tree import RANK_PRIOR, DraftTrie
-from specrt.runtime.tree_budget import NodeStats, PassCosts, choose, fixed_costs, path_probs, preorder
+from specrt.runtime.tree_budget import (MAX_DEPTH_KEY, NodeStats, PassCosts, choose, fixed_costs, path_probs,
+                                       preorder)
 
 NGRAM_BRANCHES = 3  # continuations per n-gram source
 TABLE_NODES = 24  # candidates from the successor table per step
@@ -46,6 +48,8 @@ PRIORS = {"ngram": ((0.6, 0.3, 0.2), 0.75), "ngram1": ((0.35, 0.2, 0.12), 0.6),
           "table": (RANK_PRIOR, 0.5), "tablep": ((0.75, 0.55, 0.4, 0.25, 0.14, 0.07, 0.03, 0.01), 0.85),
           "draft": ((0.6, 0.15, 0.08), 0.7)}
 CONF_EDGES = (0.9, 0.75, 0.55, 0.35, 0.2, 0.1, 0.04)  # `tablep` bins: bin b holds conf in [EDGES[b], EDGES[b - 1])
+NEG_EDGES = tuple(-e for e in CONF_EDGES)  # ascending, for bisect
+PRIOR = RANK_PRIOR + (RANK_PRIOR[-1],) * 56  # a rank's weight where the table has no confidence (up to 64 ranks)
 
 
 class AutoState:
@@ -179,40 +183,42 @@ class AutoProposer:
         path's weight is the product of its successors' confidences (RANK_PRIOR[rank] where the table has none).
         Popping (parent, rank) pushes its next sibling and its own first child: a row's confidences fall with rank,
         so the pops come heaviest first. A static rank template capped sure chains at depth 5 (24 nodes)."""
-        succ, conf, width = self.table.succ, self.table.conf, self.table.top_k
-        key = NodeStats.key
+        succ, conf = self.table.succ, self.table.conf
+        rows: dict[int, tuple[list[int], list[float]]] = {}  # token -> its successors and their weights
 
-        def weight(tok: int, r: int) -> tuple[float, float]:
-            c = float(conf[tok, r])
-            return (RANK_PRIOR[min(r, len(RANK_PRIOR) - 1)] if c != c else c), c
+        def row(tok: int) -> tuple[list[int], list[float]]:
+            got = rows.get(tok)
+            if got is None:  # one numpy read per token, not per successor
+                cs = conf[tok].tolist()
+                got = rows[tok] = (succ[tok].tolist(), [PRIOR[r] if c != c else c for r, c in enumerate(cs)], cs)
+            return got
 
-        w, c = weight(root, 0)
-        heap = [(-w, 0, -1, 1.0, root, 0, 1, c)]  # (-weight, tie, parent node, parent weight, head, rank, depth, conf)
-        count, placed = 1, 0
+        heap = [(-row(root)[1][0], 0, -1, 1.0, root, 0, 1)]  # (-weight, tie, parent node, parent weight, head, rank,
+        count, placed = 1, 0  # depth)
         while heap and placed < TABLE_NODES:
-            neg, _, parent, pw, head, r, depth, c = heapq.heappop(heap)
-            t = int(succ[head, r])
+            neg, _, parent, pw, head, r, depth = heapq.heappop(heap)
+            ids, ws, cs = row(head)
+            t = ids[r]
             if t < 0:
                 continue
-            if r + 1 < width:  # the next sibling
-                w2, c2 = weight(head, r + 1)
-                heapq.heappush(heap, (-pw * w2, count, parent, pw, head, r + 1, depth, c2))
+            if r + 1 < len(ids):  # the next sibling
+                heapq.heappush(heap, (-pw * ws[r + 1], count, parent, pw, head, r + 1, depth))
                 count += 1
-            node = add(parent, t, key("table", depth, r) if c != c else key("tablep", depth, conf_bin(c)))
+            c, d = cs[r], min(depth, MAX_DEPTH_KEY)
+            node = add(parent, t, ("table", d, r) if c != c else ("tablep", d, bisect.bisect_left(NEG_EDGES, -c)))
             if node is None:
                 if trie.full:
                     return
                 continue
             placed += 1
             if depth < k and t not in self.eos_ids:  # its first child
-                w2, c2 = weight(t, 0)
-                heapq.heappush(heap, (neg * w2, count, node, -neg, t, 0, depth + 1, c2))
+                heapq.heappush(heap, (neg * row(t)[1][0], count, node, -neg, t, 0, depth + 1))
                 count += 1
 
 
 def conf_bin(c: float) -> int:
     """The `tablep` bin of a successor's confidence: 0 for the surest (>= CONF_EDGES[0]), len(CONF_EDGES) below all."""
-    return sum(c < e for e in CONF_EDGES)
+    return bisect.bisect_left(NEG_EDGES, -c)
 
 
 def make_auto(gen, params, rng, options: dict) -> AutoProposer:
