@@ -4,7 +4,9 @@ Sources (keys of the acceptance estimates: (source, depth, rank)):
 * `ngram` / `ngram1`: prompt-lookup continuations of the suffix n-gram (sizes >= 2 / size 1) at its latest
   occurrences (ngram_branches.py), rank = the branch's order;
 * `table`: Token Recycling's successor table (recycle_table.py, shared per bundle, seeded at compile), expanded from
-  the pending token by the rank template (token_tree.py), rank = the successor's rank under its parent;
+  the pending token heaviest paths first (`_expand_table`), rank = the successor's rank under its parent; where the
+  table knows how sure the target was (`conf`, from a verify row), the source is `tablep` and the "rank" is that
+  confidence's bin (CONF_EDGES): the estimates then follow the target's certainty, not only the rank;
 * `draft`: a draft model's greedy chain with its 2nd / 3rd choices where it is unsure (draft_source.py), in bundles
   compiled with --draft, only where the sizing says its cost pays.
 
@@ -22,6 +24,8 @@ chain, sized the same way.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import threading
 import time
 import weakref
@@ -31,16 +35,21 @@ import numpy as np
 from specrt.runtime.proposers.base import Proposal
 from specrt.runtime.proposers.ngram_branches import NgramBranches
 from specrt.runtime.proposers.recycle_table import SuccessorTable
-from specrt.runtime.proposers.token_tree import RANK_PRIOR, DraftTrie, template
-from specrt.runtime.tree_budget import NodeStats, PassCosts, choose, fixed_costs, path_probs, preorder
+from specrt.runtime.proposers.token_tree import RANK_PRIOR, DraftTrie
+from specrt.runtime.tree_budget import (MAX_DEPTH_KEY, NodeStats, PassCosts, choose, fixed_costs, path_probs,
+                                       preorder)
 
 NGRAM_BRANCHES = 3  # continuations per n-gram source
-TABLE_NODES = 24  # candidates from the successor table's template per step
+TABLE_NODES = 24  # candidates from the successor table per step
 MAX_CANDIDATES = 64
 # a-priori conditional acceptances (per rank at depth 1, and deeper for rank 0): properties of the sources, set
 # before any measurement and never fitted to a benchmark; the running estimates replace them within a few steps
 PRIORS = {"ngram": ((0.6, 0.3, 0.2), 0.75), "ngram1": ((0.35, 0.2, 0.12), 0.6),
-          "table": (RANK_PRIOR, 0.5), "draft": ((0.6, 0.15, 0.08), 0.7)}
+          "table": (RANK_PRIOR, 0.5), "tablep": ((0.75, 0.55, 0.4, 0.25, 0.14, 0.07, 0.03, 0.01), 0.85),
+          "draft": ((0.6, 0.15, 0.08), 0.7)}
+CONF_EDGES = (0.9, 0.75, 0.55, 0.35, 0.2, 0.1, 0.04)  # `tablep` bins: bin b holds conf in [EDGES[b], EDGES[b - 1])
+NEG_EDGES = tuple(-e for e in CONF_EDGES)  # ascending, for bisect
+PRIOR = RANK_PRIOR + (RANK_PRIOR[-1],) * 56  # a rank's weight where the table has no confidence (up to 64 ranks)
 
 
 class AutoState:
@@ -177,20 +186,50 @@ class AutoProposer:
                 if parent is None:
                     break
             rank[source] += 1
-        succ = self.table.succ
-        node_of: dict[tuple[int, ...], int] = {(): -1}
-        token_of: dict[tuple[int, ...], int] = {(): int(tokens[n - 1])}
-        for p in template(TABLE_NODES):
-            head = p[:-1]
-            if head not in node_of or len(p) > k or p[-1] >= succ.shape[1] or token_of[head] in self.eos_ids:
-                continue
-            t = int(succ[token_of[head], p[-1]])
+        self._expand_table(trie, add, int(tokens[n - 1]), k)
+        return trie, keys
+
+    def _expand_table(self, trie: DraftTrie, add, root: int, k: int) -> None:
+        """The successor table's TABLE_NODES heaviest paths from `root` (EAGLE-2's dynamic tree over the table): a
+        path's weight is the product of its successors' confidences (RANK_PRIOR[rank] where the table has none).
+        Popping (parent, rank) pushes its next sibling and its own first child: a row's confidences fall with rank,
+        so the pops come heaviest first. A static rank template capped sure chains at depth 5 (24 nodes)."""
+        succ, conf = self.table.succ, self.table.conf
+        rows: dict[int, tuple[list[int], list[float]]] = {}  # token -> its successors and their weights
+
+        def row(tok: int) -> tuple[list[int], list[float]]:
+            got = rows.get(tok)
+            if got is None:  # one numpy read per token, not per successor
+                cs = conf[tok].tolist()
+                got = rows[tok] = (succ[tok].tolist(), [PRIOR[r] if c != c else c for r, c in enumerate(cs)], cs)
+            return got
+
+        heap = [(-row(root)[1][0], 0, -1, 1.0, root, 0, 1)]  # (-weight, tie, parent node, parent weight, head, rank,
+        count, placed = 1, 0  # depth)
+        while heap and placed < TABLE_NODES:
+            neg, _, parent, pw, head, r, depth = heapq.heappop(heap)
+            ids, ws, cs = row(head)
+            t = ids[r]
             if t < 0:
                 continue
-            node = add(node_of[head], t, key("table", len(p), p[-1]))
-            if node is not None:
-                node_of[p], token_of[p] = node, t
-        return trie, keys
+            if r + 1 < len(ids):  # the next sibling
+                heapq.heappush(heap, (-pw * ws[r + 1], count, parent, pw, head, r + 1, depth))
+                count += 1
+            c, d = cs[r], min(depth, MAX_DEPTH_KEY)
+            node = add(parent, t, ("table", d, r) if c != c else ("tablep", d, bisect.bisect_left(NEG_EDGES, -c)))
+            if node is None:
+                if trie.full:
+                    return
+                continue
+            placed += 1
+            if depth < k and t not in self.eos_ids:  # its first child
+                heapq.heappush(heap, (neg * row(t)[1][0], count, node, -neg, t, 0, depth + 1))
+                count += 1
+
+
+def conf_bin(c: float) -> int:
+    """The `tablep` bin of a successor's confidence: 0 for the surest (>= CONF_EDGES[0]), len(CONF_EDGES) below all."""
+    return bisect.bisect_left(NEG_EDGES, -c)
 
 
 def make_auto(gen, params, rng, options: dict) -> AutoProposer:

@@ -4,12 +4,18 @@
     table.refresh(fed_ids, logits)              # every verify pass: row i's top-K becomes succ[fed_ids[i]]
     table.learn_pairs(prev, nxt)                # a committed pair: nxt moves to the front of succ[prev]
     table.row(token)                            # [K] int32, best first (-1 entries: unknown)
+    table.conf[token]                           # [K] float16: each successor's share of its row's top K, NaN unknown
     table.reset()                               # back to the seed (the bundle's table) or empty: a cold start
 
-Memory is fixed at V * K * 4 bytes (SmolLM2, V = 49,152, K = 8: 1.5 MiB), whatever the traffic; a refresh
-costs O(S * V) (one argpartition per row, like the acceptance rule's argmax), nothing proportional to the
-context. A Generator keeps one table per loaded bundle (`table_for`), so what one request taught carries
-over to the next in the process.
+Memory is fixed at V * K * 6 bytes (int32 ids, float16 conf; SmolLM2, V = 49,152, K = 8: 2.25 MiB), whatever the
+traffic; a refresh costs O(S * V) (one argpartition per row, like the acceptance rule's argmax), nothing
+proportional to the context. A Generator keeps one table per loaded bundle (`table_for`), so what one request
+taught carries over to the next in the process.
+
+`conf` holds, per successor, the target's probability of it renormalized over its row's top K (a softmax over the
+K logits, O(S * K) per refresh): how sure the target was, which ranks alone do not say (a rank-0 successor after
+"capital of France is" against one after "I"). `auto` keys its acceptance estimates by it (auto.py). Rows that came
+from the seed file or from committed pairs have no logits: NaN there.
 
 The bundle may carry a seed table, `recycle/table.npy` (int32 [V, K]), written at compile time from the
 target's own greedy answers to a small prompt set (recycle_seed.py). Like every bundle file it is listed in
@@ -45,16 +51,18 @@ class SuccessorTable:
         self.vocab_size, self.top_k = int(vocab_size), int(top_k)
         self.seed = seed
         self.succ = np.full((self.vocab_size, self.top_k), UNKNOWN, dtype=np.int32)  # [V, K]
+        self.conf = np.full((self.vocab_size, self.top_k), np.nan, dtype=np.float16)  # [V, K], NaN = unknown
         self.lock = threading.Lock()  # one table per bundle, several Generators' threads may refresh it
         self.reset()
 
     @property
     def nbytes(self) -> int:
-        return int(self.succ.nbytes)
+        return int(self.succ.nbytes + self.conf.nbytes)
 
     def reset(self) -> None:
         """Forget everything learned: back to the seed table (or empty)."""
         with self.lock:
+            self.conf.fill(np.nan)
             if self.seed is None:
                 self.succ.fill(UNKNOWN)
             else:
@@ -78,13 +86,18 @@ class SuccessorTable:
         vals = np.take_along_axis(rows, top, axis=1)
         order = np.argsort(-vals, axis=1, kind="stable")
         top = np.take_along_axis(top, order, axis=1).astype(np.int32)
-        finite = np.isfinite(np.take_along_axis(vals, order, axis=1))
+        vals = np.take_along_axis(vals, order, axis=1)  # [S, K] best first
+        finite = np.isfinite(vals)
+        with np.errstate(invalid="ignore", over="ignore"):
+            z = np.exp(vals - vals[:, :1])
+            conf = (z / z.sum(axis=1, keepdims=True)).astype(np.float16)  # [S, K] softmax over the top K
         with self.lock:
             for i, tok in enumerate(fed_ids.tolist()):
                 if not 0 <= tok < self.vocab_size:
                     continue
                 if finite[i].all():
                     self.succ[tok] = top[i]
+                    self.conf[tok] = conf[i]
                 else:
                     self._front(tok, top[i][finite[i]])
 
@@ -96,6 +109,7 @@ class SuccessorTable:
                     self._front(a, np.array([b], dtype=np.int32))
 
     def _front(self, tok: int, first: np.ndarray) -> None:
+        self.conf[tok] = np.nan  # no logits: how sure the target was is not known
         row = self.succ[tok]
         rest = row[~np.isin(row, first)]
         self.succ[tok] = np.concatenate([first, rest])[: self.top_k]

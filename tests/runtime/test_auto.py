@@ -99,6 +99,34 @@ def test_drafts_that_stop_paying_fall_back_to_plain_and_resume():
     assert resumed[-1] > 0, resumed
 
 
+def test_the_tree_follows_how_sure_the_target_was():
+    """Two tables with the same successors: one learned from rows where the target was sure of them, one from rows
+    where its top two were nearly tied. Ranks alone rate them alike (and a static rank template stopped at depth 5);
+    the confidences draft the sure chain as deep as the node cap allows and keep the unsure tree shallow."""
+    vocab = 256
+    depths = {}
+    for name, runner_up in (("sure", 8.0), ("tied", 19.9)):
+        table = SuccessorTable(vocab, top_k=2)
+        logits = np.zeros((vocab, vocab), np.float32)
+        logits[np.arange(vocab), (np.arange(vocab) + 1) % vocab] = 20.0  # t -> t + 1 first
+        logits[np.arange(vocab), (np.arange(vocab) + 2) % vocab] = runner_up
+        table.refresh(np.arange(vocab), logits)
+        state = AutoState(PassCosts([0.02 * (1 + 0.05 * s) for s in range(9)]))  # fp32-like T(S)
+        proposer = AutoProposer(table, state, trees=True, max_n=1)
+        proposer.rows_seen = True
+        tokens = np.zeros(64, np.int64)
+        tokens[:3] = [40, 50, 60]
+        proposer.start(tokens, 3)
+        prop = proposer.propose(tokens, 3, 8)
+        depth = [0] * prop.token_ids.size
+        for i, p in enumerate(prop.parents.tolist()):
+            depth[i] = 1 if p < 0 else depth[p] + 1
+        depths[name] = max(depth, default=0)
+        if name == "sure":
+            assert prop.token_ids.tolist() == [61, 62, 63, 64, 65, 66, 67, 68]  # the chain t -> t + 1, 8 deep
+    assert depths["sure"] == 8 and depths["tied"] <= 3, depths
+
+
 def test_priors_are_probabilities_for_every_source():
     stats = NodeStats(PRIORS)
     for source in PRIORS:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specrt.core.errors import BundleError, ChecksumMismatch
-from specrt.runtime.proposers.recycle_table import TABLE_FILE, check_table, load_table, table_for
+from specrt.runtime.proposers.recycle_table import TABLE_FILE, SuccessorTable, check_table, load_table, table_for
 
 PROMPTS = ["the cat sat on the mat and the cat sat on the", "one two three four one two three", "hello world"]
 
@@ -56,7 +56,30 @@ def test_the_table_persists_across_requests(plain_gen):
     again = plain_gen.generate(PROMPTS[0], 30, method="recycle", num_speculative_tokens=3)
     assert again.token_ids == first.token_ids
     assert again.stats.accepted_tokens > first.stats.accepted_tokens  # the second request drafts from the table
-    assert table.succ.min() >= -1 and table.succ.max() < plain_gen.vocab_size and table.nbytes == table.succ.size * 4
+    assert table.succ.min() >= -1 and table.succ.max() < plain_gen.vocab_size \
+        and table.nbytes == table.succ.size * 6  # ids int32 + conf float16
+
+
+def test_refresh_keeps_how_sure_the_target_was(plain_gen):
+    """A verify pass's rows give each successor's share of its row's top K (what `auto` keys its estimates by);
+    rows known only from committed pairs or the seed have none (NaN)."""
+    target = plain_gen.target
+    ids = np.array([5, 9, 13, 21, 34], dtype=np.int64)
+    target.reset()
+    logits = target.forward(ids)  # [5, V], the real target's rows
+    target.reset()
+    table = SuccessorTable(plain_gen.vocab_size)
+    assert np.isnan(table.conf).all()
+    table.refresh(ids, logits)
+    for i, tok in enumerate(ids.tolist()):
+        top = np.sort(logits[i])[::-1][:table.top_k]
+        want = np.exp(top - top[0]) / np.exp(top - top[0]).sum()
+        assert table.succ[tok, 0] == int(logits[i].argmax())
+        np.testing.assert_allclose(table.conf[tok].astype(np.float64), want, atol=2e-3)
+    table.learn_pairs(ids[:1], ids[1:2])  # a committed pair: no logits, so no confidence for that row
+    assert np.isnan(table.conf[5]).all() and not np.isnan(table.conf[9]).any()
+    table.reset()
+    assert np.isnan(table.conf).all()
 
 
 @pytest.mark.slow  # compiles a bundle (~30 s on 2 busy cores)

@@ -24,7 +24,7 @@ def check_tree(token_ids: np.ndarray, parents: np.ndarray, budget: int, vocab: i
 def test_table_refresh_keeps_each_rows_top_k_best_first():
     rng = np.random.default_rng(0)
     table = SuccessorTable(50, top_k=4)
-    assert (table.succ == -1).all() and table.nbytes == 50 * 4 * 4  # bounded: V * K * int32
+    assert (table.succ == -1).all() and table.nbytes == 50 * 4 * 6  # bounded: V * K * (int32 id + float16 conf)
     logits = rng.standard_normal((3, 50)).astype(np.float32)
     table.refresh(np.array([7, 3, 49]), logits)
     for tok, row in zip((7, 3, 49), logits):
