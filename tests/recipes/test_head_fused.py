@@ -122,6 +122,17 @@ def test_shards_from_the_batch_engine_then_training_resumes(workdir, llama_targe
     fit_fused_head(dec, run / "shards", run, steps=6, draft_vocab=64, batch_size=2, rows=16, eval_every=2,
                    min_train_tokens=10, progress=False, say=said.append)
     assert said[0].startswith("resumed at step 4") and (run / "curve.jsonl").read_text().count("\n") == 3
+    # the best measure's head is kept apart (the last steps may be worse): rebuilt, it measures what its line says
+    from specrt.recipes.head_fit import best_fused_head
+    from specrt.recipes.head_ttt import heldout_acceptance
+
+    curve = [json.loads(x) for x in (run / "curve.jsonl").read_text().splitlines()]
+    head, line = best_fused_head(dec, run)
+    top = max(x["heldout_acceptance"] for x in curve)
+    assert line["heldout_acceptance"] == top and line["step"] == max(x["step"] for x in curve
+                                                                      if x["heldout_acceptance"] == top)
+    got = heldout_acceptance(head, [data.sequence(r) for r in data.heldout])
+    assert got["per_position"] == line["heldout_per_position"] and got["tf_top1"] == line["heldout_tf_top1"]
 
 
 def test_cli_fused_recipe_writes_a_fused_head_that_compile_refuses(workdir, llama_target, target_only_bundle):
