@@ -25,8 +25,8 @@ def read_curve(fit_dir: Path) -> list[dict]:
 def export_fused_head(target: Decoder, run_dir: Path, out: Path, *, dtype: torch.dtype = torch.float16,
                       about: dict | None = None) -> dict:
     """Write the best head of `run_dir` (the recipe's run directory: shards/ and fit/) into `out`; returns the
-    metrics (also metrics.json). `about`: what the card states beyond the curve (data, CPU time: see
-    `fused_head_card`)."""
+    metrics (also metrics.json). `about`: what the card states beyond the curve ("target", "data", "cost",
+    "curve_notes": see `fused_head_card`)."""
     from specrt.models.draft_head_fused import save_fused_head
     from specrt.recipes.head_fit import best_fused_head
 
@@ -64,14 +64,16 @@ def fused_head_card(m: dict, curve: list[dict]) -> str:
     target = Path(m["target"]).name if m.get("target") else "its target"
     data = f"\n## Data\n\n{m['data']}\n" if m.get("data") else ""
     cost = f"\n## Cost\n\n{m['cost']}\n" if m.get("cost") else ""
+    notes = f"\n\n{m['curve_notes']}" if m.get("curve_notes") else ""
+    dtype = m.get("weights_dtype", "float32")
     return f"""# Fused draft head for {target}
 
 EAGLE-3-style: fc over [final feature ; token embedding ; the target's layers {m['feature_layers']}] + one layer
 initialised from the target's last, {m['draft_vocab_size']} tokens; training-time test over {m['ttt_depth']} depths,
-trained by `specrt train-head --recipe fused` on the target's own answers ({m['train_tokens']} training tokens,
-{m['steps']} steps). The directory holds the trained parameters only (fc and the layer, {m.get('weights_dtype',
-'float32')}); `specrt compile` rebuilds the frozen parts (embedding, final norm, kept lm_head rows) from the target
-(docs/draft-head.md, "The fused head").
+trained by `specrt train-head --recipe fused` on the target's own answers ({m['train_tokens']:,} training tokens,
+{m['steps']} steps). The directory holds the trained parameters only (fc and the layer, {dtype}); `specrt compile`
+rebuilds the frozen parts (embedding, final norm, kept lm_head rows) from the target (docs/draft-head.md, "The
+fused head").
 {data}
 ## Held-out greedy acceptance ({a.get('positions')} chains; teacher-forced top-1 {a.get('tf_top1')})
 
@@ -84,5 +86,5 @@ The head of the best held-out measure (step {m['steps']}); acceptance per drafte
 {cost}
 ## Learning curve
 
-{curve_table(curve) if curve else "(no curve recorded)"}
+{curve_table(curve) if curve else "(no curve recorded)"}{notes}
 """
