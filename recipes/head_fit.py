@@ -8,7 +8,9 @@ no trained weight depends on it), measures the held-out acceptance and appends o
 ({step, tokens seen, training tokens available, held-out acceptance per position, teacher-forced top-1, loss}),
 then checkpoints `RUN/fit.pt` (the trained state, the optimiser, the step and the vocabulary; also every
 `ckpt_minutes` and at the end): a process killed at any time loses at most `ckpt_minutes` of training, and the next
-call goes on from there. On a terminal the progress bar
+call goes on from there. A measure that beats every earlier one (held-out acceptance per drafted token) also writes
+`RUN/best.pt` (the trained state, the vocabulary, its curve line): `best_fused_head` rebuilds that head, which is the
+one to ship (later steps may overfit a small data set). On a terminal the progress bar
 shows the loss and the last held-out acceptance; elsewhere one line per measure.
 """
 
@@ -29,6 +31,8 @@ from specrt.recipes.head_shards import default_feature_layers, shard_layers
 from specrt.recipes.head_shardset import ShardSet, choose_vocab_from_counts, make_windows
 from specrt.recipes.head_train import reduced_index
 from specrt.recipes.head_ttt import heldout_acceptance, ttt_loss
+
+BEST = "best.pt"  # the trained state of the best held-out measure
 
 
 def fit_fused_head(target: Decoder, shard_dir: Path, run_dir: Path, *, steps: int, draft_vocab: int = 8192,
@@ -65,14 +69,18 @@ def fit_fused_head(target: Decoder, shard_dir: Path, run_dir: Path, *, steps: in
         say(f"resumed at step {step} ({seen} tokens seen)")
     lookup = reduced_index(head.vocab_ids, v)
     ema, last, saved = None, {}, time.time()
+    best_path = run_dir / BEST
+    best = torch.load(best_path, weights_only=False)["line"].get("heldout_acceptance", -1.0) \
+        if best_path.exists() else -1.0
 
     def save() -> None:
         _save(ckpt, {"trained": head.trained_state(), "opt": opt.state_dict(), "step": step, "tokens_seen": seen,
                      "vocab_ids": head.vocab_ids, "feature_layers": layers})
 
     def measure() -> dict:
-        """New shards joined, the vocabulary re-picked, the held-out measure appended to the curve, a checkpoint."""
-        nonlocal lookup
+        """New shards joined, the vocabulary re-picked, the held-out measure appended to the curve, a checkpoint
+        (and the best one when it beats the earlier measures)."""
+        nonlocal lookup, best
         data.refresh()
         head.set_vocab(lm, vocab())
         lookup = reduced_index(head.vocab_ids, v)
@@ -87,6 +95,10 @@ def fit_fused_head(target: Decoder, shard_dir: Path, run_dir: Path, *, steps: in
         with open(run_dir / "curve.jsonl", "a") as fh:
             fh.write(json.dumps(line) + "\n")
         save()
+        if got and got["acceptance"] >= best:
+            best = got["acceptance"]
+            _save(best_path, {"trained": head.trained_state(), "vocab_ids": head.vocab_ids, "feature_layers": layers,
+                              "line": line})
         if not bar:
             say(f"step {step}: loss {line['loss_ema']}, held-out per position {got.get('per_position')} "
                 f"(tf top-1 {got.get('tf_top1')}), {line['train_tokens']} training tokens")
@@ -123,6 +135,14 @@ def fit_fused_head(target: Decoder, shard_dir: Path, run_dir: Path, *, steps: in
         bar[0].stop()
     save()
     return head.eval()
+
+
+def best_fused_head(target: Decoder, run_dir: Path) -> tuple[FusedDraftHead, dict]:
+    """(the head of the best held-out measure so far, in eval mode; its curve line) from `RUN/best.pt`."""
+    state = torch.load(Path(run_dir) / BEST, weights_only=False)
+    head = FusedDraftHead(target, state["vocab_ids"], tuple(state["feature_layers"]))
+    head.load_state_dict({**head.state_dict(), **state["trained"]})
+    return head.eval(), state["line"]
 
 
 def _bar(progress: bool, total: int, done: int):

@@ -7,8 +7,8 @@ final one and the top-K logits (`RUN/shards`, resumed by shard); training with t
 top-K distribution loss (`RUN/fit`: checkpoint, learning curve `curve.jsonl`). Run the same command again to go on:
 the shards made are kept, and training continues from its checkpoint (`--steps` is the total).
 
-The head directory it writes is a fused head (head_config.json version 2, `feature_layers`): `specrt compile`
-refuses it until the target graphs output those layers (docs/draft-head.md, "Fused head").
+The head directory it writes holds the head of the best held-out measure (RUN/fit/best.pt): a fused head
+(head_config.json version 2, `feature_layers`), with its model card (recipes/head_export.py: the learning curve).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from specrt.models.checkpoint import open_checkpoint
 from specrt.models.draft_head_fused import save_fused_head
 from specrt.recipes.budget import Budget
 from specrt.recipes.head_data import chat_encoder, default_prompts_path, read_prompts
-from specrt.recipes.head_fit import fit_fused_head
+from specrt.recipes.head_export import fused_head_card, read_curve
+from specrt.recipes.head_fit import BEST, best_fused_head, fit_fused_head
 from specrt.recipes.head_shards import make_shards, requests_of
 from specrt.recipes.outputs import DRAFT_HEAD, check_recipe_output, path_digest, recipe_output
 from specrt.recipes.train_head import _target_dir, check_options, output_inputs
@@ -68,9 +69,10 @@ def train_fused_head_for_target(target: str | Path, out: str | Path, *, answers_
                                   progress=progress, say=say)
         except ValueError as exc:
             raise InvalidArgument(f"{exc}: give more --max-minutes (the shards made are kept in {run})") from None
-        curve = [json.loads(x) for x in (run / "fit" / "curve.jsonl").read_text().splitlines()] \
-            if (run / "fit" / "curve.jsonl").exists() else []
+        curve = read_curve(run / "fit")
         last = curve[-1] if curve else {}
+        if (run / "fit" / BEST).exists():  # the head of the best held-out measure, not necessarily the last steps'
+            head, last = best_fused_head(decoder, run / "fit")
         metrics = {"target": str(target), "recipe": "fused", "feature_layers": list(head.feature_layers),
                    "draft_vocab_size": head.draft_vocab_size, "ttt_depth": ttt_depth, "shards": shards,
                    "steps": last.get("step"), "train_tokens": last.get("train_tokens"),
@@ -78,25 +80,6 @@ def train_fused_head_for_target(target: str | Path, out: str | Path, *, answers_
                    "wall_s": round(budget.elapsed(), 1)}
         save_fused_head(head, staging, extra={"training": metrics})
         (staging / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
-        (staging / "README.md").write_text(_card(metrics))
+        (staging / "README.md").write_text(fused_head_card(metrics, curve))
     return metrics
 
-
-def _card(m: dict) -> str:
-    a = m["heldout_acceptance"]
-    rows = "\n".join(f"| {i + 1} | {r:.3f} | {c:.3f} |"
-                     for i, (r, c) in enumerate(zip(a.get("per_position", []), a.get("conditional", []))))
-    return f"""# Fused draft head for {Path(m['target']).name}
-
-EAGLE-3-style: fc over [final feature ; token embedding ; the target's layers {m['feature_layers']}] + one layer
-initialised from the target's last, {m['draft_vocab_size']} tokens; training-time test over {m['ttt_depth']} depths,
-trained by `specrt train-head --recipe fused` on the target's own answers ({m['shards']} shards,
-{m['train_tokens']} training tokens, {m['steps']} steps). `specrt compile` cannot run a fused head yet
-(docs/draft-head.md, "The fused head").
-
-## Held-out greedy acceptance ({a.get('positions')} chains; teacher-forced top-1 {a.get('tf_top1')})
-
-| draft position i | P(drafts 1..i accepted) | P(draft i accepted given 1..i-1) |
-|---|---|---|
-{rows}
-"""

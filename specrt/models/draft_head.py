@@ -119,8 +119,10 @@ class DraftHead(nn.Module):
         return logits, hidden, k, v
 
 
-def save_head(head: DraftHead, out_dir: Path, extra: dict[str, Any] | None = None) -> None:
-    """Write head_config.json + head.safetensors (the trained fc and layer only) into `out_dir`."""
+def save_head(head: DraftHead, out_dir: Path, extra: dict[str, Any] | None = None,
+              dtype: torch.dtype = torch.float32) -> None:
+    """Write head_config.json + head.safetensors (the trained fc and layer only, in `dtype`: fp16 halves a shipped
+    head; the loaders upcast to fp32) into `out_dir`."""
     from safetensors.torch import save_file
 
     out_dir = Path(out_dir)
@@ -129,7 +131,7 @@ def save_head(head: DraftHead, out_dir: Path, extra: dict[str, Any] | None = Non
            "draft_vocab_size": head.draft_vocab_size, **(extra or {}),
            "vocab_ids": [int(i) for i in head.vocab_ids.tolist()]}
     (out_dir / CONFIG).write_text(json.dumps(cfg) + "\n")
-    tensors = {k: v.detach().float().contiguous() for k, v in head.trained_state().items()}
+    tensors = {k: v.detach().to(dtype).contiguous() for k, v in head.trained_state().items()}
     save_file(tensors, str(out_dir / WEIGHTS), metadata={"format": "pt"})
 
 

@@ -114,14 +114,15 @@ def ttt_layer(head: FusedDraftHead, x: torch.Tensor, position_ids: torch.Tensor,
 from specrt.models.head_config import FUSED_VERSION  # noqa: E402 (head_config.json version of a fused head)
 
 
-def save_fused_head(head: FusedDraftHead, out_dir, extra: dict | None = None) -> None:
-    """head_config.json (version 2, with `feature_layers`) + head.safetensors (fc [D, 5D] and the layer)."""
+def save_fused_head(head: FusedDraftHead, out_dir, extra: dict | None = None,
+                    dtype: torch.dtype = torch.float32) -> None:
+    """head_config.json (version 2, with `feature_layers`) + head.safetensors (fc [D, 5D] and the layer, in `dtype`)."""
     import json
     from pathlib import Path
 
     from specrt.models.draft_head import CONFIG, save_head
 
-    save_head(head, out_dir, extra={**(extra or {}), "feature_layers": list(head.feature_layers)})
+    save_head(head, out_dir, extra={**(extra or {}), "feature_layers": list(head.feature_layers)}, dtype=dtype)
     path = Path(out_dir) / CONFIG
     cfg = json.loads(path.read_text())
     cfg["version"] = FUSED_VERSION

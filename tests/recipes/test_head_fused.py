@@ -122,6 +122,34 @@ def test_shards_from_the_batch_engine_then_training_resumes(workdir, llama_targe
     fit_fused_head(dec, run / "shards", run, steps=6, draft_vocab=64, batch_size=2, rows=16, eval_every=2,
                    min_train_tokens=10, progress=False, say=said.append)
     assert said[0].startswith("resumed at step 4") and (run / "curve.jsonl").read_text().count("\n") == 3
+    # the best measure's head is kept apart (the last steps may be worse): rebuilt, it measures what its line says
+    from specrt.recipes.head_fit import best_fused_head
+    from specrt.recipes.head_ttt import heldout_acceptance
+
+    curve = [json.loads(x) for x in (run / "curve.jsonl").read_text().splitlines()]
+    head, line = best_fused_head(dec, run)
+    top = max(x["heldout_acceptance"] for x in curve)
+    assert line["heldout_acceptance"] == top and line["step"] == max(x["step"] for x in curve
+                                                                      if x["heldout_acceptance"] == top)
+    got = heldout_acceptance(head, [data.sequence(r) for r in data.heldout])
+    assert got["per_position"] == line["heldout_per_position"] and got["tf_top1"] == line["heldout_tf_top1"]
+    # shipped: that head in fp16 (the trained parameters only) with a card holding the learning curve
+    from specrt.models.draft_head_fused import load_fused_head
+    from specrt.recipes.head_export import export_fused_head
+
+    (run / "fit").mkdir()
+    for name in ("best.pt", "curve.jsonl"):
+        (run / name).rename(run / "fit" / name)
+    m = export_fused_head(dec, run, workdir / "shipped", about={"data": "toy prompts"})
+    back = load_fused_head(workdir / "shipped", dec)
+    assert m["steps"] == line["step"] and all(torch.equal(v, head.trained_state()[k].half().float())
+                                             for k, v in back.trained_state().items())
+    from safetensors import safe_open
+
+    with safe_open(str(workdir / "shipped" / "head.safetensors"), "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.float16}
+    card = (workdir / "shipped" / "README.md").read_text()
+    assert "toy prompts" in card and all(f"| {x['step']} |" in card for x in curve)
 
 
 def test_cli_fused_recipe_writes_a_fused_head_that_compile_refuses(workdir, llama_target, target_only_bundle):
