@@ -7,8 +7,8 @@ final one and the top-K logits (`RUN/shards`, resumed by shard); training with t
 top-K distribution loss (`RUN/fit`: checkpoint, learning curve `curve.jsonl`). Run the same command again to go on:
 the shards made are kept, and training continues from its checkpoint (`--steps` is the total).
 
-The head directory it writes is a fused head (head_config.json version 2, `feature_layers`): `specrt compile`
-refuses it until the target graphs output those layers (docs/draft-head.md, "Fused head").
+The head directory it writes is a fused head (head_config.json version 2, `feature_layers`): `specrt compile
+--draft head:DIR` makes the target graphs output those layers (docs/draft-head.md, "The fused head").
 """
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ def _card(m: dict) -> str:
 EAGLE-3-style: fc over [final feature ; token embedding ; the target's layers {m['feature_layers']}] + one layer
 initialised from the target's last, {m['draft_vocab_size']} tokens; training-time test over {m['ttt_depth']} depths,
 trained by `specrt train-head --recipe fused` on the target's own answers ({m['shards']} shards,
-{m['train_tokens']} training tokens, {m['steps']} steps). `specrt compile` cannot run a fused head yet
-(docs/draft-head.md, "The fused head").
+{m['train_tokens']} training tokens, {m['steps']} steps). Compile it with `specrt compile --target TARGET --draft
+head:DIR` (docs/draft-head.md, "The fused head").
 
 ## Held-out greedy acceptance ({a.get('positions')} chains; teacher-forced top-1 {a.get('tf_top1')})
 
