@@ -202,3 +202,21 @@ def test_int8_head_graph_drafts_like_the_module(fused_head_dir, head_module, lla
     assert layers.shape == (59, 2, head_module.config.hidden_size)
     got = validate_quantized_head(head_module, tmp_path / "head.int8.onnx", feats, tokens, layers)
     assert got["top1_agreement"] > 0.9 and got["logits_cosine"] > 0.99
+
+
+def test_auto_stops_drafting_a_weak_head(fused_bundle):
+    """A random head: drafted while its prior lasts, then its estimates fall and a request makes no head call."""
+    from specrt.runtime import load
+    from specrt.runtime.proposers.auto import PRIORS, state_for
+
+    gen = load(fused_bundle, backend="ort")
+    calls = []
+    for i in range(6):
+        prompt = PROMPTS[i % 2] + "x" * i
+        plain = gen.generate(prompt, 60, method="none")
+        spec = gen.generate(prompt, 60, method="auto")
+        assert spec.token_ids == plain.token_ids
+        calls.append(spec.stats.draft_calls)
+    assert calls[0] > 0 and calls[-1] == 0, calls
+    assert state_for(gen).stats.prob(("head", 1, 0)) < PRIORS["head"][0][0]
+    gen.close()
