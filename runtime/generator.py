@@ -289,13 +289,10 @@ class Generator:
     def _head_proposer(self, params: SamplingParams, rng: np.random.Generator):
         if self.manifest.draft_head is None:
             raise InvalidArgument("method 'head' needs a bundle compiled with --draft head:DIR (specrt train-head)")
-        from specrt.runtime.backends.head import open_head_runner
+        from specrt.runtime.backends.head import check_fused_head, open_head_runner
         from specrt.runtime.proposers.head import HeadProposer
 
-        layers = self.manifest.draft_head.feature_layers
-        if layers and self.target.hidden_layers != len(layers):  # the ORT runners bind the target's layers
-            raise InvalidArgument(f"the bundle's draft head is fused (it reads the target's layers {list(layers)}): "
-                                  f"it runs with backend 'ort' or 'ort-portable', not {self.backend!r}")
+        check_fused_head(self.manifest, self.target, self.backend)
         if self._head_runner is None:
             self._head_runner = open_head_runner(self.manifest, self.max_seq_len, self.backend, self.target_device)
         return HeadProposer(self._head_runner, params, rng, self.vocab_size)
