@@ -220,3 +220,29 @@ def test_auto_stops_drafting_a_weak_head(fused_bundle):
     assert calls[0] > 0 and calls[-1] == 0, calls
     assert state_for(gen).stats.prob(("head", 1, 0)) < PRIORS["head"][0][0]
     gen.close()
+
+
+def test_fused_head_with_tensorrt_engines_is_refused_in_one_line(fused_head_dir, llama_target, workdir):
+    """The TensorRT runners do not bind the target's layers: compile refuses before any export."""
+    from specrt.compiler import CompileSpec
+    from specrt.compiler.preflight import preflight
+    from specrt.compiler.spec import EngineSpec
+    from specrt.core.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="fused draft head.*without --engines trt"):
+        preflight(CompileSpec(llama_target, workdir / "fused_trt", f"head:{fused_head_dir}",
+                              engines=EngineSpec(kind="trt")))
+    assert preflight(CompileSpec(llama_target, workdir / "fused_ort", f"head:{fused_head_dir}")).feature_layers == LAYERS
+
+
+def test_fused_head_on_the_torch_backend_is_refused(fused_bundle):
+    """A backend whose runner does not hand over the layers: `--method head` is one clear error, `auto` runs
+    without the head (output still equals plain)."""
+    from specrt.core.errors import InvalidArgument
+    from specrt.runtime import load
+
+    gen = load(fused_bundle, backend="torch")
+    with pytest.raises(InvalidArgument, match="runs with backend 'ort' or 'ort-portable', not 'torch'"):
+        gen.generate(PROMPTS[0], 8, method="head")
+    assert gen.generate(PROMPTS[0], 16, method="auto").token_ids == gen.generate(PROMPTS[0], 16, method="none").token_ids
+    gen.close()
