@@ -158,9 +158,13 @@ def test_proposer_feeds_what_training_fed(fused_bundle, llama_target, head_modul
         assert calls[0][0].shape == (n - 1, 3 * d)
         np.testing.assert_allclose(calls[0][1], ref[0].numpy(), atol=1e-4)
         # the second call: the head's own feature, zero layers (what training's depth 1 reads)
-        ref2, *_ = head_module(h[:, -1:], torch.tensor([[draft[0]]]), torch.tensor([[n - 1]]), k, v, None)
-    assert calls[1][0].shape == (1, d)
+        ref2, h2, k2, v2 = head_module(h[:, -1:], torch.tensor([[draft[0]]]), torch.tensor([[n - 1]]), k, v, None)
+        # the third: its second own feature, over the committed rows and the first draft row (training's depth 2)
+        ref3, *_ = head_module(h2, torch.tensor([[draft[1]]]), torch.tensor([[n]]), torch.cat((k, k2), 1),
+                               torch.cat((v, v2), 1), None)
+    assert calls[1][0].shape == (1, d) and calls[2][0].shape == (1, d)
     np.testing.assert_allclose(calls[1][1], ref2[0].numpy(), atol=1e-4)
+    np.testing.assert_allclose(calls[2][1], ref3[0].numpy(), atol=1e-4)
     gen.close()
 
 
