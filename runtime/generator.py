@@ -118,8 +118,6 @@ class Generator:
 
     @property
     def default_method(self) -> str:
-        if self.manifest.draft_head is not None and self.draft is None:
-            return "hybrid"  # a draft head is not a source of auto's trees yet
         return "auto"  # #51: never a method that loses to another the bundle has (docs/drafting.md)
 
     def engine(self, max_batch: int = 8, prefix_cache_mb: float | None = None):
@@ -160,7 +158,7 @@ class Generator:
           temperature (0 = greedy), top_k (0 = off), top_p (1 = off): omitted ones come from the bundle's
                             generation_config.json, else greedy; seed (reproducible sampling)
           method            "draft" | "ngram" | "hybrid" | "medusa" | "head" | "hybrid-head" | "recycle" | "none"
-                            (default: draft if the bundle has one, else hybrid with a draft head; hybrid = n-gram
+                            (default: auto, every source in one tree: docs/drafting.md; hybrid = n-gram
                             where the context has a match, else the draft model, or the draft head in a bundle
                             without a draft model;
                             hybrid-head = n-gram, else the draft head; recycle = n-gram branches merged with the

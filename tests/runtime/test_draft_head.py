@@ -61,7 +61,7 @@ def test_manifest_entry(oracle):
     assert entry.precision == "fp32" and entry.quantization is None and entry.onnx == "draft_head/head.onnx"
     cfg = json.loads(oracle.manifest.path(entry.config).read_text())
     assert cfg["vocab_ids"] == list(range(oracle.vocab_size))
-    assert oracle.methods[:2] == ["hybrid", "head"] and oracle.default_method == "hybrid"
+    assert oracle.methods[:2] == ["hybrid", "head"] and oracle.default_method == "auto"  # #52: the head is a source
 
 
 @pytest.mark.parametrize("k", [1, 3, 6])
