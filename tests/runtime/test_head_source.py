@@ -51,7 +51,11 @@ def oracle_fused(workdir, tokenizer_path):
 def test_auto_drafts_an_oracle_head_and_keeps_it(oracle_fused):
     from specrt.runtime.proposers.auto import state_for
 
+    from specrt.runtime.tree_budget import fixed_costs
+
     gen = oracle_fused
+    # seeded sampling's fixed pass costs: whether the head pays depends on its estimates, not on this machine's load
+    state_for(gen).costs = fixed_costs(gen.max_draft_tokens + 1)
     for prompt in PROMPTS:
         plain = gen.generate(prompt, 40, method="none")
         spec = gen.generate(prompt, 40, method="auto")
