@@ -22,7 +22,8 @@ from specrt.bundle.parts import DraftHeadEntry
 from specrt.bundle.writer import ManifestDraft
 from specrt.compiler.export import export_module
 from specrt.compiler.draft_head_quantize import quantize_head, target_rows, validate_quantized_head
-from specrt.compiler.draft_head_validate import sample_inputs, validate_head
+from specrt.compiler.draft_head_validate import (feature_layers, graph_module, input_names, sample_inputs,
+                                                 validate_head)
 from specrt.compiler.quantize import QuantizeConfig
 from specrt.compiler.sources import checkpoint_dir
 from specrt.models.checkpoint import open_checkpoint
@@ -39,11 +40,14 @@ def head_dir_of(draft: str | Path | None) -> Path | None:
 
 
 def export_head(head: DraftHead, path: Path) -> Path:
+    """The head's graph: INPUTS, or a fused head's (with `layer_features [1,S,n,D]` second) -> OUTPUTS."""
     s = torch.export.Dim("new_tokens", min=1, max=65536)
     p = torch.export.Dim("past_len", min=0, max=1 << 20)
     dynamic = ({1: s}, {1: s}, {1: s}, {1: p}, {1: p})
-    return export_module(head.eval(), sample_inputs(head, 3, 5), path, list(INPUTS), list(OUTPUTS), dynamic,
-                         "the draft head")
+    if feature_layers(head):
+        dynamic = (dynamic[0], {1: s}, *dynamic[1:])
+    return export_module(graph_module(head.eval()), sample_inputs(head, 3, 5), path, list(input_names(head)),
+                         list(OUTPUTS), dynamic, "the draft head")
 
 
 def quantized_head(head: DraftHead, decoder, fp32: Path, tmp: Path, manifest: ManifestDraft,
@@ -55,7 +59,7 @@ def quantized_head(head: DraftHead, decoder, fp32: Path, tmp: Path, manifest: Ma
     rel = f"draft_head/head.{cfg.type}.onnx"
     record = quantize_head(fp32, tmp / rel, cfg)
     ids = text_token_ids(tmp / manifest.tokenizer.path, heldout_text(), "the built-in held-out text")
-    record["validation"] = validate_quantized_head(head, tmp / rel, *target_rows(decoder, ids))
+    record["validation"] = validate_quantized_head(head, tmp / rel, *target_rows(decoder, ids, feature_layers(head)))
     for path in (fp32, fp32.with_name(fp32.name + ".data")):
         path.unlink(missing_ok=True)
     return rel, record
@@ -81,17 +85,20 @@ def draft_head_step(head_dir: Path, target: str | Path,
         c = head.config
         kv = (1, "P", c.num_kv_heads, c.head_dim)
         new = (1, "S", c.num_kv_heads, c.head_dim)
+        layers = feature_layers(head)
+        fused_in = (TensorSpec("layer_features", (1, "S", len(layers), c.hidden_size), "float32"),) if layers else ()
         manifest.draft_head = DraftHeadEntry(
             onnx=rel, onnx_data=rel + ".data", config=f"draft_head/{CONFIG}",
             draft_vocab_size=head.draft_vocab_size, hidden_size=c.hidden_size, num_kv_heads=c.num_kv_heads,
             head_dim=c.head_dim,
-            inputs=(TensorSpec("features", (1, "S", c.hidden_size), "float32"),
+            inputs=(TensorSpec("features", (1, "S", c.hidden_size), "float32"), *fused_in,
                     TensorSpec("input_ids", (1, "S"), "int64"),
                     TensorSpec("position_ids", (1, "S"), "int64"), TensorSpec("past_key", kv, "float32"),
                     TensorSpec("past_value", kv, "float32")),
             outputs=(TensorSpec("logits", (1, "S", head.draft_vocab_size), "float32"),
                      TensorSpec("hidden_states", (1, "S", c.hidden_size), "float32"),
                      TensorSpec("new_key", new, "float32"), TensorSpec("new_value", new, "float32")),
-            validation=validation, precision=quantize.type if quantize else "fp32", quantization=quantization)
+            validation=validation, precision=quantize.type if quantize else "fp32", quantization=quantization,
+            feature_layers=layers or None)
 
     return step

@@ -34,7 +34,8 @@ import torch
 from specrt.compiler.onnx_io import save_onnx
 from specrt.compiler.quantize import DEFAULT_ACCURACY_LEVEL, QuantizeConfig, quantize_onnx
 from specrt.compiler.quantize_embed import quantize_embedding
-from specrt.compiler.draft_head_validate import INPUTS, OUTPUTS, SHAPES, sample_inputs
+from specrt.compiler.draft_head_validate import (OUTPUTS, SHAPES, feature_layers, graph_module, input_names,
+                                                 sample_inputs)
 from specrt.compiler.validate import ValidationError
 
 EMBED_GATHER = "node_embedding"  # the exporter's name for DraftHead.embed's Gather (torch 2.13 dynamo)
@@ -67,15 +68,24 @@ def quantize_head(src: Path, dst: Path, cfg: QuantizeConfig) -> dict[str, Any]:
             "symmetric": cfg.symmetric, "accuracy_level": cfg.level, **counts, "embedding": embedding}
 
 
-def target_rows(decoder, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The head's prefill rows on real text: (features [T-1, D] of positions 0..T-2, the tokens 1..T-1)."""
+def target_rows(decoder, ids: np.ndarray, layers: tuple[int, ...] = ()
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The head's prefill rows on real text: (features [T-1, D] of positions 0..T-2, the tokens 1..T-1, and for a
+    fused head the residual stream after `layers` [T-1, n, D], else None)."""
     from specrt.models.base import empty_past
+    from specrt.models.draft_head_fused import layer_taps
 
     t = torch.as_tensor(ids[:MAX_ROWS], dtype=torch.long)[None]
     keys, values = empty_past(decoder.config)
-    with torch.no_grad():
-        hidden = decoder(t, torch.arange(t.shape[1])[None], keys, values).hidden_states[0]
-    return hidden[:-1].float().numpy(), t[0, 1:].numpy()
+    got, handles = layer_taps(decoder, layers)
+    try:
+        with torch.no_grad():
+            hidden = decoder(t, torch.arange(t.shape[1])[None], keys, values).hidden_states[0]
+    finally:
+        for h in handles:
+            h.remove()
+    stacked = torch.stack(got, dim=2)[0, :-1].float().numpy() if layers else None
+    return hidden[:-1].float().numpy(), t[0, 1:].numpy(), stacked
 
 
 def _centred_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # [R, V'] x2 -> [R]
@@ -84,17 +94,20 @@ def _centred_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # [R, V'] x2 -
     return (a * b).sum(-1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-30)
 
 
-def validate_quantized_head(head, path: Path, features: np.ndarray, tokens: np.ndarray) -> dict[str, Any]:
+def validate_quantized_head(head, path: Path, features: np.ndarray, tokens: np.ndarray,
+                            layers: np.ndarray | None = None) -> dict[str, Any]:
     """The quantized head graph `path` against the fp32 module `head` (DraftHead): SHAPES calls (shapes, finite),
-    then one prefill call over the target's `features [R, D]` and `tokens [R]` (top-1 agreement, cosine)."""
+    then one prefill call over the target's `features [R, D]` (a fused head: and `layers [R, n, D]`) and `tokens
+    [R]` (top-1 agreement, cosine)."""
     import onnxruntime as ort
 
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    module, names = graph_module(head), input_names(head)
 
     def run(args: tuple[torch.Tensor, ...], where: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        got = sess.run(list(OUTPUTS), {n: a.numpy() for n, a in zip(INPUTS, args)})
+        got = sess.run(list(OUTPUTS), {n: a.numpy() for n, a in zip(names, args)})
         with torch.no_grad():
-            ref = [t.numpy() for t in head(*args)]
+            ref = [t.numpy() for t in module(*args)]
         for name, a, b in zip(OUTPUTS, got, ref):
             if a.shape != b.shape or not np.isfinite(a).all():
                 raise ValidationError(f"quantized draft head output {name} ({where}) has shape {a.shape}"
@@ -106,7 +119,9 @@ def validate_quantized_head(head, path: Path, features: np.ndarray, tokens: np.n
         run(sample_inputs(head, s, p, seed=i + 1), f"S={s}, P={p}")
     rows = tokens.size
     args = (torch.from_numpy(features)[None], torch.from_numpy(tokens)[None], torch.arange(rows)[None],
-            *sample_inputs(head, rows, 0)[3:])
+            *sample_inputs(head, rows, 0)[-2:])
+    if feature_layers(head):
+        args = (args[0], torch.from_numpy(layers)[None], *args[1:])
     got, ref = run(args, f"{rows} rows of target features")
     top1 = float((got[0][0].argmax(-1) == ref[0][0].argmax(-1)).mean())
     cosine = float(_centred_cosine(got[0][0].astype(np.float64), ref[0][0].astype(np.float64)).mean())

@@ -28,19 +28,30 @@ ONNX_IR_VERSION = 10
 class _FlatDecoder(nn.Module):
     """Adapts the decoder contract to flat positional ONNX inputs/outputs."""
 
-    def __init__(self, decoder: Decoder) -> None:
+    def __init__(self, decoder: Decoder, feature_layers: tuple[int, ...] = ()) -> None:
         super().__init__()
         self.decoder = decoder
         self.num_layers = decoder.config.num_layers
+        self.feature_layers = tuple(feature_layers)  # a fused head's layers: the extra output hidden_layers
 
     def forward(self, input_ids, position_ids, past, past_lengths, tree_mask):
         # input_ids, position_ids: [B, S]; past: tuple of 2L tensors (key, value per layer), each [B, P, Hkv, D];
         # past_lengths: [B] valid past rows per sequence (compiler/input_defaults.py gives it a default: all P);
         # tree_mask: [S, S] bool, a token tree's ancestor mask (docs/trees.md; default [[True]]: the chain)
-        out = self.decoder(input_ids, position_ids, past[0::2], past[1::2], past_lengths, tree_mask)
+        if self.feature_layers:
+            from specrt.models.draft_head_fused import layer_taps
+
+            got, handles = layer_taps(self.decoder, self.feature_layers)
+        try:
+            out = self.decoder(input_ids, position_ids, past[0::2], past[1::2], past_lengths, tree_mask)
+        finally:
+            for h in handles if self.feature_layers else ():
+                h.remove()
         flat = [out.logits, out.hidden_states]
         for k, v in zip(out.new_keys, out.new_values):
             flat += [k, v]
+        if self.feature_layers:  # [B, S, n, hidden]: the residual stream after each of feature_layers
+            flat.append(torch.stack(got, dim=2))
         return tuple(flat)
 
 
@@ -90,8 +101,9 @@ def export_module(module: nn.Module, args: tuple, path: Path, input_names: list[
     return save_onnx(model, path)
 
 
-def onnx_from_decoder(decoder: Decoder, path: Path) -> Path:
-    """Export `decoder` to `path` (+ `path.data`). Returns the path of the .onnx file."""
+def onnx_from_decoder(decoder: Decoder, path: Path, feature_layers: tuple[int, ...] = ()) -> Path:
+    """Export `decoder` to `path` (+ `path.data`). Returns the path of the .onnx file. `feature_layers` (a bundle
+    with a fused draft head): the graph also outputs `hidden_layers` [B, S, n, hidden]."""
     c = decoder.config
     b_dim = torch.export.Dim("batch", min=1, max=4096)
     s_dim = torch.export.Dim("new_tokens", min=1, max=65536)
@@ -102,8 +114,9 @@ def onnx_from_decoder(decoder: Decoder, path: Path) -> Path:
     ids, pos, past = sample_inputs(decoder, new_tokens=3, past_len=5, batch=2)
     lengths = torch.tensor([5, 3], dtype=torch.int64)
     tree = torch.tensor([[True, False, False], [True, True, False], [True, False, True]])  # a two-branch tree
-    path = export_module(_FlatDecoder(decoder).eval(), (ids, pos, past, lengths, tree), path,
+    outputs = graph_io.output_names(c.num_layers) + ([graph_io.HIDDEN_LAYERS] if feature_layers else [])
+    path = export_module(_FlatDecoder(decoder, feature_layers).eval(), (ids, pos, past, lengths, tree), path,
                          graph_io.input_names(c.num_layers) + [graph_io.PAST_LENGTHS, graph_io.TREE_MASK],
-                         graph_io.output_names(c.num_layers), dynamic, c.architecture)
+                         outputs, dynamic, c.architecture)
     add_past_lengths_default(path)  # callers that never feed past_lengths get every past row, and a chain
     return path

@@ -57,9 +57,11 @@ def fused_unsupported_reason(c: DecoderConfig) -> str | None:
     return None
 
 
-def fused_io(c: DecoderConfig, screen: bool = False) -> tuple[list[dict], list[dict]]:
+def fused_io(c: DecoderConfig, screen: bool = False, feature_layers: tuple[int, ...] = ()
+             ) -> tuple[list[dict], list[dict]]:
     """(inputs, outputs) of the fused graph for the manifest: name, dtype, shape (C = cache capacity);
-    `screen`: the optional `lm_head_full` input of a screened head (compiler/lm_head_screen.py)."""
+    `screen`: the optional `lm_head_full` input of a screened head (compiler/lm_head_screen.py); `feature_layers`:
+    the `hidden_layers` output of a bundle with a fused draft head (compiler/feature_layers.py)."""
     kv = ["B", c.num_kv_heads, "C", c.head_dim]
     inputs = [{"name": graph_io.INPUT_IDS, "dtype": "int64", "shape": ["B", "S"]},
               {"name": LOGIT_POSITIONS, "dtype": "int64", "shape": ["R"]},
@@ -72,6 +74,10 @@ def fused_io(c: DecoderConfig, screen: bool = False) -> tuple[list[dict], list[d
     for i in range(c.num_layers):
         inputs += [{"name": n, "dtype": "float32", "shape": kv} for n in (graph_io.past_key(i), graph_io.past_value(i))]
         outputs += [{"name": n, "dtype": "float32", "shape": kv} for n in (present_key(i), present_value(i))]
+    if feature_layers:
+        from specrt.compiler.feature_layers import output_spec
+
+        outputs.append(output_spec(c.hidden_size, feature_layers))
     return inputs, outputs
 
 
@@ -83,10 +89,11 @@ def rope_caches(c: DecoderConfig, max_seq_len: int, rope=None) -> tuple[np.ndarr
     return as_numpy(freqs.cos()), as_numpy(freqs.sin())
 
 
-def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False, tree: bool = True):
+def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False, tree: bool = True,
+                      feature_layers: tuple[int, ...] = ()):
     """The fused graph as an in-memory onnx.ModelProto (weights as initializers); `screen`: with the screened
     greedy LM head (compiler/lm_head_screen.py) and its `lm_head_full` input; `tree`: with the token-tree input
-    (compiler/fused_tree.py)."""
+    (compiler/fused_tree.py); `feature_layers`: with the `hidden_layers` output (compiler/feature_layers.py)."""
     from onnx import TensorProto, helper
 
     c = decoder.config
@@ -114,6 +121,10 @@ def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False, 
         x, residual = llama_layers(g, x, body, c)
     hidden, _ = skip_norm(g, x, residual, body.norm, "norm", c)
     g.nodes.append(helper.make_node("Identity", [hidden], [graph_io.HIDDEN_STATES], name="hidden_states"))
+    if feature_layers:
+        from specrt.compiler.feature_layers import add_output
+
+        add_output(g, c.num_layers, tuple(feature_layers))
     rows = g.op("Gather", [hidden, LOGIT_POSITIONS], axis=1, name="logit_rows")  # [B, R, hidden]
     rows2d = g.op("Reshape", [rows, g.const_i64("rows_2d_shape", [-1, c.hidden_size])], name="logit_rows_2d")  # [B*R, hidden]
     if screen:  # greedy calls may take the exact int8-screened head (compiler/lm_head_screen.py)
@@ -133,7 +144,7 @@ def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False, 
 
     dtypes = {"int64": TensorProto.INT64, "int32": TensorProto.INT32, "float32": TensorProto.FLOAT,
               "bool": TensorProto.BOOL}
-    inputs, outputs = fused_io(c, screen)
+    inputs, outputs = fused_io(c, screen, tuple(feature_layers))
     graph_inputs = [helper.make_tensor_value_info(d["name"], dtypes[d["dtype"]], d["shape"]) for d in inputs]
     if tree:
         from specrt.compiler.fused_tree import tree_mask_input
@@ -149,6 +160,7 @@ def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False, 
                              ir_version=ONNX_IR_VERSION, producer_name="specrt")
 
 
-def fused_onnx_from_decoder(decoder: Decoder, path: Path, max_seq_len: int, screen: bool = False) -> Path:
+def fused_onnx_from_decoder(decoder: Decoder, path: Path, max_seq_len: int, screen: bool = False,
+                            feature_layers: tuple[int, ...] = ()) -> Path:
     """Write the fused graph to `path` (+ `path.data`, external weights). Returns `path`."""
-    return save_onnx(build_fused_model(decoder, max_seq_len, screen), path)
+    return save_onnx(build_fused_model(decoder, max_seq_len, screen, feature_layers=feature_layers), path)

@@ -75,7 +75,7 @@ def chat_template_file(tokenizer_dir: Path) -> str | None:
 
 def model_entry(role: str, ck: Checkpoint, max_seq_len: int, max_draft_tokens: int,
                 validation: dict, num_parameters: int, source: dict[str, Any] | None = None,
-                past_lengths: bool = True, tree: bool = False) -> ModelEntry:
+                past_lengths: bool = True, tree: bool = False, feature_layers: tuple[int, ...] = ()) -> ModelEntry:
     """The manifest entry of one model's portable graph; `past_lengths`: the graph has the batched input
     (compiler/past_lengths.py), recorded in its I/O and profiles."""
     c = ck.config
@@ -92,6 +92,8 @@ def model_entry(role: str, ck: Checkpoint, max_seq_len: int, max_draft_tokens: i
         inputs.append(TensorSpec(graph_io.PAST_LENGTHS, ("B",), "int64"))
     if tree:  # a token tree's mask (docs/trees.md), default [[True]]
         inputs.append(TensorSpec(graph_io.TREE_MASK, ("tree_rows", "tree_cols"), "bool"))
+    if feature_layers:  # a fused draft head's target layers (compiler/feature_layers.py)
+        outputs.append(TensorSpec(graph_io.HIDDEN_LAYERS, ("B", "S", len(feature_layers), c.hidden_size), "float32"))
     return ModelEntry(
         role=role, architecture=c.architecture, config=f"{role}/config.json", decoder_config=c,
         vocab_size=c.vocab_size, eos_token_ids=tuple(c.eos_token_ids), bos_token_id=c.bos_token_id,
@@ -141,7 +143,8 @@ def compile_bundle(spec: CompileSpec, *, progress: Callable[[str], Callable[[], 
             for role, ck in roles.items():
                 check_context(ck, max_seq_len, role)
             _compile_into(tmp, roles, sources, vocab_size, max_seq_len, spec.max_draft_tokens, spec.tolerance,
-                          spec.ort_graph, quantization, progress, steps, spec.keep_fp32, spec.lm_head_screen)
+                          spec.ort_graph, quantization, progress, steps, spec.keep_fp32, spec.lm_head_screen,
+                          plan.feature_layers)
     except OSError as exc:
         if exc.errno not in OUTPUT_ERRNOS:
             raise
@@ -152,8 +155,9 @@ def compile_bundle(spec: CompileSpec, *, progress: Callable[[str], Callable[[], 
 def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, dict], vocab_size: int,
                   max_seq_len: int, max_draft_tokens: int, tolerance: Tolerance, ort_graph: str,
                   quantization: QuantizePlan | None, progress, extra_steps, keep_fp32: bool = False,
-                  lm_head_screen: str = "auto") -> None:
-    """Every compile step, writing into the temporary directory `tmp` (manifest last)."""
+                  lm_head_screen: str = "auto", feature_layers: tuple[int, ...] = ()) -> None:
+    """Every compile step, writing into the temporary directory `tmp` (manifest last); `feature_layers` (a fused
+    draft head's): the target's graphs also output `hidden_layers` (compiler/feature_layers.py)."""
     # the screened head goes only into an fp32 fused graph that stays fp32 (quantizing reads that graph)
     q = quantization
     screen_modes = {"target": lm_head_screen if q is None or (q.target is None and q.self_draft is None) else "off",
@@ -169,7 +173,8 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
         n_params = sum(p.numel() for p in decoder.parameters())
         done()
         done = progress(f"export {role} to ONNX")
-        onnx_path = onnx_from_decoder(decoder, tmp / role / "model.onnx")
+        layers = tuple(feature_layers) if role == "target" else ()
+        onnx_path = onnx_from_decoder(decoder, tmp / role / "model.onnx", layers)
         done()
         done = progress(f"clean {role}'s portable graph")
         clean_portable_graph(onnx_path)
@@ -183,12 +188,16 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
             validate_logit_start(decoder, onnx_path, tolerance=tolerance)
         if has_past_lengths:
             stats["batched"] = validate_past_lengths(decoder, onnx_path, max_seq_len, tolerance)
+        if layers:
+            from specrt.compiler.feature_layers import validate_hidden_layers
+
+            stats["hidden_layers"] = validate_hidden_layers(decoder, onnx_path, layers, False, tolerance=tolerance)
         done()
         for name in ("config.json", "generation_config.json"):
             if (ck.path / name).exists():
                 shutil.copy2(ck.path / name, tmp / role / name)
         entry = model_entry(role, ck, max_seq_len, max_draft_tokens, stats, n_params, sources[role],
-                            past_lengths=has_past_lengths, tree=has_tree)
+                            past_lengths=has_past_lengths, tree=has_tree, feature_layers=layers)
         optional = ((("logit_start",) if has_logit_start else ()) + ((graph_io.PAST_LENGTHS,) if has_past_lengths else ())
                     + ((graph_io.TREE_MASK,) if has_tree else ()))
         graphs = {"portable": GraphVariant(entry.onnx, entry.onnx_data, optional_inputs=optional)}
@@ -196,7 +205,7 @@ def _compile_into(tmp: Path, roles: dict[str, Checkpoint], sources: dict[str, di
         if ort_graph in ("fused", "both"):
             done = progress(f"build and validate {role}'s fused ONNX Runtime graph")
             fused, skipped = fused_variant(decoder, tmp / role, role, max_seq_len, role_shapes, tolerance,
-                                           screen_modes[role])
+                                           screen_modes[role], layers)
             done()
             if fused:
                 graphs["fused"] = fused

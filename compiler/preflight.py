@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from specrt.bundle.writer import ManifestDraft
+from specrt.core.errors import InvalidArgument
 from specrt.compiler.input_check import check_checkpoint_dir
 from specrt.compiler.output_dir import check_output
 from specrt.compiler.quantize_prepare import head_quantization, prepare_quantization
@@ -29,16 +30,21 @@ class Preflight:
     draft: Path | None  # the draft checkpoint to export
     quantization: object | None  # QuantizePlan (compiler/quantize_step.py) or None
     steps: tuple[Step, ...]  # after export, quantization: draft head, Medusa, TensorRT
+    feature_layers: tuple[int, ...] = ()  # a fused draft head's: the target graphs output them (feature_layers.py)
 
 
 def preflight(spec: CompileSpec) -> Preflight:
     """Check `spec` against the file system (nothing is written) and plan its extra steps."""
     head = spec.head_dir
-    if head is not None:
-        from specrt.models.draft_head import read_head_config
-
-        read_head_config(head)
     e = spec.engines
+    layers: tuple[int, ...] = ()
+    if head is not None:
+        from specrt.models.draft_head import head_feature_layers, read_head_config
+
+        layers = head_feature_layers(read_head_config(head)) or ()
+        if layers and e.kind == "trt":
+            raise InvalidArgument(f"--draft head:{head} is a fused draft head: its target layers are not bound by "
+                                  "the TensorRT runners yet; compile it without --engines trt (ONNX Runtime)")
     plan, draft = prepare_quantization(spec.quantize.options(), None if head is not None else spec.draft,
                                        trt_backend=e.kind == "trt", trt_ptq=e.precision in PTQ_PRECISIONS,
                                        head=head is not None)
@@ -62,4 +68,4 @@ def preflight(spec: CompileSpec) -> Preflight:
     steps += prepare_trt_compile(trt_options, target=spec.target, draft=draft, output=spec.output,
                                  max_seq_len=spec.max_seq_len, max_draft_tokens=spec.max_draft_tokens,
                                  head=head_engine)
-    return Preflight(draft, plan, tuple(steps))
+    return Preflight(draft, plan, tuple(steps), layers)

@@ -27,9 +27,11 @@ FUSED_KV_LAYOUT = "[1, kv_heads, max_seq_len, head_dim] per layer, bound as past
 
 def fused_variant(decoder: Decoder, role_dir: Path, role: str, max_seq_len: int,
                   shapes: list[tuple[int, int]], tolerance=None,
-                  lm_head_screen: str = "off") -> tuple[GraphVariant | None, str | None]:
+                  lm_head_screen: str = "off", feature_layers: tuple[int, ...] = ()
+                  ) -> tuple[GraphVariant | None, str | None]:
     """Write and validate `<role>/model.fused.onnx` (`lm_head_screen` auto / on / off: with the screened greedy
-    head, compiler/lm_head_screen.py). Returns (graph variant, None) or (None, skip reason)."""
+    head, compiler/lm_head_screen.py; `feature_layers`: the `hidden_layers` output of a bundle with a fused draft
+    head, compiler/feature_layers.py). Returns (graph variant, None) or (None, skip reason)."""
     c = decoder.config
     reason = fused_unsupported_reason(c)
     if reason:
@@ -39,9 +41,13 @@ def fused_variant(decoder: Decoder, role_dir: Path, role: str, max_seq_len: int,
         if lm_head_screen == "on":
             raise InvalidArgument(f"--lm-head-screen on: {screen_supported(c.hidden_size)}")
         screen = False
-    path = fused_onnx_from_decoder(decoder, role_dir / "model.fused.onnx", max_seq_len, screen)
+    path = fused_onnx_from_decoder(decoder, role_dir / "model.fused.onnx", max_seq_len, screen, feature_layers)
     stats = validate_fused_onnx(decoder, path, shapes, capacity=max_seq_len, tolerance=tolerance, screen=screen)
-    inputs, outputs = fused_io(c, screen)
+    if feature_layers:
+        from specrt.compiler.feature_layers import validate_hidden_layers
+
+        stats["hidden_layers"] = validate_hidden_layers(decoder, path, feature_layers, True, max_seq_len, tolerance)
+    inputs, outputs = fused_io(c, screen, feature_layers)
     specs = [tuple(TensorSpec.from_dict(t, f"{role} fused I/O") for t in io) for io in (inputs, outputs)]
     return GraphVariant(f"{role}/model.fused.onnx", f"{role}/model.fused.onnx.data", inputs=specs[0],
                         outputs=specs[1], kv_layout=FUSED_KV_LAYOUT, validation=stats,

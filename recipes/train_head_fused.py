@@ -9,6 +9,7 @@ the shards made are kept, and training continues from its checkpoint (`--steps` 
 
 The head directory it writes holds the head of the best held-out measure (RUN/fit/best.pt): a fused head
 (head_config.json version 2, `feature_layers`), with its model card (recipes/head_export.py: the learning curve).
+`specrt compile --draft head:DIR` makes the target graphs output those layers (docs/draft-head.md, "The fused head").
 """
 
 from __future__ import annotations

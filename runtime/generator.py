@@ -118,8 +118,6 @@ class Generator:
 
     @property
     def default_method(self) -> str:
-        if self.manifest.draft_head is not None and self.draft is None:
-            return "hybrid"  # a draft head is not a source of auto's trees yet
         return "auto"  # #51: never a method that loses to another the bundle has (docs/drafting.md)
 
     def engine(self, max_batch: int = 8, prefix_cache_mb: float | None = None):
@@ -160,7 +158,7 @@ class Generator:
           temperature (0 = greedy), top_k (0 = off), top_p (1 = off): omitted ones come from the bundle's
                             generation_config.json, else greedy; seed (reproducible sampling)
           method            "draft" | "ngram" | "hybrid" | "medusa" | "head" | "hybrid-head" | "recycle" | "none"
-                            (default: draft if the bundle has one, else hybrid with a draft head; hybrid = n-gram
+                            (default: auto, every source in one tree: docs/drafting.md; hybrid = n-gram
                             where the context has a match, else the draft model, or the draft head in a bundle
                             without a draft model;
                             hybrid-head = n-gram, else the draft head; recycle = n-gram branches merged with the
@@ -289,9 +287,10 @@ class Generator:
     def _head_proposer(self, params: SamplingParams, rng: np.random.Generator):
         if self.manifest.draft_head is None:
             raise InvalidArgument("method 'head' needs a bundle compiled with --draft head:DIR (specrt train-head)")
-        from specrt.runtime.backends.head import open_head_runner
+        from specrt.runtime.backends.head import check_fused_head, open_head_runner
         from specrt.runtime.proposers.head import HeadProposer
 
+        check_fused_head(self.manifest, self.target, self.backend)
         if self._head_runner is None:
             self._head_runner = open_head_runner(self.manifest, self.max_seq_len, self.backend, self.target_device)
         return HeadProposer(self._head_runner, params, rng, self.vocab_size)

@@ -38,10 +38,10 @@ def decoder_key(decoder, name: str) -> str:
 
 
 def _cached(real):
-    def onnx_from_decoder(decoder, path):
+    def onnx_from_decoder(decoder, path, feature_layers=()):
         global _dir
         path = Path(path)
-        key = decoder_key(decoder, path.name)
+        key = decoder_key(decoder, path.name + (f"|layers={tuple(feature_layers)}" if feature_layers else ""))
         data = Path(str(path) + ".data")
         hit = _cache.get(key)
         if hit is not None:
@@ -51,7 +51,7 @@ def _cached(real):
                 shutil.copyfile(str(hit) + ".data", data)
             return path
         stats["misses"] += 1
-        out = real(decoder, path)
+        out = real(decoder, path, feature_layers)
         if _dir is None:
             _dir = Path(tempfile.mkdtemp(prefix="specrt-export-cache-"))
         (_dir / key).mkdir()
@@ -66,12 +66,12 @@ def _cached(real):
     return onnx_from_decoder
 
 
-def onnx_from_decoder(decoder, path):
+def onnx_from_decoder(decoder, path, feature_layers=()):
     """The cached export for a test that exports a decoder itself (compiler.export.onnx_from_decoder's
     signature): a decoder identical to one exported before in this session gets a copy of that graph."""
     from specrt.compiler import export
 
-    return _cached(export.onnx_from_decoder)(decoder, path)
+    return _cached(export.onnx_from_decoder)(decoder, path, feature_layers)
 
 
 def install() -> None:

@@ -44,6 +44,9 @@ class Runner(abc.ABC):
     cache: KVCache
     config: DecoderConfig
     hidden_states: np.ndarray | None = None  # [S, hidden] of the last call when want_hidden
+    # a fused draft head's target layers joined to hidden_states ([S, (1 + n) hidden]: the final feature first;
+    # ONNX Runtime runners on a graph with the `hidden_layers` output, ort/layer_outputs.py); 0: none
+    hidden_layers: int = 0
     # Calls of fewer tokens run as this many rows, the last token repeated, and return only the real rows; the
     # extra rows land in cache rows past the committed length, which the next call overwrites. 2 for a quantized
     # target at MatMulNBits accuracy level 4 (`ModelEntry.ort_min_rows`): ONNX Runtime's one-row and several-row

@@ -8,6 +8,7 @@ contract. The proposer that drives them: runtime/proposers/head.py.
 from __future__ import annotations
 
 from specrt.bundle.graph_io import HEAD_ENGINE_ROLE
+from specrt.core.errors import InvalidArgument
 from specrt.runtime.backends.ort.head_runner import HeadRunner
 
 
@@ -20,3 +21,12 @@ def open_head_runner(manifest, capacity: int, backend: str = "ort", device: str 
 
         return TrtHeadRunner(manifest, capacity, device or "cuda:0")
     return HeadRunner(manifest, capacity)
+
+
+def check_fused_head(manifest, target, backend: str) -> None:
+    """A fused head reads the target's layers, which only the ONNX Runtime runners hand over (ort/layer_outputs.py):
+    InvalidArgument on another backend (rather than drafting from zeros in their place)."""
+    layers = manifest.draft_head.feature_layers
+    if layers and target.hidden_layers != len(layers):
+        raise InvalidArgument(f"the bundle's draft head is fused (it reads the target's layers {list(layers)}): it "
+                              f"runs with backend 'ort' or 'ort-portable', not {backend!r}")

@@ -8,7 +8,9 @@ Sources (keys of the acceptance estimates: (source, depth, rank)):
   table knows how sure the target was (`conf`, from a verify row), the source is `tablep` and the "rank" is that
   confidence's bin (CONF_EDGES): the estimates then follow the target's certainty, not only the rank;
 * `draft`: a draft model's greedy chain with its 2nd / 3rd choices where it is unsure (draft_source.py), in bundles
-  compiled with --draft, only where the sizing says its cost pays.
+  compiled with --draft, only where the sizing says its cost pays;
+* `head`: a draft head's (plain or fused) chain with its runners-up, the same way (head_source.py), in bundles
+  compiled with --draft head:DIR.
 
 Every step the candidates of all sources go into one trie (shared prefixes once); each candidate's probability of
 being accepted is the product of the running conditional acceptances along its path (runtime/tree_budget.py), and
@@ -46,7 +48,7 @@ MAX_CANDIDATES = 64
 # before any measurement and never fitted to a benchmark; the running estimates replace them within a few steps
 PRIORS = {"ngram": ((0.6, 0.3, 0.2), 0.75), "ngram1": ((0.35, 0.2, 0.12), 0.6),
           "table": (RANK_PRIOR, 0.5), "tablep": ((0.75, 0.55, 0.4, 0.25, 0.14, 0.07, 0.03, 0.01), 0.85),
-          "draft": ((0.6, 0.15, 0.08), 0.7)}
+          "draft": ((0.6, 0.15, 0.08), 0.7), "head": ((0.4, 0.12, 0.06), 0.5)}
 CONF_EDGES = (0.9, 0.75, 0.55, 0.35, 0.2, 0.1, 0.04)  # `tablep` bins: bin b holds conf in [EDGES[b], EDGES[b - 1])
 NEG_EDGES = tuple(-e for e in CONF_EDGES)  # ascending, for bisect
 PRIOR = RANK_PRIOR + (RANK_PRIOR[-1],) * 56  # a rank's weight where the table has no confidence (up to 64 ranks)
@@ -94,10 +96,11 @@ class AutoProposer:
     name = "auto"
 
     def __init__(self, table: SuccessorTable, state: AutoState, eos_ids: frozenset[int] = frozenset(),
-                 trees: bool = True, min_n: int = 1, max_n: int = 3, draft=None) -> None:
+                 trees: bool = True, min_n: int = 1, max_n: int = 3, draft=None, head=None) -> None:
         self.table, self.state, self.eos_ids, self.trees = table, state, eos_ids, bool(trees)
         self.ngram = NgramBranches(eos_ids, min_n, max_n)
         self.draft = draft  # a DraftSource (draft_source.py) or None
+        self.head = head  # a HeadSource (head_source.py) or None
         self.rows_seen = False
         self._tokens: np.ndarray | None = None
         self._n = 0
@@ -109,6 +112,8 @@ class AutoProposer:
         self.ngram.start(tokens, n)
         if self.draft is not None:
             self.draft.start(tokens, n)
+        if self.head is not None:
+            self.head.start(tokens, n, target_hidden)
         if n >= 2:  # the prefill's argmax: the target's own successor of the prompt's last token
             self.table.learn_pairs(tokens[n - 2:n - 1], tokens[n - 1:n])
 
@@ -119,13 +124,14 @@ class AutoProposer:
         table = costs.table()
         overhead = costs.overhead_s
         calls, self.state.draft_s = 0, 0.0
-        if self.draft is not None:
-            depth = self.draft.depth(stats, n, parents, keys, table, k, overhead, not self.trees)
+        for source in (self.draft, self.head):  # model-backed sources, each as deep as its cost pays
+            depth = source.depth(stats, n, parents, keys, table, k, overhead, not self.trees) if source else 0
             if depth:
                 t1 = time.perf_counter()
-                calls = self.draft.extend(trie, keys, tokens, n, depth)
-                self.state.draft_s = time.perf_counter() - t1
-                overhead += self.state.draft_s  # this step's drafting cost joins the choice of its size
+                calls += source.extend(trie, keys, tokens, n, depth)
+                spent = time.perf_counter() - t1
+                self.state.draft_s += spent
+                overhead += spent  # this step's drafting cost joins the choice of its size
         probs = path_probs(parents, [max(stats.prob(key) for key in ks) for ks in keys])
         chosen = choose(probs, parents, table, k, overhead, chain_only=not self.trees)
         order = preorder(chosen, parents, probs)
@@ -149,6 +155,8 @@ class AutoProposer:
             self.ngram.index(tokens, n)
         if self.draft is not None:
             self.draft.observe(n)
+        if self.head is not None:
+            self.head.observe(n, target_hidden)
         self._cand = None
         self._n = n
 
@@ -251,7 +259,9 @@ def make_auto(gen, params, rng, options: dict) -> AutoProposer:
     table = table_for(gen)
     if seeded:  # the bundle's seed table, not what earlier requests taught the shared one
         table = SuccessorTable(table.vocab_size, table.top_k, seed=table.seed)
-    return AutoProposer(table, state, gen.eos_ids, trees, draft=draft, **options)
+    from specrt.runtime.proposers.head_source import head_source
+
+    return AutoProposer(table, state, gen.eos_ids, trees, draft=draft, head=head_source(gen, seeded), **options)
 
 
 class SizingPolicy:

@@ -24,7 +24,35 @@ UNSURE = (0.6, 0.3)  # the draft's top-1 probability below which its 2nd (then a
 PREFILL_CHUNK = 256
 
 
+def add_choices(trie, keys, parent: int, row: np.ndarray, source: str, depth: int, ids=None) -> tuple[int | None, int]:
+    """A model's choice at one depth into `trie` under `parent`: its argmax, and its 2nd / 3rd where its top-1
+    probability is under UNSURE, keyed (source, depth, rank). `row`: its logits; `ids` maps a logit index to a token
+    id (a head's reduced vocabulary), None: the index is the id. Returns (the argmax's node or None, its token)."""
+    top = np.argpartition(row, -3)[-3:] if row.size > 3 else np.arange(row.size)
+    top = top[np.argsort(-row[top], kind="stable")]
+    z = np.exp(row[top] - row.max())
+    p1 = float(z[0] / np.exp(row - row.max()).sum())
+    ranks = 1 + sum(p1 < u for u in UNSURE)
+    tokens = [int(ids[i]) if ids is not None else int(i) for i in top[:ranks].tolist()]
+    main = None
+    for rank, tok in enumerate(tokens):
+        before = len(trie)
+        node = trie.add(parent, tok)
+        if node is None:
+            continue
+        key = NodeStats.key(source, depth, rank)
+        if len(trie) > before:
+            keys.append([key])
+        elif key not in keys[node]:
+            keys[node].append(key)
+        if rank == 0:
+            main = node
+    return main, tokens[0]
+
+
 class DraftSource:
+    SOURCE = "draft"  # the first element of its nodes' keys
+
     def __init__(self, runner, target_vocab: int, fixed: bool = False, cost_s: float = 0.0) -> None:
         self.runner, self.vocab = runner, int(target_vocab)
         self.fixed = fixed  # seeded sampling: the cost per call is a constant, never timed
@@ -53,12 +81,12 @@ class DraftSource:
         have = {}
         for i, pr in enumerate(probs):
             have[int(depth_of[i + 1])] = max(have.get(int(depth_of[i + 1]), 0.0), float(pr))
-        unseen = n - min(self.runner.length, n - 1)  # rows its first call feeds: 1, or more after steps without it
+        unseen = self._unseen(n)  # rows its first call feeds: 1, or more after steps without it
         catch_up = 1.0 + max(unseen - 2, 0) / 32  # a multi-row call costs little more than one row (fp32)
         best_d, best_rate = 0, self._rate(probs, parents, costs, k, overhead_s, chain_only)
         chain_p, extra = 1.0, []
         for d in range(1, k + 1):
-            chain_p *= stats.prob(NodeStats.key("draft", d, 0))
+            chain_p *= stats.prob(NodeStats.key(self.SOURCE, d, 0))
             extra.append(max(chain_p - have.get(d, 0.0), 0.0))
             p = np.concatenate([probs, extra])
             par = list(parents) + [-1] + [len(parents) + j for j in range(d - 1)]
@@ -66,6 +94,9 @@ class DraftSource:
             if rate > best_rate:
                 best_d, best_rate = d, rate
         return best_d
+
+    def _unseen(self, n: int) -> int:
+        return n - min(self.runner.length, n - 1)
 
     @staticmethod
     def _rate(probs, parents, costs, k, overhead_s, chain_only) -> float:
@@ -83,36 +114,22 @@ class DraftSource:
         self._base, self._fed = n, []
         parent = -1
         for depth in range(1, d + 1):
-            row = row[:self.vocab]
-            top = np.argpartition(row, -3)[-3:] if row.size > 3 else np.arange(row.size)
-            top = top[np.argsort(-row[top], kind="stable")]
-            z = np.exp(row[top] - row.max())
-            p1 = float(z[0] / np.exp(row - row.max()).sum())
-            ranks = 1 + sum(p1 < u for u in UNSURE)
-            main = None
-            for rank, tok in enumerate(top[:ranks].tolist()):
-                before = len(trie)
-                node = trie.add(parent, tok)
-                if node is None:
-                    continue
-                key = NodeStats.key("draft", depth, rank)
-                if len(trie) > before:
-                    keys.append([key])
-                elif key not in keys[node]:
-                    keys[node].append(key)
-                if rank == 0:
-                    main = node
+            main, top = add_choices(trie, keys, parent, row[:self.vocab], self.SOURCE, depth)
             if main is None or depth == d:
                 break
-            self._fed.append(int(top[0]))
-            row = r.forward(np.array([top[0]], dtype=np.int64))[-1]
+            self._fed.append(top)
+            row = r.forward(np.array([top], dtype=np.int64))[-1]
             calls += 1
             parent = main
+        self._timed(t0, calls)
+        return calls
+
+    def _timed(self, t0: float, calls: int) -> None:
+        """This step's drafting time, and the running seconds per call (not for a fixed cost)."""
         self.last_s = time.perf_counter() - t0
         if not self.fixed:
             per_call = self.last_s / max(calls, 1)
             self.cost_s = per_call if self.cost_s <= 0 else 0.75 * self.cost_s + 0.25 * per_call
-        return calls
 
     def observe(self, n: int) -> None:
         """tokens[:n] committed: keep the cached chain tokens the committed text confirms."""

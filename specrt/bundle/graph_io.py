@@ -20,6 +20,13 @@ HIDDEN_STATES = "hidden_states"
 HEAD_INPUTS = ("features", INPUT_IDS, POSITION_IDS, "past_key", "past_value")
 HEAD_OUTPUTS = (LOGITS, HIDDEN_STATES, "new_key", "new_value")
 HEAD_ENGINE_ROLE = "draft_head"
+# A fused head (specrt/models/draft_head_fused.py) also reads the target's residual stream after its
+# `feature_layers`: the target graphs of such a bundle (only those) have the extra output HIDDEN_LAYERS
+# [B, S, n, hidden] (n = len(feature_layers), in that order), and the head graph the input LAYER_FEATURES
+# [1, S, n, hidden] (zeros on draft rows, as in training).
+HIDDEN_LAYERS = "hidden_layers"
+LAYER_FEATURES = "layer_features"
+FUSED_HEAD_INPUTS = ("features", LAYER_FEATURES, INPUT_IDS, POSITION_IDS, "past_key", "past_value")
 
 
 def past_key(i: int) -> str:

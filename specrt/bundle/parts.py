@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from specrt.core.errors import ManifestError
 from specrt.bundle.entries import TensorSpec, tensor_specs
-from specrt.bundle.fields import (check_dict, check_ids, check_int, check_optional_str, check_str, emit, field_names,
+from specrt.bundle.fields import (check_dict, check_ids, check_int, check_list, check_optional_str, check_str, emit, field_names,
                      unknown_keys)
 
 MAX_DRAFT_TOKENS_LIMIT = 64
@@ -144,10 +144,20 @@ class DraftHeadEntry:
     validation: Any = None
     precision: str = "fp32"
     quantization: Any = None
+    # a fused head (head_config version 2): the target layers it reads; the head graph takes `layer_features` and
+    # the target graphs output `hidden_layers` (graph_io.py). None: a plain head
+    feature_layers: tuple[int, ...] | None = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_str(self.onnx, "draft_head.onnx")
+        if self.feature_layers is not None:
+            layers = check_list(self.feature_layers, "draft_head.feature_layers")
+            for i in layers:
+                check_int(i, "draft_head.feature_layers[]", 0, 1 << 16)
+            if not layers or len(set(layers)) != len(layers):
+                raise ManifestError(f"draft_head.feature_layers must be distinct layer indices, got {list(layers)}")
+            object.__setattr__(self, "feature_layers", tuple(layers))
         if self.precision not in HEAD_PRECISIONS:
             raise ManifestError(f"draft_head.precision must be one of {', '.join(HEAD_PRECISIONS)}, "
                                 f"got {self.precision!r}")
@@ -161,7 +171,7 @@ class DraftHeadEntry:
     def from_dict(cls, raw: Any) -> "DraftHeadEntry":
         check_dict(raw, "draft_head")
         names = ("onnx", "onnx_data", "config", "draft_vocab_size", "hidden_size", "num_kv_heads", "head_dim",
-                 "validation", "precision", "quantization")
+                 "validation", "precision", "quantization", "feature_layers")
         simple = {k: raw[k] for k in names if k in raw}
         return cls(**{"onnx": None, "config": None, "draft_vocab_size": None, "hidden_size": None,
                       "num_kv_heads": None, "head_dim": None, **simple},

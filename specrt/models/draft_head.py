@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from specrt.models.head_config import FORMAT, TARGET_KEYS, check_head_config
+from specrt.models.head_config import FORMAT, FUSED_VERSION, TARGET_KEYS, VERSION, check_head_config
 from specrt.core.errors import CheckpointError
 from specrt.core.jsonfile import load_json
 from specrt.models.base import Decoder
@@ -141,8 +141,14 @@ def read_head_config(head_dir: Path) -> dict[str, Any]:
         raise CheckpointError(f"{head_dir} is not a draft-head directory: needs {CONFIG} and {WEIGHTS} "
                               "(written by `specrt train-head`)")
     cfg = load_json(head_dir / CONFIG, CheckpointError)
-    check_head_config(cfg, str(head_dir / CONFIG), error=CheckpointError)  # specrt/models/head_config.py
+    check_head_config(cfg, str(head_dir / CONFIG), error=CheckpointError,  # specrt/models/head_config.py
+                      versions=(VERSION, FUSED_VERSION))
     return cfg
+
+
+def head_feature_layers(cfg: dict[str, Any]) -> tuple[int, ...] | None:
+    """A fused head's target layers (head_config version 2), None for a plain head."""
+    return tuple(cfg["feature_layers"]) if cfg.get("version") == FUSED_VERSION else None
 
 
 def load_head(head_dir: Path, target: Decoder) -> tuple[DraftHead, dict[str, Any]]:
@@ -152,6 +158,10 @@ def load_head(head_dir: Path, target: Decoder) -> tuple[DraftHead, dict[str, Any
     from specrt.models.checkpoint import check_finite
 
     cfg = read_head_config(head_dir)
+    if cfg.get("version") == FUSED_VERSION:
+        from specrt.models.draft_head_fused import load_fused_head
+
+        return load_fused_head(head_dir, target), cfg
     want = target_fingerprint(target.config)
     if cfg.get("target") != want:
         raise CheckpointError(f"this head was trained for the target {cfg.get('target')}; the target is {want}")

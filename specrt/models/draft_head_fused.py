@@ -27,6 +27,21 @@ from specrt.models.base import Decoder
 from specrt.models.draft_head import DraftHead
 
 
+def layer_taps(decoder: Decoder, layers: tuple[int, ...]) -> tuple[list, list]:
+    """Forward hooks keeping the residual stream after each of `layers` (0-based; a block's output): (the list the
+    outputs land in, in `layers` order, [B, S, D] each; the hook handles to remove). What the recipe's data holds
+    (recipes/head_shards.py) and what the target graphs' `hidden_layers` output is checked against."""
+    blocks = decoder.transformer.h if decoder.config.family == "gpt2" else decoder.model.layers
+    got: list = [None] * len(layers)
+
+    def keep(j):
+        def hook(_module, _inputs, output):
+            got[j] = output[0]
+        return hook
+
+    return got, [blocks[i].register_forward_hook(keep(j)) for j, i in enumerate(layers)]
+
+
 def rms(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 

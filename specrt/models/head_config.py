@@ -32,8 +32,8 @@ def check_head_config(cfg: Any, where: str, *, target: dict | None = None, draft
     if isinstance(cfg, dict) and cfg.get("format") == FORMAT and cfg.get("version") == FUSED_VERSION:
         if FUSED_VERSION not in versions:
             raise error(f"{where}: a fused draft head (version {FUSED_VERSION}, reading the target's layers "
-                        f"{_short(cfg.get('feature_layers'))}): compile and the runtime do not run fused heads yet "
-                        "(the target graphs must first output those layers; docs/draft-head.md)")
+                        f"{_short(cfg.get('feature_layers'))}) where a plain head (version {VERSION}) is expected: "
+                        "the bundle's target graphs were compiled for a plain head; recompile the bundle with it")
         _check_layers(cfg.get("feature_layers"), where, (target or {}).get("num_layers"), error)
     elif not isinstance(cfg, dict) or cfg.get("format") != FORMAT or cfg.get("version") != VERSION:
         got = (cfg.get("format"), cfg.get("version")) if isinstance(cfg, dict) else type(cfg).__name__

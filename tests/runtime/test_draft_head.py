@@ -61,7 +61,7 @@ def test_manifest_entry(oracle):
     assert entry.precision == "fp32" and entry.quantization is None and entry.onnx == "draft_head/head.onnx"
     cfg = json.loads(oracle.manifest.path(entry.config).read_text())
     assert cfg["vocab_ids"] == list(range(oracle.vocab_size))
-    assert oracle.methods[:2] == ["hybrid", "head"] and oracle.default_method == "hybrid"
+    assert oracle.methods[:2] == ["hybrid", "head"] and oracle.default_method == "auto"  # #52: the head is a source
 
 
 @pytest.mark.parametrize("k", [1, 3, 6])
@@ -189,7 +189,7 @@ def _set(key, value):
     (lambda c: c["target"].__setitem__("hidden_size", 128), "target.hidden_size is 128 but the head runs on a target "
                                                            "with hidden_size 64"),
     (_set("version", 3), "not a specrt-draft-head version 1 file"),
-    (_set("version", 2), "compile and the runtime do not run fused heads yet"),
+    (_set("version", 2), "where a plain head"),
 ])
 def test_tampered_head_config_is_refused_at_load(oracle_bundle, tmp_path, edit, says):
     """A re-signed head_config.json that would index past the head's logits or draft ids outside the vocabulary

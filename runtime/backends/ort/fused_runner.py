@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from specrt.bundle import graph_io
+from specrt.runtime.backends.ort.layer_outputs import LayerOutputs
 from specrt.bundle.graph_io import (LM_HEAD_FULL, LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, TREE_MASK,
                                     present_key, present_value)
 from specrt.core.errors import BackendError, BackendUnavailable
@@ -71,6 +72,9 @@ class OrtFusedRunner(Runner):
         self._logits = np.empty((1, max_short_tokens, v), dtype=np.float32)  # [1, R, V] for decode / verify
         self._last_logits = np.empty((1, 1, v), dtype=np.float32)  # [1, 1, V] for prefill
         self._hidden = np.empty((1, max_short_tokens, h), dtype=np.float32)
+        # a fused draft head's target layers (layer_outputs.py): joined to hidden_states
+        self._layers = LayerOutputs.of(self.session, want_hidden, max_short_tokens, h)
+        self.hidden_layers = self._layers.n if self._layers is not None else 0
         self._rows = np.arange(max(capacity, 1), dtype=np.int64)  # logit_positions source
         self._seqlens_k = np.zeros(1, dtype=np.int32)  # [1]
         self._total = np.zeros((), dtype=np.int32)  # []
@@ -157,12 +161,18 @@ class OrtFusedRunner(Runner):
                           logits_buf.ctypes.data)
             b.bind_output(graph_io.HIDDEN_STATES, "cpu", 0, np.float32, [1, s, self.config.hidden_size],
                           hidden_buf.ctypes.data)
+            if self._layers is not None:
+                self._layers_buf = self._layers.buffer(s)
+                b.bind_output(graph_io.HIDDEN_LAYERS, "cpu", 0, np.float32, self._layers.shape(s),
+                              self._layers_buf.ctypes.data)
             self._bound = key  # None after a one-off buffer (a long call): the next call binds again
         try:
             self._run_bound()
         except Exception as exc:
             raise BackendError(f"ONNX Runtime run failed on {self.onnx_path} (S={s}, P={p}): {one_line(exc)}") from None
         self.hidden_states = hidden_buf[0, :s] if self.want_hidden else None
+        if self._layers is not None:
+            self.hidden_states = LayerOutputs.join(hidden_buf[0], self._layers_buf, s)
 
     def _forward(self, token_ids: np.ndarray, past: int) -> np.ndarray:
         rows = token_ids.size

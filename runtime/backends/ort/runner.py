@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from specrt.bundle import graph_io
+from specrt.runtime.backends.ort.layer_outputs import LayerOutputs
 from specrt.bundle.graph_io import LOGIT_START
 from specrt.core.errors import BackendError, BackendUnavailable
 from specrt.core.text import one_line  # noqa: F401 - re-exported: the ORT backends' error messages
@@ -123,6 +124,11 @@ class OrtRunner(Runner):
         overridable = {i.name for i in self.session.get_overridable_initializers()}
         self._has_logit_start = LOGIT_START in overridable
         self._output_names = graph_io.output_names(config.num_layers)
+        # a fused draft head's target layers (layer_outputs.py): joined to hidden_states
+        self._layers = LayerOutputs.of(self.session, want_hidden, max_short_tokens, config.hidden_size)
+        self.hidden_layers = self._layers.n if self._layers is not None else 0
+        if self._layers is not None:
+            self._output_names = self._output_names + [graph_io.HIDDEN_LAYERS]
         # token trees (docs/trees.md): a portable graph compiled with the tree_mask input (default: the chain)
         self.supports_tree = graph_io.TREE_MASK in overridable
         if self.supports_tree:
@@ -159,11 +165,15 @@ class OrtRunner(Runner):
             feeds[self._names[i][0]], feeds[self._names[i][1]] = k[:, :p], v[:, :p]
         try:
             logits, hidden, *new_kv = self.session.run(self._output_names, feeds)
+            if self._layers is not None:
+                layers = new_kv.pop()
         except Exception as exc:
             raise BackendError(f"ONNX Runtime run failed on {self.onnx_path} (S={s}, P={p}): {one_line(exc)}") from None
         for i, (k, v) in enumerate(zip(self.cache.keys, self.cache.values)):
             k[:, p:p + s], v[:, p:p + s] = new_kv[2 * i], new_kv[2 * i + 1]
         self.hidden_states = hidden[0] if self.want_hidden else None
+        if self._layers is not None:
+            self.hidden_states = LayerOutputs.join(hidden[0], layers, s)
         return logits[0, -1]
 
     def _forward_tree(self, token_ids: np.ndarray, past: int, mask: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -195,12 +205,17 @@ class OrtRunner(Runner):
             hidden_buf = np.empty((1, s, h), dtype=np.float32)
         self._bind_out(graph_io.LOGITS, [1, s, v], logits_buf.ctypes.data)
         self._bind_out(graph_io.HIDDEN_STATES, [1, s, h], hidden_buf.ctypes.data)
+        if self._layers is not None:
+            layers_buf = self._layers.buffer(s)
+            self._bind_out(graph_io.HIDDEN_LAYERS, self._layers.shape(s), layers_buf.ctypes.data)
         try:
             self._run_bound()
         except Exception as exc:
             raise BackendError(f"ONNX Runtime run failed on {self.onnx_path} (S={s}, P={p}): {one_line(exc)}; "
                                "if the bundle's manifest was edited, recompile it") from None
         self.hidden_states = hidden_buf[0, :s] if self.want_hidden else None
+        if self._layers is not None:
+            self.hidden_states = LayerOutputs.join(hidden_buf[0], layers_buf, s)
         return logits_buf[0, :s]
 
     def describe(self) -> dict[str, Any]:
