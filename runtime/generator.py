@@ -223,7 +223,7 @@ class Generator:
         policy.py); greedy calls are never `seeded` (their output does not depend on k)."""
         max_k = self.max_draft_tokens
         if method == "auto":  # #51: the proposer sizes the tree; k caps its nodes
-            from specrt.runtime.proposers.auto import auto_policy
+            from specrt.runtime.proposers.auto_policy import auto_policy
 
             return auto_policy(self, k, seeded)
         if method == "medusa":  # one draft per head

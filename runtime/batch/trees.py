@@ -23,7 +23,7 @@ import dataclasses
 
 import numpy as np
 
-from specrt.runtime.proposers import auto
+from specrt.runtime.proposers import auto, auto_offer
 from specrt.runtime.proposers.base import Proposal
 from specrt.runtime.tree_budget import NodeStats, best_chain, fixed_costs, path_probs, preorder
 
@@ -129,7 +129,7 @@ def batch_state(gen) -> "auto.AutoState":
 def offer(proposer, tokens: np.ndarray, n: int, max_nodes: int) -> TreeOffer | None:
     """The proposer's scored candidates for at most `max_nodes` nodes, or None (not a tree proposer)."""
     if isinstance(proposer, auto.AutoProposer):
-        probs, parents = auto.scored(proposer, tokens, n, max_nodes)
+        probs, parents = auto_offer.scored(proposer, tokens, n, max_nodes)
     elif isinstance(proposer, ScoredTree):
         probs, parents = proposer.scored(tokens, n, max_nodes)
     else:
@@ -141,5 +141,5 @@ def proposal(proposer, tree: TreeOffer, m: int, chain: bool) -> Proposal:
     """The m nodes the plan chose (the best chain's when `chain`)."""
     chosen = tree.nodes(m, chain)
     if isinstance(proposer, auto.AutoProposer):
-        return auto.take(proposer, chosen)
+        return auto_offer.take(proposer, chosen)
     return proposer.take(chosen)
