@@ -56,11 +56,11 @@ def test_deep_model_with_large_logits_compiles(tmp_path, deep_checkpoint):
 
 def _broken_rope_export(real_export):
     """An exporter whose graph uses rope theta x 10 (a plausible export bug); the reference stays right."""
-    def export(decoder, path):
+    def export(decoder, path, *rest):
         broken = copy.deepcopy(decoder)
         rope = dataclasses.replace(decoder.config.rope, theta=decoder.config.rope.theta * 10)
         broken.rotary.inv_freq = rope_inv_freq(rope, decoder.config.head_dim)
-        return real_export(broken, path)
+        return real_export(broken, path, *rest)
     return export
 
 
