@@ -135,7 +135,7 @@ def test_priors_are_probabilities_for_every_source():
                 assert 0.0 < stats.prob(NodeStats.key(source, depth, rank)) <= 1.0
 
 
-def test_batched_requests_run_auto_as_ngram_chains(target_only_bundle):
+def test_batched_requests_run_auto_with_plain_output(target_only_bundle):
     gen = load(target_only_bundle, threads=1)
     with gen.engine(max_batch=2) as eng:
         assert "auto" in eng.scheduler.methods
