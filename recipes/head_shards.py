@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from specrt.models.base import Decoder
+from specrt.models.draft_head_fused import layer_taps
 
 TOP_K = 32
 SAMPLE_TEMPERATURE = 0.8
@@ -91,24 +92,11 @@ def requests_of(prompts: list[str], styles: tuple[str, ...] = STYLES) -> list[di
     return out
 
 
-def feature_hooks(decoder: Decoder, layers: tuple[int, ...]) -> tuple[list, list]:
-    """Forward hooks that keep the residual stream after each of `layers`: (captured list, hook handles)."""
-    blocks = decoder.transformer.h if decoder.config.family == "gpt2" else decoder.model.layers
-    got: list = [None] * len(layers)
-
-    def keep(j):
-        def hook(_module, _inputs, output):
-            got[j] = output[0]
-        return hook
-
-    return got, [blocks[i].register_forward_hook(keep(j)) for j, i in enumerate(layers)]
-
-
 @torch.no_grad()
 def sequence_features(decoder: Decoder, seqs: list[list[int]], layers: tuple[int, ...], batch: int = 4) -> list:
     """Per sequence (feats [T, F, D] fp16, top_ids [T, K] int32, top_logits [T, K] fp16), F = len(layers) + 1:
     teacher-forced passes over `batch` sequences at a time, right-padded (causal: padding never changes a row)."""
-    got, handles = feature_hooks(decoder, layers)
+    got, handles = layer_taps(decoder, layers)
     out: list = [None] * len(seqs)
     try:
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
