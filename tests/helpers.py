@@ -193,3 +193,22 @@ def resolve_counts(monkeypatch):
     spy(prepared, "context_room", "context")
     spy(intake, "refusal", "batch_check")
     yield counts
+
+
+def oracle_head_target(path: Path, tokenizer: Path):
+    """A one-layer Llama whose attention output is zero and whose embedding is fp16-exact, so a draft head that only
+    reads the embedding of token t + 1 predicts it exactly (the draft-head tests' oracle): (checkpoint dir, decoder)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from specrt.models.checkpoint import open_checkpoint
+
+    target = make_checkpoint(path, "llama", tokenizer, layers=1, seed=3)
+    weights = load_file(str(target / "model.safetensors"))
+    for name in list(weights):
+        if name.endswith("o_proj.weight"):
+            weights[name] = torch.zeros_like(weights[name])
+        if name.endswith("embed_tokens.weight"):  # the head keeps its embedding in fp16: make that exact
+            weights[name] = weights[name].half().float()
+    save_file(weights, str(target / "model.safetensors"), metadata={"format": "pt"})
+    return target, open_checkpoint(target).load_decoder(torch.float32)

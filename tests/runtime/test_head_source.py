@@ -17,24 +17,13 @@ PROMPTS = ("def main(argv):\n    ", "import os\nimport json\n\n\nclass Config:\n
 
 @pytest.fixture(scope="module")
 def oracle_fused(workdir, tokenizer_path):
-    from safetensors.torch import load_file, save_file
-
-    from helpers import make_checkpoint
+    from helpers import oracle_head_target
     from specrt.compiler import CompileSpec, compile_bundle
-    from specrt.models.checkpoint import open_checkpoint
     from specrt.models.draft_head_fused import FusedDraftHead, save_fused_head
     from specrt.runtime import load
 
     base = workdir / "oracle_fused"
-    target = make_checkpoint(base / "target", "llama", tokenizer_path, layers=1, seed=3)
-    weights = load_file(str(target / "model.safetensors"))
-    for name in list(weights):
-        if name.endswith("o_proj.weight"):
-            weights[name] = torch.zeros_like(weights[name])
-        if name.endswith("embed_tokens.weight"):  # the head keeps its embedding in fp16: make that exact
-            weights[name] = weights[name].half().float()
-    save_file(weights, str(target / "model.safetensors"), metadata={"format": "pt"})
-    decoder = open_checkpoint(target).load_decoder(torch.float32)
+    target, decoder = oracle_head_target(base / "target", tokenizer_path)
     head = FusedDraftHead(decoder, torch.arange(decoder.config.vocab_size), (0,))
     d = decoder.config.hidden_size
     with torch.no_grad():  # [0 | I | 0]: the embedding of token t + 1 only
