@@ -49,7 +49,7 @@ def run_steps(gen, prepared: PreparedRequest, steps: "weakref.ref | None" = None
     proposer, policy = prepared.proposer, prepared.policy
     with gen._lock.hold(steps):
         if proposer is None and max_new_tokens > 1:  # one token comes from the prefill: nothing to draft
-            proposer = gen.make_proposer(method, params, rng, request.ngram_sizes)
+            proposer = gen.make_proposer(method, params, rng, request.ngram_sizes, request.auto_sources)
         if logits_state is not None and logits.changes_logits:  # drafts see the penalties (acceptance)
             for p in (proposer, getattr(proposer, "draft", None)):
                 if hasattr(p, "logits_state"):

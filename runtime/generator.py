@@ -258,9 +258,10 @@ class Generator:
             self._constraints = open_constraints(self.manifest, self.vocab_size, self.eos_ids)
         return self._constraints[0].compile(spec)
 
-    def make_proposer(self, method: str, params: SamplingParams, rng: np.random.Generator, options: dict):
+    def make_proposer(self, method: str, params: SamplingParams, rng: np.random.Generator, options: dict,
+                      sources: tuple[str, ...] | None = None):
         """The proposer for `method` bound to this generator's runners (None for method "none"): the one factory,
-        runtime/proposers/build.py."""
+        runtime/proposers/build.py. `sources`: auto's, resolved (runtime/proposers/auto_sources.py; None: all)."""
         from specrt.runtime.proposers.build import Drafters, build_proposer
 
         def recycle():
@@ -276,7 +277,7 @@ class Generator:
         def auto():  # one tree from every source, sized by goodput (runtime/proposers/auto.py)
             from specrt.runtime.proposers.auto import make_auto
 
-            return make_auto(self, params, rng, options)
+            return make_auto(self, params, rng, options, sources)
 
         m, runner = self.manifest, self.draft
         return build_proposer(method, self.eos_ids, options, Drafters(

@@ -121,6 +121,10 @@ def resolve_request(gen, public: str, max_new_tokens: int | None, request: Gener
         request = request.replace(max_new_tokens=max_new_tokens)
     request = request.with_defaults(gen.sampling_defaults)
     request.check_for(gen.max_draft_tokens, gen.methods)
+    if request.auto_sources is not None:  # explicit from here on (proposers/auto_sources.py)
+        from specrt.runtime.proposers.auto_sources import available, resolve
+
+        request = request.replace(auto_sources=resolve(request.auto_sources, available(gen)))
     return request
 
 

@@ -13,6 +13,8 @@ One default and one validation per field, here:
 * penalties (presence / frequency / repetition), logit_bias and logprobs: `logits_params`
   (runtime/logits_processors.py), applied to the target's rows by the decode loop.
 * stop strings, max_new_tokens, strict (refuse instead of stopping at the context), n-gram sizes, seed.
+* `auto_sources`: which sources method auto drafts from (runtime/proposers/auto_sources.py); names checked here,
+  availability in the bundle by `Generator.request`, which resolves it to the explicit list of sources.
 
 Adding a field (a structured-output constraint, a new method's option): one dataclass field with its default,
 one `_check_*` line in `__post_init__`; `from_options` and the front ends pick it up by name.
@@ -29,6 +31,7 @@ import numpy as np
 
 from specrt.core.errors import InvalidArgument
 from specrt.runtime.logits_processors import LogitsParams
+from specrt.runtime.proposers.auto_sources import check_method, parse_sources
 from specrt.runtime.proposers.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, check_sizes
 from specrt.runtime.sampling import SamplingParams
 
@@ -96,6 +99,7 @@ class GenerationRequest:
     repetition_penalty: float = 1.0  # (0, 2] (vLLM / transformers; prompt + generated); 1 = off
     logit_bias: Any = ()  # {token id: bias in [-100, 100]}; -100 bans; stored as sorted ((id, bias), ...)
     logprobs: int | None = None  # None = off; N in [0, 20]: each token's logprob and its top N alternatives
+    auto_sources: Any = None  # method auto's sources ("ngram,recycle", "-head"; proposers/auto_sources.py); None = all
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
@@ -104,6 +108,8 @@ class GenerationRequest:
             raise RequestFieldError("method", f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
         object.__setattr__(self, "num_speculative_tokens", parse_k(self.num_speculative_tokens))
         object.__setattr__(self, "stop", self._check_stop(self.stop))
+        object.__setattr__(self, "auto_sources", parse_sources(self.auto_sources))
+        check_method(self.auto_sources, self.method)
         if self.ngram_min is not None or self.ngram_max is not None:
             check_sizes(DEFAULT_MIN_N if self.ngram_min is None else self.ngram_min,
                         DEFAULT_MAX_N if self.ngram_max is None else self.ngram_max)

@@ -10,6 +10,7 @@ from typing import Any, Sequence as Seq
 
 from specrt.core.errors import InvalidArgument
 from specrt.runtime.prepared import PreparedRequest, prepare_call, prepare_prompt
+from specrt.runtime.proposers.auto_sources import batch_refusal
 from specrt.runtime.request import GenerationRequest
 
 
@@ -33,6 +34,8 @@ def refusal(prepared: PreparedRequest, methods: list[str], loop_only: bool = Tru
                 "for structured output")
     if prepared.method not in methods:
         return f"method {prepared.method!r} is not available with batching; choose one of {', '.join(methods)}"
+    if prepared.method == "auto" and (why := batch_refusal(request.auto_sources)):
+        return why
     if prepared.proposer is not None or prepared.policy is not None or prepared.on_step is not None:
         return "proposer / policy / on_step hooks run on the one-request loop (Generator.generate), not on the batch"
     if loop_only and request.logits_params.active:

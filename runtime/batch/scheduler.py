@@ -155,7 +155,7 @@ class Scheduler:
             return None
         if seq.method in trees.TREE_METHODS:
             return trees.tree_proposer(self.gen, seq.method, seq.request.sampling, seq.request.ngram_sizes,
-                                       self.auto_state)
+                                       self.auto_state, seq.request.auto_sources)
 
         def draft():
             seq.draft = self.drafts.acquire()

@@ -104,10 +104,12 @@ class ScoredTree:
         return Proposal(np.array([ids[i] for i in order], dtype=np.int64), parents=par, source=self.name)
 
 
-def tree_proposer(gen, method: str, params, options: dict, state: "auto.AutoState"):
+def tree_proposer(gen, method: str, params, options: dict, state: "auto.AutoState", sources=None):
     """The batch's proposer for a tree method: `auto` without a draft-model source (a request's draft region is not
     one of its sources here), on the batch's shared state (`state`) or, seeded, a fresh one with fixed costs and the
-    bundle's seed table as alone (runtime/proposers/auto.py `make_auto`); `recycle` wrapped in `ScoredTree`."""
+    bundle's seed table as alone (runtime/proposers/auto.py `make_auto`); `recycle` wrapped in `ScoredTree`.
+    `sources`: the request's resolved auto_sources (runtime/proposers/auto_sources.py; here of ngram and recycle)."""
+    from specrt.runtime.proposers.auto_sources import batch_sources
     from specrt.runtime.proposers.recycle_table import SuccessorTable, table_for
 
     table = table_for(gen)
@@ -118,7 +120,8 @@ def tree_proposer(gen, method: str, params, options: dict, state: "auto.AutoStat
     if params.seed is not None and not params.greedy:
         state = auto.AutoState(fixed_costs(gen.max_draft_tokens + 1))
         table = SuccessorTable(table.vocab_size, table.top_k, seed=table.seed)
-    return auto.AutoProposer(table, state, gen.eos_ids, getattr(gen.target, "supports_tree", False), **options)
+    return auto.AutoProposer(table, state, gen.eos_ids, getattr(gen.target, "supports_tree", False),
+                             sources=batch_sources(sources), **options)
 
 
 def batch_state(gen) -> "auto.AutoState":

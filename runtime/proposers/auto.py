@@ -96,8 +96,11 @@ class AutoProposer:
     name = "auto"
 
     def __init__(self, table: SuccessorTable, state: AutoState, eos_ids: frozenset[int] = frozenset(),
-                 trees: bool = True, min_n: int = 1, max_n: int = 3, draft=None, head=None) -> None:
+                 trees: bool = True, min_n: int = 1, max_n: int = 3, draft=None, head=None,
+                 sources: frozenset[str] | None = None) -> None:
         self.table, self.state, self.eos_ids, self.trees = table, state, eos_ids, bool(trees)
+        # which of `ngram` / `recycle` it drafts from (auto_sources.py; draft and head: given or None); all learn
+        self.sources = frozenset(("ngram", "recycle")) if sources is None else frozenset(sources)
         self.ngram = NgramBranches(eos_ids, min_n, max_n)
         self.draft = draft  # a DraftSource (draft_source.py) or None
         self.head = head  # a HeadSource (head_source.py) or None
@@ -184,7 +187,8 @@ class AutoProposer:
             return node
 
         rank = {"ngram": 0, "ngram1": 0}
-        for size, cont in self.ngram.branches(tokens, n, k, 2 * NGRAM_BRANCHES):
+        branches = self.ngram.branches(tokens, n, k, 2 * NGRAM_BRANCHES) if "ngram" in self.sources else ()
+        for size, cont in branches:
             source = "ngram" if size >= 2 else "ngram1"
             if rank[source] >= NGRAM_BRANCHES:
                 continue
@@ -194,7 +198,8 @@ class AutoProposer:
                 if parent is None:
                     break
             rank[source] += 1
-        self._expand_table(trie, add, int(tokens[n - 1]), k)
+        if "recycle" in self.sources:
+            self._expand_table(trie, add, int(tokens[n - 1]), k)
         return trie, keys
 
     def _expand_table(self, trie: DraftTrie, add, root: int, k: int) -> None:
@@ -240,17 +245,18 @@ def conf_bin(c: float) -> int:
     return bisect.bisect_left(NEG_EDGES, -c)
 
 
-def make_auto(gen, params, rng, options: dict) -> AutoProposer:
+def make_auto(gen, params, rng, options: dict, sources: tuple[str, ...] | None = None) -> AutoProposer:
     """The `auto` proposer for `gen` (a Generator): its shared table and state. Seeded sampling gets a fresh state
     with fixed costs and the bundle's seed table: the trees, hence the random numbers drawn, depend only on the
-    request (the same text in every run and process)."""
+    request (the same text in every run and process). `sources`: the request's resolved auto_sources (None: all)."""
+    use = frozenset(sources) if sources is not None else frozenset(("ngram", "recycle", "draft", "head"))
     from specrt.runtime.proposers.recycle_table import table_for
 
     seeded = params.seed is not None and not params.greedy
     state = AutoState(fixed_costs(gen.max_draft_tokens + 1)) if seeded else state_for(gen)
     trees = getattr(gen.target, "supports_tree", False)
     draft = None
-    if gen.draft is not None:
+    if gen.draft is not None and "draft" in use:
         from specrt.runtime.proposers.draft_source import DraftSource
 
         draft = DraftSource(gen.draft, gen.vocab_size, fixed=seeded)
@@ -261,4 +267,6 @@ def make_auto(gen, params, rng, options: dict) -> AutoProposer:
         table = SuccessorTable(table.vocab_size, table.top_k, seed=table.seed)
     from specrt.runtime.proposers.head_source import head_source
 
-    return AutoProposer(table, state, gen.eos_ids, trees, draft=draft, head=head_source(gen, seeded), **options)
+    head = head_source(gen, seeded) if "head" in use else None
+    return AutoProposer(table, state, gen.eos_ids, trees, draft=draft, head=head, sources=use & {"ngram", "recycle"},
+                        **options)

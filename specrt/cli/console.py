@@ -55,6 +55,7 @@ FLAGS = {
     "temperature": "--temperature",
     "top_k": "--top-k",
     "top_p": "--top-p",
+    "auto_sources": "--auto-sources",
     "ngram_min": "--ngram-min",
     "ngram_max": "--ngram-max",
     "min_n": "--ngram-min",

@@ -37,6 +37,9 @@ from specrt.cli.options import BatchSize, backend_option, method_option, prefix_
 @method_option()
 @click.option("--num-speculative-tokens", "k", default="auto", show_default=True, type=KType(),
               help="Tokens drafted per step, or 'auto' (adaptive).")
+@click.option("--auto-sources", "auto_sources", default=None, metavar="SOURCES",
+              help="Method auto's sources, comma-separated of ngram, recycle, draft, head (default: every one the "
+                   "bundle has); with a leading '-' each, those left out: --auto-sources=-head.")
 @click.option("--ngram-min", default=None, type=int, help="Shortest suffix n-gram to match (ngram method; 1..32).")
 @click.option("--ngram-max", default=None, type=int, help="Longest suffix n-gram to match (ngram method; 1..32).")
 @backend_option()
@@ -56,7 +59,7 @@ from specrt.cli.options import BatchSize, backend_option, method_option, prefix_
 @handle_errors
 def generate_cmd(bundle, prompt, prompts_file, max_batch, prefix_cache_mb, no_prefix_cache, chat, system,
                  max_new_tokens, temperature, top_k, top_p, seed,
-                 presence_penalty, frequency_penalty, repetition_penalty, method, k, ngram_min, ngram_max, backend, target_device, draft_device, threads, stream, strict, as_json,
+                 presence_penalty, frequency_penalty, repetition_penalty, method, k, auto_sources, ngram_min, ngram_max, backend, target_device, draft_device, threads, stream, strict, as_json,
                  json_schema, json_object, regex, grammar):
     """Generate text from BUNDLE with speculative decoding."""
     from specrt.core.errors import InvalidArgument
@@ -77,7 +80,8 @@ def generate_cmd(bundle, prompt, prompts_file, max_batch, prefix_cache_mb, no_pr
     def request():  # the one request of the command, built after the prompt files and flags are checked
         return GenerationRequest.from_options(
             "generate", max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-            method=method, num_speculative_tokens=k, ngram_min=ngram_min, ngram_max=ngram_max, strict=strict,
+            method=method, num_speculative_tokens=k, auto_sources=auto_sources, ngram_min=ngram_min,
+            ngram_max=ngram_max, strict=strict,
             presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
             repetition_penalty=repetition_penalty,
             constraint=constraint_from_options(json_schema, json_object, regex, grammar))
