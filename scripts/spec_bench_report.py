@@ -9,7 +9,7 @@ import numpy as np
 
 ORDER = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 NAMES = {"fp32": "fp32, target only", "int4": "int4 (`--quantize int4`), target only",
-         "self": "fp32 with `--draft self:int4`"}
+         "self": "fp32 with `--draft self:int4`", "head": "fp32 with its fused draft head (`--draft head:DIR`)"}
 # github.com/hemingkx/Spec-Bench, Leaderboard.md at commit fd2c1cd7d2201ef71db4c5f4e455008f017967bf (2025-04-22),
 # "Leaderboard on A100": one A100 80GB, 96 CPU cores, PyTorch 2.5.1, CUDA 11.5, Vicuna-7B-v1.3, FP16, greedy, batch 1.
 # Per method: the six categories in ORDER, #mean accepted tokens, overall (their speedups are over their own plain).
@@ -24,6 +24,7 @@ SOURCE = ("[Spec-Bench leaderboard](https://github.com/hemingkx/Spec-Bench/blob/
           "Leaderboard.md), \"Leaderboard on A100\", Vicuna-7B-v1.3 (commit fd2c1cd, 2025-04-22)")
 GOALS = {"fp32": (1.7, 1.25), "int4": (1.7, 1.35)}  # (mean, every category), the target-only default method
 DEMO_GOAL, OPEN_GOAL = 0.97, 1.2
+HEAD_GOAL, HEAD_CATS, NO_HEAD = 1.25, ("mt_bench", "qa"), "auto[-head]"  # issue #52: auto with / without the head
 
 
 def rows(result: dict, method: str) -> dict[str, dict]:
@@ -83,8 +84,8 @@ def goals(data: dict) -> list[str]:
                   if a[c]["speedup"] < n[c]["speedup"]]
     out.append(f"| every category at least n-gram's speedup (`auto` vs `ngram`, each bundle) | "
                f"{'; '.join(below) if below else 'everywhere'} | {verdict(not below)} |")
-    same = [(r["identical"], r["prompts"]) for key in ("fp32", "int4", "self", "open", "fp32_free", "int4_free",
-                                                       "self_free") for r in data[key]["rows"] if r["category"] == "overall"]
+    keys = ("fp32", "int4", "self", "open", "fp32_free", "int4_free", "self_free") + (("head",) if "head" in data else ())
+    same = [(r["identical"], r["prompts"]) for key in keys for r in data[key]["rows"] if r["category"] == "overall"]
     demo_same = all(r["identical"] for r in data["demo"]["rows"])
     ident, total = sum(a for a, _ in same), sum(b for _, b in same)
     out.append(f"| outputs identical to plain on every question | {ident}/{total} runs; demo prompts "
@@ -93,6 +94,34 @@ def goals(data: dict) -> list[str]:
     per = ", ".join(f"{r['kind']} {min(r['min'], r['first']):.2f}x" for r in d["rows"])
     out.append(f"| `auto` >= {DEMO_GOAL}x plain on every demo prompt (every run) | worst run per prompt: {per} | "
                f"{verdict(d['worst'] >= DEMO_GOAL)} |")
+    return out + ([head_goal(data["head"])] if "head" in data else [])
+
+
+def head_ratio(result: dict, cat: str) -> float:
+    """`auto`'s speedup over `auto[-head]`'s on `cat` (each over the plain runs beside it, one interleaved run)."""
+    return rows(result, "auto")[cat]["speedup"] / rows(result, NO_HEAD)[cat]["speedup"]
+
+
+def head_goal(result: dict) -> str:
+    """Issue #52's goal line: conversation (mt_bench) and qa with the head >= HEAD_GOAL x the tree without it."""
+    have = [c for c in HEAD_CATS if c in rows(result, "auto") and c in rows(result, NO_HEAD)]
+    got = "; ".join(f"{c} {head_ratio(result, c):.2f}x" for c in have) or "not measured"
+    ok = len(have) == len(HEAD_CATS) and all(head_ratio(result, c) >= HEAD_GOAL for c in have)
+    same = all(r["identical"] == r["prompts"] for r in result["rows"] if r["method"] in ("auto", NO_HEAD))
+    return (f"| #52: conversation (mt_bench) and qa with the head >= {HEAD_GOAL}x the tree without it (fp32), outputs "
+            f"identical | {got} (`auto` / `{NO_HEAD}`); outputs {'identical' if same else 'NOT identical'} | "
+            f"{verdict(ok and same)} |")
+
+
+def head_table(result: dict) -> list[str]:
+    """Per category: n-gram, auto without the head, auto with it (speedup over plain, MAT), and with / without."""
+    ng, no, yes = rows(result, "ngram"), rows(result, NO_HEAD), rows(result, "auto")
+    out = ["| category | ngram | auto without the head (`auto[-head]`) | auto with the head | with / without |",
+           "|---|---|---|---|---|"]
+    for c in cats(result) + ["overall"]:
+        cells = [f"{r[c]['speedup']:.2f}x ({r[c]['mat']:.2f})" if c in r else "-" for r in (ng, no, yes)]
+        ratio = f"{head_ratio(result, c):.2f}x" if c in no and c in yes else "-"
+        out.append(f"| {c} | " + " | ".join(cells) + f" | {ratio} |")
     return out
 
 
@@ -131,6 +160,10 @@ def section(data: dict) -> str:
     lines += ["", "### Measured (this CPU, SmolLM2-135M-Instruct from its Q4_1 GGUF)", ""]
     for label in ("fp32", "int4", "self"):
         lines += table(data[label], NAMES[label]) + [""]
+    if "head" in data:
+        lines += table(data["head"], NAMES["head"]) + ["", "The draft head's share (issue #52): the same bundle's `auto` "
+                  "without the head (`--auto-sources=-head`) and with it, one interleaved run; cells: speedup over "
+                  "plain (MAT); with / without = the ratio of their speedups.", ""] + head_table(data["head"]) + [""]
     cs = ORDER
     lines += ["### Published: other hardware, another model", "",
               f"{SOURCE}: one NVIDIA A100 80GB, Vicuna-7B-v1.3 in FP16, greedy, batch 1. **Not comparable with the "

@@ -9,10 +9,14 @@ measurement the section states, each by the command a user would run, then the s
    the fp32 bundle, as a question file of one category (`--suite spec-bench:FILE`): ngram and auto;
 3. `auto` vs plain on `specrt demo`'s prompts (scripts/demo_prompts_bench.py) on the fp32 bundle;
 4. the measured cost of a target pass of S rows, T(S)/T(1) for S = 1 .. max draft tokens + 1 at a past of 300
-   (specrt/bench/measure.py verify_curve), per bundle, and the draft model's step against the target's.
+   (specrt/bench/measure.py verify_curve), per bundle, and the draft model's step against the target's;
+5. optional (issue #52), with --head B or env SPEC_HEAD=B (the fp32 target compiled with its fused draft head): one
+   interleaved run of `specrt bench B --suite spec-bench --methods 'ngram,auto[-head],auto'`: auto without the head
+   (`--auto-sources=-head`) and with it, each its own row.
 
     python scripts/spec_bench_section.py --fp32 B --int4 B --self B [--per-category 4] [--max-new-tokens 128]
         [--open-per-category 12] [--demo-repeats 5] [--out benchmarks] [--markdown benchmarks/sections/spec_bench.md]
+        [--head B]         (default: env SPEC_HEAD; unset: no head bundle)
         [--compose-only]   (only the section, from the JSON files a previous run wrote)
         [--resume]         (keep the JSON files an interrupted run already wrote; measure the rest)
 """
@@ -31,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 OPEN_PROMPTS = ROOT / "benchmarks" / "head_fresh_prompts.txt"
-METHODS = {"fp32": "ngram,recycle,auto", "int4": "ngram,recycle,auto", "self": "ngram,recycle,draft,hybrid,auto"}
+METHODS = {"fp32": "ngram,recycle,auto", "int4": "ngram,recycle,auto", "self": "ngram,recycle,draft,hybrid,auto",
+           "head": "ngram,auto[-head],auto"}  # head: auto without its draft head and with it (issue #52)
 
 
 def run(cmd: list[str], log: list[str], done: Path | None = None) -> None:
@@ -78,6 +83,8 @@ def main() -> None:
     ap.add_argument("--fp32", required=True, help="fp32 target-only bundle (with the tree mask input)")
     ap.add_argument("--int4", required=True, help="the same target compiled with --quantize int4")
     ap.add_argument("--self", dest="self_", required=True, help="the fp32 target compiled with --draft self:int4")
+    ap.add_argument("--head", default=os.environ.get("SPEC_HEAD") or None,
+                    help="the fp32 target compiled with its fused draft head (default: env SPEC_HEAD; unset: skipped)")
     ap.add_argument("--per-category", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--open-per-category", type=int, default=12, help="open chat prompts (of 12)")
@@ -95,6 +102,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     files = {label: out / f"spec_bench_{label}.json" for label in bundles}
     files.update({f"{label}_free": out / f"spec_bench_{label}_free.json" for label in bundles})
+    if args.head:  # after the free-rows files: only the three bundles above have those
+        bundles["head"] = args.head
+        files["head"] = out / "spec_bench_head.json"
     files.update(open=out / "spec_bench_open_fp32.json", demo=out / "spec_bench_demo.json",
                  costs=out / "spec_bench_row_costs.json", meta=out / "spec_bench_meta.json")
     if not args.compose_only:
@@ -105,6 +115,8 @@ def main() -> None:
         for label, bundle in bundles.items():
             run([args.specrt, "bench", bundle, "--suite", "spec-bench", *sized, "--methods", METHODS[label],
                  "--json", files[label], "--quiet"], log, keep(files[label]))
+            if label == "head":
+                continue
             run([args.specrt, "bench", bundle, "--suite", "spec-bench", *sized, "--free-rows",
                  "--json", files[f"{label}_free"], "--quiet"], log, keep(files[f"{label}_free"]))
         questions = open_questions(OPEN_PROMPTS, out / "spec_bench_open_questions.jsonl")
@@ -115,7 +127,8 @@ def main() -> None:
              str(args.demo_repeats), "--max-new-tokens", str(args.max_new_tokens), "--json", files["demo"]], log,
             keep(files["demo"]))
         if not (args.resume and files["costs"].is_file()):
-            files["costs"].write_text(json.dumps(row_costs(bundles), indent=2) + "\n", encoding="utf-8")
+            costed = {label: b for label, b in bundles.items() if label != "head"}  # the head's target is fp32's
+            files["costs"].write_text(json.dumps(row_costs(costed), indent=2) + "\n", encoding="utf-8")
         from specrt.bench.measure import cpu_model
 
         meta = {"command": "python scripts/spec_bench_section.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),

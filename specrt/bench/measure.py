@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from specrt.bench.method_label import request_options
 from specrt.runtime.sampling import SamplingParams
 from specrt.runtime.stats import GenerationStats
 
@@ -46,7 +47,8 @@ def settle() -> None:
 def run_once(gen, prompt_ids: np.ndarray, max_new_tokens: int, method: str, k: int | str,
              params: SamplingParams, proposer=None) -> Run:
     """One generation through `Generator.stream_tokens` (the users' code path, with the generator's lock).
-    method "none" = plain; `proposer` overrides the method's own (e.g. replay)."""
+    method "none" = plain, or a label auto[SOURCES] (method_label.py); `proposer` overrides the method's own
+    (e.g. replay)."""
     steps: list[tuple[int, int, int]] = []
     ids: list[int] = []
     stats = None
@@ -56,8 +58,8 @@ def run_once(gen, prompt_ids: np.ndarray, max_new_tokens: int, method: str, k: i
         options.update(method="none")
     elif proposer is not None:
         options.update(proposer=proposer, num_speculative_tokens=k)
-    else:
-        options.update(method=method, num_speculative_tokens=k)
+    else:  # a method or a label auto[SOURCES] (method_label.py)
+        options.update(request_options(method), num_speculative_tokens=k)
     for chunk, stats in gen.stream_tokens(prompt_ids, max_new_tokens, **options):
         ids.extend(chunk)
     return Run(ids, stats, steps)

@@ -22,6 +22,7 @@ import numpy as np
 from specrt.core.errors import InvalidArgument
 from specrt.bench import aggregate, measure, suites, ttft
 from specrt.bench.aggregate import Config, Sample
+from specrt.bench.method_label import check_labels
 
 SCHEMA = "specrt.bench/1"
 TOP_KEYS = ("schema", "command", "machine", "settings", "prompts", "verify_cost", "results", "memory", "peer",
@@ -82,8 +83,7 @@ def build_configs(gen, settings: BenchSettings) -> list[Config]:
     for m in methods:
         if m == "none":
             continue
-        if m not in gen.methods:
-            raise InvalidArgument(f"method {m!r} is not available in this bundle (it has: {', '.join(gen.methods)})")
+        check_labels(gen, [m])  # a method, or auto[SOURCES] (method_label.py)
         heads = gen.manifest.medusa.num_heads if m == "medusa" else None
         for k in settings.ks:
             k = min(int(k), heads) if heads and k != "auto" else k  # medusa drafts at most one token per head

@@ -19,6 +19,20 @@ def method_option(default: str | None = None, *, allow_none: bool = True, help_t
                                             "measured goodput; hybrid in a bundle with a draft head only)."))
 
 
+def methods_option(ctx, param, value) -> tuple[str, ...] | None:
+    """`specrt bench --methods`: labels split at the commas outside brackets (specrt/bench/method_label.py)."""
+    from specrt.bench.method_label import LABEL, split_labels
+
+    if value is None:
+        return None
+    labels = split_labels(str(value))
+    for label in labels:
+        if "[" in label and not LABEL.match(label):
+            raise click.BadParameter(f"{label!r}: only method auto takes sources in brackets, e.g. auto[-head] or "
+                                     "auto[ngram,recycle]")
+    return labels
+
+
 class BatchSize(click.ParamType):
     """--max-batch: an integer >= 0 or 'auto'."""
 

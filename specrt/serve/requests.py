@@ -83,7 +83,8 @@ def _speculation(body: Any, config: ServeConfig) -> dict[str, Any]:
     method = (spec.method if spec else None) or config.method
     k = spec.num_speculative_tokens if spec and spec.num_speculative_tokens is not None \
         else config.num_speculative_tokens
-    return {"method": method, "num_speculative_tokens": k}
+    sources = spec.auto_sources if spec else None  # runtime/proposers/auto_sources.py
+    return {"method": method, "num_speculative_tokens": k, **({"auto_sources": sources} if sources is not None else {})}
 
 
 def _constraint(body: Any, gen: Any) -> dict[str, Any]:
@@ -108,7 +109,8 @@ def _constraint(body: Any, gen: Any) -> dict[str, Any]:
     return {"constraint": spec}
 
 
-_PARAMS = {"method": "speculative.method", "num_speculative_tokens": "speculative.num_speculative_tokens"}
+_PARAMS = {"method": "speculative.method", "num_speculative_tokens": "speculative.num_speculative_tokens",
+           "auto_sources": "speculative.auto_sources"}
 COMPLETION_MAX_LOGPROBS = 5  # OpenAI's limit on /v1/completions (chat: top_logprobs up to 20)
 
 

@@ -4,7 +4,8 @@ Unknown OpenAI fields (`user`, `metadata`, ...) are ignored, as vLLM does; field
 output but are not implemented (`echo`, `best_of`, tools) get a 400 (guards.py). The one extension is
 `speculative` (vLLM-style extra body field; the openai client sends it with `extra_body=`):
 
-    {"speculative": {"method": "draft" | "ngram" | "hybrid" | ..., "num_speculative_tokens": 5 | "auto"}}
+    {"speculative": {"method": "draft" | "ngram" | "hybrid" | ..., "num_speculative_tokens": 5 | "auto",
+                     "auto_sources": "ngram,recycle" | "-head" | [...]}}   (method auto's sources, docs/drafting.md)
 
 The methods a request may name are the ones the served bundle runs (`request_models`, the list /v1/models
 advertises as `speculative_methods`): the app's request schema (and /openapi.json) is built from them.
@@ -34,6 +35,7 @@ class SpeculativeOptions(BaseModel):
 
     method: Optional[Literal[METHODS]] = None  # narrowed to the served bundle's methods by `request_models`
     num_speculative_tokens: Union[StrictInt, Literal["auto"], None] = None
+    auto_sources: Union[StrictStr, list[StrictStr], None] = None  # method auto's ("ngram,recycle", "-head"; None: all)
 
 
 class JsonSchemaFormat(BaseModel):

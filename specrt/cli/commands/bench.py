@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from specrt.cli.main import KType, echo_json, handle_errors, main
-from specrt.cli.options import backend_option
+from specrt.cli.options import backend_option, methods_option
 
 
 def _csv(kind, name: str):
@@ -35,9 +35,9 @@ def _csv(kind, name: str):
               help="--suite spec-bench[:FILE] (Spec-Bench's questions, per-category table): questions per category.")
 @click.option("--free-rows", is_flag=True, help="--suite spec-bench: method auto with every verify pass priced as one "
               "row (T(S) = T(1)) up to its node cap (--k, default the bundle's max draft tokens): the MAT only.")
-@click.option("--methods", default=None, callback=_csv(str, "methods"),
-              help="Comma-separated: draft,hybrid,ngram,medusa,head,hybrid-head,recycle,auto (default: every method the "
-                   "bundle has; plain is always run).")
+@click.option("--methods", default=None, callback=methods_option,
+              help="Comma-separated: draft,hybrid,ngram,medusa,head,hybrid-head,recycle,auto, or auto[SOURCES] (auto with "
+                   "--auto-sources SOURCES, e.g. 'auto[-head]': its own row); default: every method the bundle has.")
 @click.option("--k", "ks", default="1,2,4,8,auto", show_default=True,
               callback=_csv(lambda v: KType().convert(v, None, None), "integers or 'auto'"))
 @click.option("--max-new-tokens", default=96, show_default=True, type=int)

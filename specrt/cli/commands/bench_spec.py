@@ -20,6 +20,7 @@ def spec_bench_suite(bundle, suites, methods, ks, max_new_tokens, per_category, 
                      title, quiet, free_rows: bool = False) -> None:
     """Runs the suite; prints the table (Markdown), writes --markdown / --json when given. `free_rows`: method auto
     with every pass priced as one row (runtime/proposers/auto.py `use_free_rows`), MAT only."""
+    from specrt.bench.method_label import check_labels
     from specrt.bench.spec_bench import load_questions, markdown, pick, run_spec_bench
     from specrt.core.errors import InvalidArgument
     from specrt.runtime import load
@@ -38,10 +39,7 @@ def spec_bench_suite(bundle, suites, methods, ks, max_new_tokens, per_category, 
     questions = load_questions(Path(path) if path else None)  # a bad file fails before the bundle loads
     gen = load(bundle, backend=backend, threads=threads)
     methods = ["auto"] if free_rows else [m for m in (methods or gen.methods) if m != "none"]
-    for m in methods:
-        if m not in gen.methods:
-            raise InvalidArgument(f"method {m!r} is not available with this bundle; choose from "
-                                  f"{', '.join(gen.methods)}")
+    check_labels(gen, methods)  # a method, or auto[SOURCES] (specrt/bench/method_label.py)
     picked, skipped = pick(gen, questions, per_category, max_new_tokens)
     if not picked:
         raise InvalidArgument(f"no question fits the bundle's context ({gen.max_seq_len} tokens) with "
