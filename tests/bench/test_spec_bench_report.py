@@ -96,3 +96,56 @@ def test_a_section_from_real_spec_bench_runs(target_only_bundle, tmp_path):
     text = report.section(d)
     assert "| fp32 target only, default method (`auto`): mean >= 1.7x |" in text
     assert "#### fp32, target only" in text and "| recycle |" in text
+
+
+def with_head(auto: float, identical: bool = True) -> dict:
+    """data() plus the head bundle's run (issue #52): ngram, auto without the head, auto with it."""
+    d = data()
+    d["head"] = result({"ngram": (1.1, 1.2), "auto[-head]": (1.2, 1.3), "auto": (auto, 1.8)}, identical=identical)
+    return d
+
+
+def test_the_head_bundle_gets_its_table_and_the_52_goal_line():
+    text = report.section(with_head(1.56))
+    assert "#### fp32 with its fused draft head (`--draft head:DIR`)" in text
+    assert "| auto[-head] | 1.20x (1.30) |" in text  # the standard table, a row per label
+    # the per-category comparison: ngram, without, with, with / without (1.56 / 1.20 = 1.30)
+    assert "| mt_bench | 1.10x (1.20) | 1.20x (1.30) | 1.56x (1.80) | 1.30x |" in text
+    assert "| qa | 1.10x (1.20) | 1.20x (1.30) | 1.56x (1.80) | 1.30x |" in text
+    line = goal_lines(text)["| #52: conversation (mt_bench) and qa with the head >= 1.25x the tree without it (fp32), "
+                            "outputs identical"]
+    assert "mt_bench 1.30x; qa 1.30x" in line and "**met**" in line
+    slower = goal_lines(report.section(with_head(1.32)))
+    line = slower["| #52: conversation (mt_bench) and qa with the head >= 1.25x the tree without it (fp32), "
+                  "outputs identical"]
+    assert "mt_bench 1.10x; qa 1.10x" in line and "**not met**" in line
+    differs = goal_lines(report.section(with_head(1.56, identical=False)))
+    assert "**not met**" in differs["| outputs identical to plain on every question"]
+    assert "NOT identical" in differs["| #52: conversation (mt_bench) and qa with the head >= 1.25x the tree without "
+                                      "it (fp32), outputs identical"]
+
+
+def test_no_head_bundle_no_head_lines():
+    text = report.section(data())
+    assert "#52" not in text and "draft head" not in text
+
+
+def test_the_section_script_composes_the_head_run(tmp_path):
+    """scripts/spec_bench_section.py --compose-only with SPEC_HEAD set reads spec_bench_head.json; unset, ignores it."""
+    import os
+    import subprocess
+
+    d = with_head(1.56)
+    names = {"open": "spec_bench_open_fp32.json", "demo": "spec_bench_demo.json", "costs": "spec_bench_row_costs.json",
+             "meta": "spec_bench_meta.json"}
+    for key, value in d.items():
+        (tmp_path / names.get(key, f"spec_bench_{key}.json")).write_text(json.dumps(value))
+    script = Path(__file__).resolve().parents[2] / "scripts" / "spec_bench_section.py"
+    args = [sys.executable, str(script), "--fp32", "a", "--int4", "b", "--self", "c", "--out", str(tmp_path),
+            "--compose-only"]
+    for head, md in (("h", tmp_path / "with.md"), ("", tmp_path / "without.md")):
+        env = dict(os.environ, SPEC_HEAD=head)
+        r = subprocess.run(args + ["--markdown", str(md)], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+    assert "| #52: conversation (mt_bench) and qa" in (tmp_path / "with.md").read_text()
+    assert "#52" not in (tmp_path / "without.md").read_text()
