@@ -124,7 +124,10 @@ def resolve_request(gen, public: str, max_new_tokens: int | None, request: Gener
     if request.auto_sources is not None:  # explicit from here on (proposers/auto_sources.py)
         from specrt.runtime.proposers.auto_sources import available, resolve
 
-        request = request.replace(auto_sources=resolve(request.auto_sources, available(gen)))
+        try:
+            request = request.replace(auto_sources=resolve(request.auto_sources, available(gen)))
+        except InvalidArgument as exc:  # naming the field (the server's `param`)
+            raise RequestFieldError("auto_sources", str(exc)) from None
     return request
 
 

@@ -108,8 +108,11 @@ class GenerationRequest:
             raise RequestFieldError("method", f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
         object.__setattr__(self, "num_speculative_tokens", parse_k(self.num_speculative_tokens))
         object.__setattr__(self, "stop", self._check_stop(self.stop))
-        object.__setattr__(self, "auto_sources", parse_sources(self.auto_sources))
-        check_method(self.auto_sources, self.method)
+        try:
+            object.__setattr__(self, "auto_sources", parse_sources(self.auto_sources))
+            check_method(self.auto_sources, self.method)
+        except InvalidArgument as exc:
+            raise RequestFieldError("auto_sources", str(exc)) from None
         if self.ngram_min is not None or self.ngram_max is not None:
             check_sizes(DEFAULT_MIN_N if self.ngram_min is None else self.ngram_min,
                         DEFAULT_MAX_N if self.ngram_max is None else self.ngram_max)

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from specrt.core.errors import InvalidArgument
+
 SOURCES = ("ngram", "recycle", "draft", "head")
 BATCH_SOURCES = ("ngram", "recycle")
 NEEDS = {"draft": "a bundle compiled with --draft", "head": "a bundle compiled with --draft head:DIR"}
-FIELD = "auto_sources"
+FIELD = "auto_sources"  # the request field: callers raise these errors as RequestFieldError(FIELD, ...)
 
 
 def _error(message: str) -> Exception:
-    from specrt.runtime.request import RequestFieldError
-
-    return RequestFieldError(FIELD, message)
+    return InvalidArgument(message)
 
 
 def parse_sources(value: Any) -> tuple[str, ...] | None:
