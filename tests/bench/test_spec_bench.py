@@ -130,3 +130,23 @@ def test_each_method_starts_from_the_table_its_own_runs_left(target_only_bundle,
         changed += not np.array_equal(before, after)
         last[method] = after
     assert changed > 0  # the runs did refresh the table: the check above is not vacuous
+
+
+def test_auto_source_labels_are_rows_of_one_run(target_only_bundle, tmp_path):
+    """--methods 'ngram,auto[ngram],auto' (specrt/bench/method_label.py): auto with auto_sources=ngram is its own row;
+    a label with sources the bundle lacks, or brackets on another method, is one clear line before anything runs."""
+    path = tmp_path / "q.jsonl"
+    path.write_text("\n".join(json.dumps(q) for q in TINY) + "\n")
+    out = tmp_path / "r.json"
+    r = run_cli("bench", target_only_bundle, "--suite", f"spec-bench:{path}", "--per-category", "1",
+                "--methods", "ngram,auto[ngram],auto", "--max-new-tokens", "6", "--json", out, "--quiet")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(out.read_text())
+    assert result["methods"] == ["ngram", "auto[ngram]", "auto"]
+    assert {row["method"] for row in result["rows"]} == {"ngram", "auto[ngram]", "auto"}
+    assert all(run["identical"] for run in result["runs"])
+    for methods, says in (("auto[head]", "error: --methods auto[head]: auto source 'head' is not available"),
+                          ("ngram[x]", "only method auto takes sources in brackets"),
+                          ("auto[bogus]", "error: --methods auto[bogus]: unknown auto source 'bogus'")):
+        r = run_cli("bench", target_only_bundle, "--suite", f"spec-bench:{path}", "--methods", methods, "--quiet")
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (methods, r.stderr)
