@@ -15,12 +15,14 @@ accepted tokens per target pass, the bonus token included, 1.00 for plain) = tok
 that learn across requests (recycle's table) keep what earlier questions taught them, as in a server; no
 question is run twice by a method before it is measured. The bundle's successor table is one per loaded bundle,
 shared by `recycle` and `auto`: each method here gets its own copy of it (`MethodTables`), so a method never
-starts a question from a table another method has just refreshed on that very question's answer.
+starts a question from a table another method has just refreshed on that very question's answer; labels of auto
+(`auto[-head]`, `auto`) get their own copy of auto's learned state too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 from pathlib import Path
 from typing import Any, Callable
@@ -146,13 +148,21 @@ def run_spec_bench(gen, methods: list[str], questions: list[Question], max_new_t
 
 class MethodTables:
     """Per method its own state of the bundle's successor table (runtime/proposers/recycle_table.py `table_for`):
-    `with tables.of(m):` loads m's copy into the shared table and keeps what m's run taught it."""
+    `with tables.of(m):` loads m's copy into the shared table and keeps what m's run taught it. Labels of method auto
+    (`auto`, `auto[-head]`: method_label.py) get their own copy of auto's state as well (its pass costs and acceptance
+    estimates, runtime/proposers/auto.py `state_for`), each from the state the bundle had when the run began (the
+    free-rows one under --free-rows): auto with and without a source learn apart, as each would alone."""
 
     def __init__(self, gen, methods: list[str]) -> None:
+        from specrt.bench.method_label import request_options
+        from specrt.runtime.proposers import auto
         from specrt.runtime.proposers.recycle_table import table_for
 
-        self.table = table_for(gen)
+        self.gen, self.table = gen, table_for(gen)
         self.own = {m: self.table.succ.copy() for m in methods}  # [V, K] each
+        autos = [m for m in methods if request_options(m)["method"] == "auto"]
+        first = auto.state_for(gen) if autos else None
+        self.states = {m: first if i == 0 else copy.deepcopy(first) for i, m in enumerate(autos)}
 
     @contextlib.contextmanager
     def of(self, method: str):
@@ -161,6 +171,11 @@ class MethodTables:
             return
         with self.table.lock:
             self.table.succ[:] = self.own[method]
+        if method in self.states:
+            from specrt.runtime.proposers import auto
+
+            with auto._STATES_LOCK:
+                auto._STATES[self.gen] = self.states[method]
         try:
             yield
         finally:

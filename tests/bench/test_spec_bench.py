@@ -150,3 +150,26 @@ def test_auto_source_labels_are_rows_of_one_run(target_only_bundle, tmp_path):
                           ("auto[bogus]", "error: --methods auto[bogus]: unknown auto source 'bogus'")):
         r = run_cli("bench", target_only_bundle, "--suite", f"spec-bench:{path}", "--methods", methods, "--quiet")
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (methods, r.stderr)
+
+
+def test_each_auto_label_learns_its_own_estimates(target_only_bundle):
+    """auto[ngram] and auto in one run each keep their own auto state (pass costs, acceptance estimates): the
+    successor table's candidates are scored only in auto's, never in auto[ngram]'s (which proposes none)."""
+    from specrt.bench.spec_bench import MethodTables
+    from specrt.runtime import load
+    from specrt.runtime.proposers.auto import state_for
+
+    gen = load(target_only_bundle, threads=1)
+    prompt = "the cat sat on the mat and the cat sat on the"
+    gen.generate(prompt, 24, method="recycle")  # the table learns this answer's successors (each label's copy too)
+    tables = MethodTables(gen, ["ngram", "auto[ngram]", "auto"])
+    states = {}
+    for label, sources in (("auto[ngram]", "ngram"), ("auto", None)):
+        with tables.of(label):
+            gen.generate(prompt, 24, auto_sources=sources)
+            states[label] = state_for(gen)
+    with tables.of("auto[ngram]"):
+        assert state_for(gen) is states["auto[ngram]"]  # kept across its runs
+    assert states["auto[ngram]"] is not states["auto"]
+    sources = {label: {key[0] for key in s.stats.counts} for label, s in states.items()}
+    assert sources["auto"] & {"table", "tablep"} and not sources["auto[ngram]"] & {"table", "tablep"}, sources
