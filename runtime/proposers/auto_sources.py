@@ -26,10 +26,6 @@ NEEDS = {"draft": "a bundle compiled with --draft", "head": "a bundle compiled w
 FIELD = "auto_sources"  # the request field: callers raise these errors as RequestFieldError(FIELD, ...)
 
 
-def _error(message: str) -> Exception:
-    return InvalidArgument(message)
-
-
 def parse_sources(value: Any) -> tuple[str, ...] | None:
     """A comma-separated string or a sequence of names -> their tuple (in the order given, once each); None stays
     None. Unknown names, an empty list, and inclusions mixed with exclusions ('-name') are refused."""
@@ -40,16 +36,16 @@ def parse_sources(value: Any) -> tuple[str, ...] | None:
     elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         items = [v.strip() for v in value]
     else:
-        raise _error(f"auto_sources must be a comma-separated string or a list of source names, got {value!r}")
+        raise InvalidArgument(f"auto_sources must be a comma-separated string or a list of source names, got {value!r}")
     items = [v for v in items if v]
     if not items:
-        raise _error(f"auto_sources must name at least one source of {', '.join(SOURCES)}, got {value!r}")
+        raise InvalidArgument(f"auto_sources must name at least one source of {', '.join(SOURCES)}, got {value!r}")
     for v in items:
         if v.lstrip("-") not in SOURCES or v.startswith("--"):
-            raise _error(f"unknown auto source {v!r}; choose from {', '.join(SOURCES)} (a leading '-' leaves one out)")
+            raise InvalidArgument(f"unknown auto source {v!r}; choose from {', '.join(SOURCES)} (a leading '-' leaves one out)")
     excluded = [v.startswith("-") for v in items]
     if any(excluded) and not all(excluded):
-        raise _error(f"auto_sources either names the sources to use or, each with a leading '-', those to leave "
+        raise InvalidArgument(f"auto_sources either names the sources to use or, each with a leading '-', those to leave "
                      f"out, not both: got {','.join(items)}")
     return tuple(dict.fromkeys(items))
 
@@ -76,24 +72,23 @@ def resolve(spec: tuple[str, ...] | None, have: tuple[str, ...]) -> tuple[str, .
         name = v.lstrip("-")
         if name not in have:
             needs = f" (it needs {NEEDS[name]})" if name in NEEDS else ""
-            raise _error(f"auto source {name!r} is not available with this bundle{needs}; its auto sources: "
+            raise InvalidArgument(f"auto source {name!r} is not available with this bundle{needs}; its auto sources: "
                          f"{', '.join(have)}")
     chosen = tuple(s for s in have if f"-{s}" not in spec) if spec[0].startswith("-") else spec
     if not chosen:
-        raise _error(f"auto_sources={','.join(spec)} leaves auto no source: use method 'none' for plain decoding")
+        raise InvalidArgument(f"auto_sources={','.join(spec)} leaves auto no source: use method 'none' for plain decoding")
     return tuple(s for s in SOURCES if s in chosen)
 
 
 def check_method(spec: tuple[str, ...] | None, method: str | None) -> None:
     """auto_sources applies to method auto (None: the default, auto)."""
     if spec is not None and method not in (None, "auto"):
-        raise _error(f"auto_sources applies to method 'auto', got method {method!r}")
+        raise InvalidArgument(f"auto_sources applies to method 'auto', got method {method!r}")
 
 
 def batch_sources(spec: tuple[str, ...] | None) -> frozenset[str]:
     """The sources the batch's `auto` uses for a resolved request (runtime/batch/trees.py)."""
-    chosen = frozenset(BATCH_SOURCES if spec is None else spec) & frozenset(BATCH_SOURCES)
-    return chosen
+    return frozenset(BATCH_SOURCES if spec is None else spec) & frozenset(BATCH_SOURCES)
 
 
 def batch_refusal(spec: tuple[str, ...] | None) -> str:
