@@ -11,7 +11,6 @@ import dataclasses
 
 import numpy as np
 
-from specrt.core.errors import InvalidArgument
 from specrt.runtime.batch import trees as tree_offers
 from specrt.runtime.batch.failures import guarded
 from specrt.runtime.batch.family import FUSED, PACKED
@@ -206,7 +205,7 @@ def _proposal(s: BatchSequence, k: int, free: Proposal | None, offer, chain_only
         prop = s.proposer.propose(s.tokens, s.n, k)
     ids, vocab = prop.token_ids, getattr(s.target, "vocab_size", None)
     if ids.size and vocab is not None and not (0 <= int(ids.min()) and int(ids.max()) < vocab):
-        # a packed pass over every request would fail on it: this request fails alone
-        raise InvalidArgument(f"the {s.method} proposer drafted token ids outside the vocabulary [0, {vocab}): "
+        # a packed pass over every request would fail on it: this request fails alone (a bug, not the client's: 500)
+        raise RuntimeError(f"the {s.method} proposer drafted token ids outside the vocabulary [0, {vocab}): "
                               f"{ids.tolist()}")
     return tree_or_chain(prop, k, s.target, chain)
