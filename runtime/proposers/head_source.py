@@ -66,8 +66,8 @@ class HeadSource(DraftSource):
         return calls
 
     def observe(self, n: int, target_hidden: np.ndarray | None = None) -> None:
-        """tokens[:n] committed: the verify pass (from position self._n - 1) gave the features of its first
-        n - self._n rows, now committed."""
+        """tokens[:n] committed: the verify pass's rows of the newly committed positions are queued (bounded:
+        head_features.py)."""
         self.features.add(n, target_hidden)
 
 
