@@ -12,6 +12,7 @@ from typing import Callable
 
 import numpy as np
 
+from specrt.runtime.batch.failures import guarded
 from specrt.runtime.batch.plan import BatchedTokenPass, Chunk, Decode, OwnPass, PrefillPass
 from specrt.runtime.batch.protocol import KVPool, PassCall
 from specrt.runtime.batch.sequence import BatchSequence
@@ -26,13 +27,15 @@ class Passes:
 
     def run(self, p):
         """Execute one pass -> its outputs (logits rows; with the seconds of a prompt chunk's pass)."""
-        if isinstance(p, OwnPass):  # the single-sequence verify (runtime/step.py), a tree's too
-            return verify(p.decode.seq, p.decode.proposal.token_ids, p.decode.proposal.parents)  # [k + 1, V]
+        if isinstance(p, OwnPass):  # the single-sequence verify (runtime/step.py), a tree's too; None: it failed
+            return guarded(p.decode.seq, verify, p.decode.seq, p.decode.proposal.token_ids,
+                           p.decode.proposal.parents)  # [k + 1, V]
         if isinstance(p, BatchedTokenPass):
             return self.pool.decode_batch(np.array([d.seq.tokens[d.seq.n - 1] for d in p.decodes], np.int64))
         t0 = time.perf_counter()
         if isinstance(p, PrefillPass):
-            return p.chunk.seq.target.forward_last(p.chunk.ids), time.perf_counter() - t0  # [V]
+            last = guarded(p.chunk.seq, p.chunk.seq.target.forward_last, p.chunk.ids)  # [V]
+            return last, time.perf_counter() - t0
         calls, written = [], []  # written: (sequence, its cache length once the pass has run)
         for d in p.decodes:
             s = d.seq
@@ -60,18 +63,18 @@ class Passes:
         """Commit one pass's outputs: the acceptance rule and commit of each request it verified, the prompt chunks'
         progress. Returns the decode tokens emitted."""
         if isinstance(p, OwnPass):
-            return self._accept(p.decode, out)
+            return guarded(p.decode.seq, self._accept, p.decode, out, default=0)
         if isinstance(p, BatchedTokenPass):
             return self._batched_token(p.decodes, out)
         if isinstance(p, PrefillPass):
-            self._prefilled(p.chunk, out[0], out[1])
+            guarded(p.chunk.seq, self._prefilled, p.chunk, out[0], out[1])
             return 0
         outs, seconds = out
         for d, logits in zip(p.decodes, outs):  # every verified row refreshes a successor table, as alone
-            _observe_verify(d.seq, d.proposal.token_ids, logits)
-        emitted = sum(self._accept(d, logits) for d, logits in zip(p.decodes, outs))
+            guarded(d.seq, _observe_verify, d.seq, d.proposal.token_ids, logits)
+        emitted = sum(guarded(d.seq, self._accept, d, logits, default=0) for d, logits in zip(p.decodes, outs))
         for c, logits in zip(p.chunks, outs[len(p.decodes):]):
-            self._prefilled(c, logits[0], seconds, counted=True)
+            guarded(c.seq, self._prefilled, c, logits[0], seconds, True)
         return emitted
 
     def _accept(self, d: Decode, logits: np.ndarray) -> int:
@@ -93,22 +96,25 @@ class Passes:
         """Each unfinished request gets one more token from its row of the batched pass ([B, V])."""
         emitted = 0
         for d, row in zip(decodes, rows):
-            s = d.seq
-            if s.finished:  # ended by its own pass this step: its row is discarded (its region is released)
+            if d.seq.finished:  # ended (or failed) by its own pass this step: its row is discarded (region released)
                 continue
-            if d.k and s.policy is not None:  # seeded, its step done by its own pass: a token more would draw a random
-                s.target.truncate(s.n - 1)  # number its run alone does not; the row is discarded
-                continue
-            s.stats.target_calls += 1
-            _observe_verify(s, s.tokens[:0], row[None])
-            nxt = pick_token(row, s.request.sampling, s.rng)
-            if d.k == 0:
-                s.stats.record_step(0, 0, 0, "")
-                _policy_update(s, 0, 0, 0)
-                if d.free is not None and d.free.token_ids.size:  # the free n-gram draft judged against the token
-                    s.observe_acceptance(1, int(int(d.free.token_ids[0]) == nxt))
-            emitted += self._commit(s, [nxt], 0)
+            emitted += guarded(d.seq, self._one_token, d, row, default=0)
         return emitted
+
+    def _one_token(self, d: Decode, row: np.ndarray) -> int:
+        s = d.seq
+        if d.k and s.policy is not None:  # seeded, its step done by its own pass: a token more would draw a random
+            s.target.truncate(s.n - 1)  # number its run alone does not; the row is discarded
+            return 0
+        s.stats.target_calls += 1
+        _observe_verify(s, s.tokens[:0], row[None])
+        nxt = pick_token(row, s.request.sampling, s.rng)
+        if d.k == 0:
+            s.stats.record_step(0, 0, 0, "")
+            _policy_update(s, 0, 0, 0)
+            if d.free is not None and d.free.token_ids.size:  # the free n-gram draft judged against the token
+                s.observe_acceptance(1, int(int(d.free.token_ids[0]) == nxt))
+        return self._commit(s, [nxt], 0)
 
     def _commit(self, s: BatchSequence, emitted: list[int], accepted: int) -> int:
         emitted = commit(s, emitted, accepted, self.gen.eos_ids)  # cut at EOS, truncate, the proposer observes

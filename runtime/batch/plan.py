@@ -12,6 +12,7 @@ import dataclasses
 import numpy as np
 
 from specrt.runtime.batch import trees as tree_offers
+from specrt.runtime.batch.failures import guarded
 from specrt.runtime.batch.family import FUSED, PACKED
 from specrt.runtime.batch.goodput import CostTable
 from specrt.runtime.batch.sequence import DRAFT_KIND, BatchSequence
@@ -119,7 +120,8 @@ def prepare(seqs: list[BatchSequence], costs: CostTable, capacity: int, trees: b
     first, so that k is capped by what matched, and acceptance is estimated per kind of proposal (n-gram: its match
     size; a draft model's: DRAFT_KIND, so that hybrid's n-gram judgements do not price its draft model, nor the
     reverse). A seeded request's k is its policy's, asked once per step (`forced_k`: prepare may run twice)."""
-    max_ks = [0 if s.proposer is None else max(0, min(s.max_k, s.remaining - 1, capacity - s.n - 1)) for s in seqs]
+    max_ks = [0 if s.proposer is None or getattr(s, "error", None) is not None
+              else max(0, min(s.max_k, s.remaining - 1, capacity - s.n - 1)) for s in seqs]
     for i, s in enumerate(seqs):
         if s.policy is not None:
             if s.forced_k is None:
@@ -128,7 +130,7 @@ def prepare(seqs: list[BatchSequence], costs: CostTable, capacity: int, trees: b
     free = []
     for i, (s, mk) in enumerate(zip(seqs, max_ks)):
         propose = getattr(s.proposer, "free_propose", None) if mk > 0 else None
-        f = propose(s.tokens, s.n, mk) if propose is not None else None
+        f = guarded(s, propose, s.tokens, s.n, mk) if propose is not None else None
         f = f.chain() if f is not None else None  # batched passes verify chains
         s.kind = s.proposer.matched if f is not None else (DRAFT_KIND if s.draft is not None else None)
         if f is not None:
@@ -147,7 +149,7 @@ def prepare(seqs: list[BatchSequence], costs: CostTable, capacity: int, trees: b
         o = None
         if max_ks[i] > 0 and s.policy is None and free[i] is None:
             cap = max_ks[i] if not trees else min(max_ks[i], max(s.target.tree_max_rows - 1, 1))
-            o = tree_offers.offer(s.proposer, s.tokens, s.n, cap)
+            o = guarded(s, tree_offers.offer, s.proposer, s.tokens, s.n, cap)
             if o is not None:
                 max_ks[i] = len(o.order)
         offers.append(o)
@@ -186,8 +188,14 @@ def decode(s: BatchSequence, k: int, free: Proposal | None, offer, chain_only: b
     """The request's part of the plan: its proposal for k drafts (the free one cut to k, the k nodes of its tree
     offer, else its proposer's). Trees only where not `chain_only` (own passes of the fused family on a target with
     trees: trees.py) and from the tree methods; else chains."""
-    if k == 0:
+    prop = guarded(s, _proposal, s, k, free, offer, chain_only) if k else None
+    if prop is None:  # k = 0, or its proposer raised: the request failed (failures.py) and leaves at retirement
         return Decode(s, 0, no_drafts(s.tokens), free)
+    s.stats.draft_calls += prop.calls
+    return Decode(s, k, prop, free)
+
+
+def _proposal(s: BatchSequence, k: int, free: Proposal | None, offer, chain_only: bool) -> Proposal:
     chain = chain_only or s.method not in tree_offers.TREE_METHODS
     if free is not None:
         prop = first(free, k)
@@ -195,6 +203,9 @@ def decode(s: BatchSequence, k: int, free: Proposal | None, offer, chain_only: b
         prop = tree_offers.proposal(s.proposer, offer, k, chain)
     else:
         prop = s.proposer.propose(s.tokens, s.n, k)
-    prop = tree_or_chain(prop, k, s.target, chain)
-    s.stats.draft_calls += prop.calls
-    return Decode(s, k, prop, free)
+    ids, vocab = prop.token_ids, getattr(s.target, "vocab_size", None)
+    if ids.size and vocab is not None and not (0 <= int(ids.min()) and int(ids.max()) < vocab):
+        # a packed pass over every request would fail on it: this request fails alone (a bug, not the client's: 500)
+        raise RuntimeError(f"the {s.method} proposer drafted token ids outside the vocabulary [0, {vocab}): "
+                              f"{ids.tolist()}")
+    return tree_or_chain(prop, k, s.target, chain)

@@ -32,7 +32,7 @@ from specrt.runtime.backends.ort.fused_runner import OrtFusedRunner
 from specrt.runtime.backends.ort.threads import shared_pool
 from specrt.runtime.batch.family import FUSED, PACKED, FamilyChooser
 from specrt.runtime.batch.goodput import CostTable
-from specrt.runtime.batch.passes import Passes
+from specrt.runtime.batch.passes import Passes, guarded
 from specrt.runtime.batch.plan import (BatchedTokenPass, Chunk, OwnPass, PackedRowsPass, PrefillPass, StepPlan,
                                        decode, prepare, request_ks)
 from specrt.runtime.batch.pool import RegionPool
@@ -130,7 +130,7 @@ class Scheduler:
             seq.n = seq.prompt_ids.size
             seq.target = self.targets.acquire()
             seq.rng = seq.request.sampling.rng()
-            seq.proposer = self._proposer(seq)
+            seq.proposer = guarded(seq, self._proposer, seq)  # (one that raises fails this request: failures.py)
             params = seq.request.sampling
             if seq.proposer is not None and params.seed is not None and not params.greedy:
                 # which random numbers a step draws depends on its k: a seeded request keeps the k schedule it has
@@ -244,7 +244,7 @@ class Scheduler:
         seq.tokens[seq.n] = first_token
         seq.n += 1
         if seq.proposer is not None and first_token not in self.gen.eos_ids:
-            seq.proposer.start(seq.tokens, seq.n, None)
+            guarded(seq, seq.proposer.start, seq.tokens, seq.n, None)
         seq.stats.new_tokens = 1
         self.prefilling.remove(seq)  # the oldest in prefill: its region is d, the first after the running ones
         self.passes.emit(seq, [first_token])
@@ -264,9 +264,9 @@ class Scheduler:
                 self.running.remove(s)
                 done.append((s, s.finished))
         for s in list(self.prefilling):
-            if s.cancel.is_set():
+            if s.cancel.is_set() or s.error is not None:
                 self.prefilling.remove(s)
-                done.append((s, "cancelled"))
+                done.append((s, "error" if s.error is not None else "cancelled"))
         # highest region first: freeing a region moves every region above it down one (a fused pool copies their
         # valid KV rows), so requests that end in the same step are freed without moving one another
         done.sort(key=lambda d: self.targets.region_of(d[0].target), reverse=True)
@@ -286,7 +286,7 @@ class Scheduler:
                 self.drafts.release(s.draft)
         s.target = s.draft = s.proposer = None
         s.finished = s.stats.finish_reason = reason
-        s.emit([], s)  # the end: an empty chunk with the final stats
+        s.emit([] if s.error is None else s.error, s)  # the end: an empty chunk with the final stats, or its error
 
     def abort_all(self, exc: BaseException, queued: Iterable[BatchSequence] = ()) -> None:
         """End every request held (running, in prefill, waiting, then `queued`: submitted, not added yet) with

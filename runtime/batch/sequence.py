@@ -48,6 +48,7 @@ class BatchSequence:
     policy: Any = None
     forced_k: int | None = None
     finished: str = ""  # finish reason once done
+    error: BaseException | None = None  # what ended it, raised in its part of a step (failures.py)
     # one prefill per prompt (shared_prompt.py): the sequence whose prefill it waits for, those waiting for its own,
     # its last prompt row's logits [V] once prefilled, and the donor's when its rows were copied (until it completes)
     donor: Any = None

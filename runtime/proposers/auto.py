@@ -207,14 +207,13 @@ class AutoProposer:
         path's weight is the product of its successors' confidences (RANK_PRIOR[rank] where the table has none).
         Popping (parent, rank) pushes its next sibling and its own first child: a row's confidences fall with rank,
         so the pops come heaviest first. A static rank template capped sure chains at depth 5 (24 nodes)."""
-        succ, conf = self.table.succ, self.table.conf
         rows: dict[int, tuple[list[int], list[float]]] = {}  # token -> its successors and their weights
 
         def row(tok: int) -> tuple[list[int], list[float]]:
             got = rows.get(tok)
-            if got is None:  # one numpy read per token, not per successor
-                cs = conf[tok].tolist()
-                got = rows[tok] = (succ[tok].tolist(), [PRIOR[r] if c != c else c for r, c in enumerate(cs)], cs)
+            if got is None:  # one read per token, not per successor (ids and confidences together: a lock)
+                ids, cs = self.table.entry(tok)
+                got = rows[tok] = (ids, [PRIOR[r] if c != c else c for r, c in enumerate(cs)], cs)
             return got
 
         heap = [(-row(root)[1][0], 0, -1, 1.0, root, 0, 1)]  # (-weight, tie, parent node, parent weight, head, rank,

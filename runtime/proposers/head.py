@@ -9,7 +9,8 @@ target's. Its KV cache holds one row per committed position whose target feature
 * `propose`: the head first runs over the queued features (one multi-row call, the last row guesses d_1),
   then k - 1 one-row calls on its own features;
 * `observe`: its draft rows are dropped (O(1): a length) and the verify pass's features of the newly
-  committed positions are queued. Steps it did not draft (k = 0, hybrid's n-gram branch) only queue.
+  committed positions are queued. Steps it did not draft (k = 0, hybrid's n-gram branch) only queue, at most the
+  newest WINDOW rows (head_features.py: past that its cache restarts there, as on a long prompt).
 
 Greedy drafts are argmaxes over the head's V' tokens (a point mass). Sampling drafts from the warped head
 distribution, zero outside V' (mapped to full-vocabulary ids): the rejection rule stays exact.
@@ -23,6 +24,7 @@ import numpy as np
 
 from specrt.runtime.backends.head import HeadRunner
 from specrt.runtime.proposers.base import CallClock, Proposal
+from specrt.runtime.proposers.head_features import FeatureQueue
 from specrt.runtime.sampling import SamplingParams, sample, warp
 
 
@@ -35,19 +37,14 @@ class HeadProposer:
         self.params = params
         self.rng = rng
         self.vocab = target_vocab
-        self._queued: list[np.ndarray] = []  # target features [rows, D] of committed positions not yet fed
-        self._base = 0  # position of head cache row 0
-        self._rows = 0  # head cache rows that hold committed positions (target features)
-        self._n = 0  # committed length at the last start / observe
+        self.features = FeatureQueue()  # target features of committed positions not yet fed, bounded
         self._clock = CallClock()  # an ordinary head call (a few rows): see `propose`
 
     def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None:
         if target_hidden is None:
             raise ValueError("the head proposer needs the target's hidden states (want_hidden=True)")
         self.runner.truncate(0)
-        rows = target_hidden.shape[0]  # the prefill's last chunk: positions n-1-rows .. n-2
-        self._base, self._rows, self._n = n - 1 - rows, 0, n
-        self._queued = [np.array(target_hidden, dtype=np.float32)]
+        self.features.start(target_hidden, n)
 
     def _pick(self, logits_row: np.ndarray, probs: np.ndarray | None, i: int) -> int:
         ids = self.runner.vocab_ids
@@ -59,15 +56,14 @@ class HeadProposer:
 
     def propose(self, tokens: np.ndarray, n: int, k: int) -> Proposal:
         r = self.runner
-        r.truncate(self._rows)  # drop the last proposal's draft rows
-        feats = self._queued[0] if len(self._queued) == 1 else np.concatenate(self._queued)
-        self._queued = []
-        first = self._base + self._rows  # position of the first queued feature
+        taken = self.features.take(r)  # the last proposal's draft rows dropped
+        if taken is None:  # no feature to draft from (none handed over since): a plain step
+            return Proposal.point_mass(np.empty(0, dtype=np.int64))
+        feats, first = taken  # first: the position of the first queued feature
         rows = feats.shape[0]  # 1 + the tokens accepted at the last step, more after steps the head sat out
         t0 = time.perf_counter()
         logits, hidden = r(feats, tokens[first + 1:n], first)
         first_s = time.perf_counter() - t0
-        self._rows += rows
         draft = np.empty(k, dtype=np.int64)
         probs = None if self.params.greedy else np.zeros((k, self.vocab), dtype=np.float64)
         draft[0] = self._pick(logits[-1], probs, 0)
@@ -91,8 +87,4 @@ class HeadProposer:
         return Proposal.sampled(draft, probs, calls=k, catch_up_s=catch_up_s)
 
     def observe(self, n: int, num_accepted: int, target_hidden: np.ndarray | None = None) -> None:
-        # the verify pass started at position self._n - 1: its first n - self._n rows are now committed
-        rows = n - self._n
-        if rows > 0:
-            self._queued.append(np.array(target_hidden[:rows], dtype=np.float32))
-        self._n = n
+        self.features.add(n, target_hidden)  # the verify pass's rows now committed

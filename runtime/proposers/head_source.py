@@ -9,8 +9,8 @@ choices where it is unsure, drafted only as deep as the sizing says its cost pay
 
 The head's bookkeeping is the `head` method's (proposers/head.py): its cache holds one row per committed position
 whose target feature it has read; the features of positions committed since its last call are queued and fed in
-its next call (so steps where it is not drafted cost a copy, no head call); draft rows read its own fed-back
-feature (a fused head: zero layers, as in training). A weak head's nodes stop being accepted, their running
+its next call (so steps where it is not drafted cost a copy, no head call; at most the newest WINDOW rows are kept,
+head_features.py); draft rows read its own fed-back feature (a fused head: zero layers, as in training). A weak head's nodes stop being accepted, their running
 estimates fall, and `depth` stops drafting it: it then costs nothing.
 """
 
@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from specrt.runtime.proposers.draft_source import DraftSource, add_choices
+from specrt.runtime.proposers.head_features import FeatureQueue
 
 
 class HeadSource(DraftSource):
@@ -28,34 +29,31 @@ class HeadSource(DraftSource):
 
     def __init__(self, runner, fixed: bool = False, cost_s: float = 0.0) -> None:
         super().__init__(runner, 0, fixed=fixed, cost_s=cost_s)
-        self._queued: list[np.ndarray] = []  # target features [rows, F] of committed positions not yet fed
-        self._base = 0  # position of head cache row 0
-        self._rows = 0  # head cache rows holding committed positions
-        self._n = 0  # committed length at the last start / observe
+        self.features = FeatureQueue()  # target features of committed positions not yet fed, bounded
 
     def start(self, tokens: np.ndarray, n: int, target_hidden: np.ndarray | None = None) -> None:
         if target_hidden is None:
             raise ValueError("the head source needs the target's hidden states (want_hidden=True)")
         self._tokens = tokens
         self.runner.truncate(0)
-        rows = target_hidden.shape[0]  # the prefill's last chunk: positions n-1-rows .. n-2
-        self._base, self._rows, self._n = n - 1 - rows, 0, n
-        self._queued = [np.array(target_hidden, dtype=np.float32)]
+        self.features.start(target_hidden, n)
 
     def _unseen(self, n: int) -> int:
-        return sum(q.shape[0] for q in self._queued)
+        return self.features.queued
+
+    def depth(self, *args) -> int:
+        return super().depth(*args) if self.features.queued else 0  # no feature to draft from: no call
 
     def extend(self, trie, keys, tokens: np.ndarray, n: int, d: int) -> int:
         """Run the head d calls deep from tokens[:n] (the first call feeds the queued features) and add its chain
         (and runners-up where unsure) to `trie`; returns the head calls made."""
         r = self.runner
         t0 = time.perf_counter()
-        r.truncate(self._rows)  # the last step's draft rows
-        feats = self._queued[0] if len(self._queued) == 1 else np.concatenate(self._queued)
-        self._queued = []
-        first = self._base + self._rows
+        taken = self.features.take(r)  # the last step's draft rows dropped
+        if taken is None:
+            return 0
+        feats, first = taken
         logits, hidden = r(feats, tokens[first + 1:n], first)
-        self._rows += feats.shape[0]
         calls, parent = 1, -1
         for depth in range(1, d + 1):
             main, top = add_choices(trie, keys, parent, logits[-1], self.SOURCE, depth, r.vocab_ids)
@@ -68,12 +66,9 @@ class HeadSource(DraftSource):
         return calls
 
     def observe(self, n: int, target_hidden: np.ndarray | None = None) -> None:
-        """tokens[:n] committed: the verify pass (from position self._n - 1) gave the features of its first
-        n - self._n rows, now committed."""
-        rows = n - self._n
-        if rows > 0 and target_hidden is not None:
-            self._queued.append(np.array(target_hidden[:rows], dtype=np.float32))
-        self._n = n
+        """tokens[:n] committed: the verify pass's rows of the newly committed positions are queued (bounded:
+        head_features.py)."""
+        self.features.add(n, target_hidden)
 
 
 def head_source(gen, seeded: bool) -> HeadSource | None:

@@ -80,6 +80,23 @@ def test_batched_trees_give_the_output_alone_and_plain(batch, cheap_rows, verifi
     assert eng.scheduler.targets.used == 0
 
 
+@pytest.mark.parametrize("p", [0.99, 0.01])
+def test_shared_batch_estimates_never_change_a_greedy_output(batch, cheap_rows, verified, monkeypatch, p):
+    """Unseeded batched auto requests share the batch's acceptance estimates (docs/trees.md "Under batching"): what
+    one request taught them sizes the others' trees. Whatever they hold (every node rated sure: the largest trees,
+    mostly rejected; every node hopeless: plain steps), each request's greedy output is plain's."""
+    gen, eng = batch
+    monkeypatch.setattr(eng.scheduler.auto_state.stats, "prob", lambda key: p)
+    got = run(eng, PROMPTS, LENGTHS, method="auto", temperature=0)
+    for (ids, _), prompt, n in zip(got, PROMPTS, LENGTHS):
+        assert ids == gen.generate(prompt, n, method="none", temperature=0).token_ids
+    drafted = sum(st.drafted_tokens for _, st in got)
+    if p > 0.5:  # drafts verified, and rejected ones among them
+        assert drafted > sum(st.accepted_tokens for _, st in got) > 0
+    else:
+        assert drafted == 0
+
+
 def test_dear_rows_keep_batched_tree_requests_plain(batch, cheap_rows, verified):
     gen, eng = batch
     cheap_rows.costs = CostTable(batch=[1.0, 1.02, 1.04, 1.06], rows=[5.0 + s for s in range(9)])
