@@ -29,6 +29,8 @@ from specrt.models.head_config import STORAGES
 SCALE = "_scale"  # "fc.weight" -> "fc.weight_scale": the per-row scales of an int8 matrix
 QMAX = 127
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "int8": torch.int8}
+FLOATS = ("F64", "F32", "F16", "BF16")  # safetensors' names of the float dtypes
+NAMES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int8: "I8"}
 
 
 def storage_of_dtype(dtype: torch.dtype) -> str:
@@ -64,10 +66,6 @@ def pack(tensors: dict[str, torch.Tensor], storage: str) -> dict[str, torch.Tens
         else:
             out[name] = value.detach().to(torch.float16).contiguous()
     return out
-
-
-FLOATS = ("F64", "F32", "F16", "BF16")  # safetensors' names of the float dtypes
-NAMES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int8: "I8"}
 
 
 def check_form(layout: dict[str, tuple[str, tuple[int, ...]]], storage: str | None, where: str) -> None:

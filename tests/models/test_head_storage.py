@@ -183,6 +183,24 @@ def _no_key(path):
     return path
 
 
+def _nan_scale(path):
+    from safetensors.torch import load_file, save_file
+
+    t = load_file(str(path))
+    t["fc.weight_scale"][3] = float("nan")
+    save_file(t, str(path))
+
+
+def test_corrupt_scales_are_refused_by_the_loader(head_dirs, tmp_path, llama_target):
+    """A NaN scale passes the header check but not the load (compile's `load_head`): one line naming the tensor."""
+    from specrt.core.errors import CheckpointError
+    from specrt.models.draft_head import load_head
+
+    bad = _swap(head_dirs["int8"], head_dirs["int8"], tmp_path, edit=_nan_scale)
+    with pytest.raises(CheckpointError, match="fc.weight_scale holds negative or non-finite scales"):
+        load_head(bad, _decoder(llama_target))
+
+
 def test_cli_compile_refuses_a_mismatched_head_in_one_line(head_dirs, tmp_path, llama_target):
     """`specrt compile --draft head:DIR` with an fp16 file under `storage: int8`: exit 2, one line, no traceback,
     nothing written."""
