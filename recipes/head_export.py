@@ -88,8 +88,8 @@ def fused_head_card(m: dict, curve: list[dict]) -> str:
     cost = f"\n## Cost\n\n{m['cost']}\n" if m.get("cost") else ""
     notes = f"\n\n{m['curve_notes']}" if m.get("curve_notes") else ""
     dtype = m.get("weights_dtype", "float32")
-    stored = ("int8 weight matrices with a float32 scale per output row, biases and norms float16"
-              if dtype == "int8" else dtype)
+    stored = ("int8 weight matrices with a float32 scale per\noutput row, biases and norms float16" if dtype == "int8"
+              else dtype)
     storage = f"\n## Storage\n\n{m['storage_notes']}\n" if m.get("storage_notes") else ""
     return f"""# Fused draft head for {target}
 
