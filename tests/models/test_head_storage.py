@@ -116,6 +116,30 @@ def test_convert_rewrites_a_head_directory(head_dirs, tmp_path, llama_target):
     assert max(float((a[k] - b[k]).abs().max()) for k in a) < 0.02
 
 
+def test_export_converts_the_shipped_form_with_its_card(head_dirs, tmp_path):
+    """recipes/head_export.convert_fused_head: an fp16 head directory rewritten as int8 in place, metrics and config
+    saying so, the card naming the storage, holding the storage notes and the curve up to the exported step."""
+    from specrt.recipes.head_export import convert_fused_head
+
+    out = tmp_path / "shipped"
+    shutil.copytree(head_dirs["float16"], out)
+    metrics = {"recipe": "fused", "feature_layers": list(LAYERS), "draft_vocab_size": 320, "ttt_depth": 3, "steps": 4,
+               "train_tokens": 100, "weights_dtype": "float16",
+               "heldout_acceptance": {"per_position": [0.5, 0.2, 0.1], "conditional": [0.5, 0.4, 0.5]}}
+    (out / "metrics.json").write_text(json.dumps(metrics))
+    curve = [{"step": s, "tokens_seen": 10 * s, "train_tokens": 100, "heldout_per_position": [0.5, 0.2, 0.1]}
+             for s in (2, 4, 6)]
+    m = convert_fused_head(out, out, curve, dtype=torch.int8, about={"storage_notes": "int8 measured the same"})
+    assert m["weights_dtype"] == "int8" and max(m["max_abs_error"].values()) < 0.02
+    cfg = json.loads((out / "head_config.json").read_text())
+    assert cfg["storage"] == "int8" and cfg["training"]["storage_notes"] == "int8 measured the same"
+    card = (out / "README.md").read_text()
+    assert "int8 weight matrices" in card and "## Storage\n\nint8 measured the same" in card
+    assert "| 4 |" in card and "| 6 |" not in card
+    with pytest.raises(ValueError, match="not torch.bfloat16"):
+        convert_fused_head(out, out, curve, dtype=torch.bfloat16)
+
+
 def _swap(src, dst, tmp_path, storage=None, edit=None):
     """A copy of head dir `dst` whose head.safetensors is `src`'s (or edited by `edit`), config storage `storage`."""
     out = tmp_path / "bad"
