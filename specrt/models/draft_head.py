@@ -18,7 +18,8 @@ So the head at row t guesses tok_{t+2}; drafting k tokens feeds its own h back k
 Head directory (written by `specrt train-head`, read by `specrt compile --draft head:DIR`):
     head_config.json   {"format": "specrt-draft-head", "version": 1, "target": {architecture, hidden_size,
                         vocab_size, num_layers, num_kv_heads, head_dim}, "vocab_ids": [V' ints], ...}
-    head.safetensors   fc.weight [D, 2D], fc.bias [D], layer.* (the trained layer)
+    head.safetensors   fc.weight [D, 2D], fc.bias [D], layer.* (the trained layer), stored as head_config.json's
+                       `storage` says: float32, float16, or int8 matrices with per-row scales (head_storage.py)
 """
 
 from __future__ import annotations
@@ -121,21 +122,26 @@ class DraftHead(nn.Module):
 
 def save_head(head: DraftHead, out_dir: Path, extra: dict[str, Any] | None = None,
               dtype: torch.dtype = torch.float32) -> None:
-    """Write head_config.json + head.safetensors (the trained fc and layer only, in `dtype`: fp16 halves a shipped
-    head; the loaders upcast to fp32) into `out_dir`."""
+    """Write head_config.json + head.safetensors (the trained fc and layer only) into `out_dir`, stored as `dtype`:
+    float32, float16 (half the size) or int8 (weight matrices as int8 with per-row scales, a quarter:
+    specrt/models/head_storage.py); `storage` in head_config.json says which, and the loaders return fp32."""
     from safetensors.torch import save_file
 
+    from specrt.models.head_storage import pack, storage_of_dtype
+
+    storage = storage_of_dtype(dtype)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = {"format": FORMAT, "version": 1, "target": target_fingerprint(head.config),
-           "draft_vocab_size": head.draft_vocab_size, **(extra or {}),
+           "draft_vocab_size": head.draft_vocab_size, "storage": storage, **(extra or {}),
            "vocab_ids": [int(i) for i in head.vocab_ids.tolist()]}
     (out_dir / CONFIG).write_text(json.dumps(cfg) + "\n")
-    tensors = {k: v.detach().to(dtype).contiguous() for k, v in head.trained_state().items()}
-    save_file(tensors, str(out_dir / WEIGHTS), metadata={"format": "pt"})
+    save_file(pack(head.trained_state(), storage), str(out_dir / WEIGHTS), metadata={"format": "pt"})
 
 
 def read_head_config(head_dir: Path) -> dict[str, Any]:
+    """head_config.json, checked, after checking that head.safetensors' header holds the form its `storage` names
+    (fails fast, before compile exports anything)."""
     head_dir = Path(head_dir)
     if not (head_dir / CONFIG).is_file() or not (head_dir / WEIGHTS).is_file():
         raise CheckpointError(f"{head_dir} is not a draft-head directory: needs {CONFIG} and {WEIGHTS} "
@@ -143,6 +149,9 @@ def read_head_config(head_dir: Path) -> dict[str, Any]:
     cfg = load_json(head_dir / CONFIG, CheckpointError)
     check_head_config(cfg, str(head_dir / CONFIG), error=CheckpointError,  # specrt/models/head_config.py
                       versions=(VERSION, FUSED_VERSION))
+    from specrt.models.head_storage import check_form, file_layout
+
+    check_form(file_layout(head_dir / WEIGHTS), cfg.get("storage"), str(head_dir))  # its header: the stored form
     return cfg
 
 
@@ -153,9 +162,7 @@ def head_feature_layers(cfg: dict[str, Any]) -> tuple[int, ...] | None:
 
 def load_head(head_dir: Path, target: Decoder) -> tuple[DraftHead, dict[str, Any]]:
     """The head in `head_dir` on `target` (its frozen parts rebuilt from the target). Raises CheckpointError."""
-    from safetensors.torch import load_file
-
-    from specrt.models.checkpoint import check_finite
+    from specrt.models.head_storage import read_trained
 
     cfg = read_head_config(head_dir)
     if cfg.get("version") == FUSED_VERSION:
@@ -168,8 +175,7 @@ def load_head(head_dir: Path, target: Decoder) -> tuple[DraftHead, dict[str, Any
     ids = torch.tensor(check_head_config(cfg, str(Path(head_dir) / CONFIG), target=want, error=CheckpointError),
                        dtype=torch.long)
     head = DraftHead(target, ids)
-    tensors = load_file(str(Path(head_dir) / WEIGHTS))
-    check_finite(tensors, Path(head_dir))
+    tensors = read_trained(Path(head_dir), cfg)  # fp32, dequantized when stored as int8
     own = head.trained_state()
     if set(tensors) != set(own):
         raise CheckpointError(f"{head_dir / WEIGHTS} holds {sorted(tensors)[:4]}..., expected {sorted(own)[:4]}...")
@@ -177,5 +183,5 @@ def load_head(head_dir: Path, target: Decoder) -> tuple[DraftHead, dict[str, Any
         if tuple(value.shape) != tuple(own[name].shape):
             raise CheckpointError(f"{head_dir / WEIGHTS}: {name} has shape {tuple(value.shape)}, "
                                   f"expected {tuple(own[name].shape)}")
-    head.load_state_dict({**head.state_dict(), **{k: v.float() for k, v in tensors.items()}})
+    head.load_state_dict({**head.state_dict(), **tensors})
     return head.eval(), cfg

@@ -131,7 +131,8 @@ from specrt.models.head_config import FUSED_VERSION  # noqa: E402 (head_config.j
 
 def save_fused_head(head: FusedDraftHead, out_dir, extra: dict | None = None,
                     dtype: torch.dtype = torch.float32) -> None:
-    """head_config.json (version 2, with `feature_layers`) + head.safetensors (fc [D, 5D] and the layer, in `dtype`)."""
+    """head_config.json (version 2, with `feature_layers`) + head.safetensors (fc [D, 5D] and the layer, stored as
+    `dtype`: float32, float16 or int8, see `save_head`)."""
     import json
     from pathlib import Path
 
@@ -148,12 +149,11 @@ def load_fused_head(head_dir, target: Decoder) -> FusedDraftHead:
     """A fused head directory on `target` (its frozen parts rebuilt from the target). Raises CheckpointError."""
     from pathlib import Path
 
-    from safetensors.torch import load_file
-
     from specrt.core.errors import CheckpointError
     from specrt.core.jsonfile import load_json
     from specrt.models.draft_head import CONFIG, WEIGHTS, target_fingerprint
     from specrt.models.head_config import check_head_config
+    from specrt.models.head_storage import read_trained
 
     head_dir = Path(head_dir)
     cfg = load_json(head_dir / CONFIG, CheckpointError)
@@ -163,9 +163,9 @@ def load_fused_head(head_dir, target: Decoder) -> FusedDraftHead:
     if cfg.get("version") != FUSED_VERSION:
         raise CheckpointError(f"{head_dir / CONFIG} is a plain draft head, not a fused one (version {FUSED_VERSION})")
     head = FusedDraftHead(target, torch.tensor(ids, dtype=torch.long), tuple(cfg["feature_layers"]))
-    tensors = load_file(str(head_dir / WEIGHTS))
+    tensors = read_trained(head_dir, cfg)  # fp32, dequantized when stored as int8
     own = head.trained_state()
     if set(tensors) != set(own) or any(tuple(tensors[k].shape) != tuple(own[k].shape) for k in own):
         raise CheckpointError(f"{head_dir / WEIGHTS} does not hold a fused head's fc and layer for this target")
-    head.load_state_dict({**head.state_dict(), **{k: v.float() for k, v in tensors.items()}})
+    head.load_state_dict({**head.state_dict(), **tensors})
     return head.eval()

@@ -19,6 +19,7 @@ FORMAT = "specrt-draft-head"
 VERSION = 1
 FUSED_VERSION = 2  # a fused head (specrt/models/draft_head_fused.py): also reads `feature_layers` of the target
 TARGET_KEYS = ("architecture", "hidden_size", "vocab_size", "num_layers", "num_kv_heads", "head_dim")
+STORAGES = ("float32", "float16", "int8")  # how head.safetensors holds the trained parameters (head_storage.py)
 
 
 def check_head_config(cfg: Any, where: str, *, target: dict | None = None, draft_vocab_size: int | None = None,
@@ -28,7 +29,8 @@ def check_head_config(cfg: Any, where: str, *, target: dict | None = None, draft
     version; `vocab_ids` a non-empty list of distinct integer ids inside the target's vocabulary, as many as the
     config's own `draft_vocab_size` and the manifest's (`draft_vocab_size`); `target` (the facts of TARGET_KEYS the
     head runs on, when known) equal to the recorded ones; a fused head (version 2, where `versions` allows it) its
-    `feature_layers` distinct layer indices of the target. Raises `error` naming the field and the values."""
+    `feature_layers` distinct layer indices of the target; `storage`, when present, one of STORAGES. Raises `error`
+    naming the field and the values."""
     if isinstance(cfg, dict) and cfg.get("format") == FORMAT and cfg.get("version") == FUSED_VERSION:
         if FUSED_VERSION not in versions:
             raise error(f"{where}: a fused draft head (version {FUSED_VERSION}, reading the target's layers "
@@ -38,6 +40,9 @@ def check_head_config(cfg: Any, where: str, *, target: dict | None = None, draft
     elif not isinstance(cfg, dict) or cfg.get("format") != FORMAT or cfg.get("version") != VERSION:
         got = (cfg.get("format"), cfg.get("version")) if isinstance(cfg, dict) else type(cfg).__name__
         raise error(f"{where}: not a {FORMAT} version {VERSION} file (found {got!r})")
+    if "storage" in cfg and (not isinstance(cfg["storage"], str) or cfg["storage"] not in STORAGES):
+        raise error(f"{where}: storage must be one of {', '.join(STORAGES)} (how head.safetensors holds the "
+                    f"trained parameters), got {_short(cfg['storage'])}")
     ids = cfg.get("vocab_ids")
     if not isinstance(ids, list) or not ids:
         raise error(f"{where}: vocab_ids must be a non-empty list of token ids, got {_short(ids)}")
