@@ -1,4 +1,4 @@
-"""Self-distilled draft-head data at scale: the target's own answers, made by the batch engine, cached in shards.
+"""Self-distilled draft-head data at scale: the target's own answers with what training reads, cached in shards.
 
 Prompts: every prompt of the set (specrt/assets/head/prompts.txt or the user's) in several styles (STYLES: the
 prompt as is, plus an instruction on the answer's form), so that 545 prompts give ~4,400 varied requests.
@@ -6,9 +6,17 @@ prompt as is, plus an instruction on the answer's form), so that 545 prompts giv
 Held-out prompts (`heldout(base)`) get only their plain greedy answer and are never trained on.
 
 Each shard (`RUN/shards/shard-NNNNN/`, written to a temporary sibling and renamed, so a shard is whole or
-absent) holds one chunk of requests: their greedy answer and `samples` sampled ones (temperature 0.8), made
-`batch` at a time by continuous batching on ONNX Runtime (`Generator.engine().generate_batch`), then one
-teacher-forced pass of the PyTorch decoder per few sequences for what training reads:
+absent) holds one chunk of `batch` requests: their greedy answer and `samples` sampled ones (temperature 0.8, a
+seed per answer), with what training reads. Two makers write the same shards:
+
+- "onepass" (the default; recipes/head_onepass.py): the PyTorch decoder answers, `slots` sequences per step with a
+  KV cache, and keeps each row's features and top-K as it computes them (one pass: ~1.7x less CPU per token);
+- "engine": the bundle's batch engine answers (continuous batching on ONNX Runtime,
+  `Generator.engine().generate_batch`), then one teacher-forced pass of the PyTorch decoder per few sequences
+  (`sequence_features`) computes the same rows again.
+
+The same seeds and sampling rule (runtime.step.pick_token) give the same answers (PyTorch and ONNX Runtime logits
+differ by fp32 noise, so a rare near-tie can pick another token); the rows agree within fp16 rounding.
 
     ids.npy        [N] int32           the tokens of all sequences, concatenated
     starts.npy     [n + 1] int64       sequence i is rows starts[i]:starts[i+1]
@@ -18,8 +26,8 @@ teacher-forced pass of the PyTorch decoder per few sequences for what training r
     top_ids.npy    [N, K] int32        the target's K most likely next tokens
     top_logits.npy [N, K] fp16         their logits
 
-Making resumes by shard: a chunk whose shard exists is skipped (the request order: the held-out requests, then the
-training ones, each in a fixed shuffle of `seed`).
+Making resumes by shard, whichever maker wrote it: a chunk whose shard exists is skipped (the request order: the
+held-out requests, then the training ones, each in a fixed shuffle of `seed`).
 """
 
 from __future__ import annotations

@@ -144,3 +144,40 @@ def test_bad_maker_options_are_refused(workdir, llama_target):
         make_shards(None, dec, None, _requests(), workdir / "bad", max_new=8, samples=1, slots=0)
     with pytest.raises(InvalidArgument, match="--answers-bundle"):
         make_shards(None, dec, lambda t: [1, 2], _requests(), workdir / "bad", max_new=8, samples=1, maker="engine")
+
+
+def test_answer_chunks_across_chunks_and_a_longer_prompt(llama_target):
+    """answer_chunks directly: two chunks sharing 2 slots, the second with a prompt longer than the cache was made
+    for (the cache grows with answers in flight); greedy answers equal the one-sequence PyTorch decoding
+    (head_data.generate_features), sampled ones are reproducible from their seeds, and a chunk is handed over once
+    all its answers are made."""
+    from specrt.recipes.head_data import generate_features
+    from specrt.recipes.head_onepass import answer_chunks
+    from specrt.runtime.sampling import SamplingParams
+
+    dec = _decoder(llama_target)
+    eos = {int(e) for e in dec.config.eos_token_ids}
+    short, long = [[5, 6, 7], [9, 10]], [list(range(20, 60))]
+    greedy, sampled = SamplingParams(), SamplingParams(temperature=0.8, seed=11)
+    chunks = [(0, short, [(0, greedy), (1, greedy), (0, sampled)]), (1, long, [(0, greedy), (0, sampled)])]
+    got = {}
+
+    def run(slots):
+        out = {}
+        answer_chunks(dec, iter(chunks), lambda c, *rest: out.setdefault(c, rest), max_new=12, layers=(0, 1),
+                      top_k=8, eos=eos, slots=slots)
+        return out
+
+    got = run(2)
+    assert sorted(got) == [0, 1] and [len(got[c][0]) for c in (0, 1)] == [3, 2]
+    for c, prompts, plan in chunks:
+        seqs, prompt_lens, feats = got[c]
+        for (i, params), seq, n, f in zip(plan, seqs, prompt_lens, feats):
+            assert seq[:n] == prompts[i] and f[0].shape == (len(seq), 3, 64) and f[1].shape == (len(seq), 8)
+            if params.greedy:
+                ref = generate_features(dec, prompts[i], 12, eos, 0.0, torch.Generator())
+                assert seq == ref["ids"].tolist()
+                np.testing.assert_allclose(f[0][:, -1].astype(np.float32), ref["features"].float().numpy(),
+                                           atol=2e-3, rtol=2e-3)
+    again = run(5)
+    assert all(again[c][0] == got[c][0] for c in (0, 1))  # the seeded samples too
