@@ -134,7 +134,7 @@ class Slots:
 @torch.no_grad()
 def answer_chunks(decoder: Decoder, chunks: Iterator[tuple[int, list[list[int]], list[tuple[int, SamplingParams]]]],
                   done: Callable[[int, list, list, list], None], *, max_new: int, layers: tuple[int, ...],
-                  top_k: int, eos: set[int], slots: int = 48, deadline: float | None = None) -> None:
+                  top_k: int, eos: set[int], slots: int = 96, deadline: float | None = None) -> None:
     """For each chunk (c, prompts [ids], answers [(prompt index, sampling params)]) from the iterator: the answers
     (greedy or sampled), then `done(c, seqs, prompt_lens, feats)` with seqs[a] = prompt + answer a and feats[a] =
     (feats [T, F, D] fp16, top_ids [T, K] int32, top_logits [T, K] fp16) for every row. Past `deadline`
