@@ -157,9 +157,9 @@ def make_shards(bundle: Path | None, decoder: Decoder, encode: Callable[[str], l
     """Shards for every chunk of `batch` requests not made yet (see the module docstring); past `deadline`
     (time.time()) no further chunk is started. `maker` "onepass" (recipes/head_onepass.py: the PyTorch decoder
     answers, `slots` sequences per step, and keeps the features as it goes; `bundle` unused; the KV cache of the
-    slots is L x 2 x slots x Hkv x D x (longest prompt + max_new) fp32: ~1.2 GB for SmolLM2-135M at 96 slots and
-    192 new tokens, prompts <= 76) or "engine" (the bundle's batch engine answers, `engine_batch` at a time, then a teacher-forced
-    pass). Returns the number of shards present."""
+    slots is L x 2 x slots x Hkv x D x (longest prompt + max_new) fp32: ~1.2 GB for SmolLM2-135M at 96 slots,
+    192 new tokens and prompts of <= 76 tokens) or "engine" (the bundle's batch engine answers, `engine_batch` at a
+    time, then a teacher-forced pass). Returns the number of shards present."""
     from specrt.core.errors import InvalidArgument
 
     if maker not in MAKERS:
