@@ -49,7 +49,6 @@ class Prompt:
 @dataclass
 class Answer:
     chunk: int
-    index: int  # in the chunk's answers
     prompt: Prompt
     params: SamplingParams
     max_new: int
@@ -156,8 +155,8 @@ def answer_chunks(decoder: Decoder, chunks: Iterator[tuple[int, list[list[int]],
                         break
                     c, prompts, plan = nxt
                     ready = prefill(decoder, got, prompts, top_k)
-                    answers = [Answer(c, a, ready[i], params, max(1, min(max_new, cap - len(prompts[i]))))
-                               for a, (i, params) in enumerate(plan)]
+                    answers = [Answer(c, ready[i], params, max(1, min(max_new, cap - len(prompts[i]))))
+                               for i, params in plan]
                     left[c] = [len(answers), answers]
                     queue.extend(answers)
                     need = max(len(p) for p in prompts) + max_new
