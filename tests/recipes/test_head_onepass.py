@@ -183,3 +183,14 @@ def test_answer_chunks_across_chunks_and_a_longer_prompt(llama_target):
                                            atol=2e-3, rtol=2e-3)
     again = run(5)
     assert all(again[c][0] == got[c][0] for c in (0, 1))  # the seeded samples too
+
+
+def test_past_the_deadline_no_chunk_is_started(workdir, llama_target):
+    import time
+
+    from specrt.recipes.head_data import chat_encoder
+
+    run = workdir / "late_shards"
+    assert make_shards(None, _decoder(llama_target), chat_encoder(llama_target), _requests(), run, max_new=8,
+                       samples=1, batch=8, layers=(0, 1), deadline=time.time() - 1) == 0
+    assert not list(run.glob("shard-*"))
