@@ -2,8 +2,9 @@
 
 Steps, all in the run directory (default `<output>_run`): the target (a GGUF converted once); the requests (the
 prompt set in every style of recipes/head_shards.STYLES, Spec-Bench's questions refused, every tenth prompt held
-out); shards of the target's answers made by the bundle's batch engine with the features of three layers + the
-final one and the top-K logits (`RUN/shards`, resumed by shard); training with training-time test and the
+out); shards of the target's answers with the features of three layers + the final one and the top-K logits, made
+in one pass by the PyTorch decoder (recipes/head_onepass.py), or with `answers_bundle` by that bundle's batch engine
+and a teacher-forced pass (the same shards, ~1.8x the CPU) (`RUN/shards`, resumed by shard); training with training-time test and the
 top-K distribution loss (`RUN/fit`: checkpoint, learning curve `curve.jsonl`). Run the same command again to go on:
 the shards made are kept, and training continues from its checkpoint (`--steps` is the total).
 
@@ -34,7 +35,7 @@ from specrt.recipes.train_head import _target_dir, check_options, output_inputs
 DATA_SHARE = 0.5  # of --max-minutes for making shards (the rest trains on what there is)
 
 
-def train_fused_head_for_target(target: str | Path, out: str | Path, *, answers_bundle: str | Path,
+def train_fused_head_for_target(target: str | Path, out: str | Path, *, answers_bundle: str | Path | None = None,
                                 prompts: str | Path | None = None, draft_vocab: int = 8192, answer_tokens: int = 192,
                                 samples: int = 2, steps: int | None = None, max_minutes: float | None = 30.0,
                                 batch_size: int = 8, max_rows: int = 256, lr: float = 3e-3, ttt_depth: int = 3,
@@ -42,7 +43,8 @@ def train_fused_head_for_target(target: str | Path, out: str | Path, *, answers_
                                 progress: bool = True, answer_batch: int = 16, eval_every: int = 100) -> dict:
     """Train a fused head for `target` into `out` (module docstring); returns the metrics (also metrics.json)."""
     started = time.time()
-    target, out, bundle = Path(target), Path(out), Path(answers_bundle)
+    target, out = Path(target), Path(out)
+    bundle = Path(answers_bundle) if answers_bundle is not None else None
     check_options(draft_vocab, answer_tokens, samples, steps, max_minutes)
     if not 1 <= ttt_depth <= 8:
         raise InvalidArgument(f"--ttt-depth must be in [1, 8], got {ttt_depth}")
@@ -51,7 +53,7 @@ def train_fused_head_for_target(target: str | Path, out: str | Path, *, answers_
     requests = requests_of(read_prompts(Path(prompts) if prompts else None))
     made_for = {"recipe": "train-head fused", "target": path_digest(target),
                 "prompts": path_digest(Path(prompts) if prompts else default_prompts_path()),
-                "answer_tokens": answer_tokens, "samples": samples, "seed": seed, "answers": "bundle"}
+                "answer_tokens": answer_tokens, "samples": samples, "seed": seed, "answers": "target"}
     budget = Budget(started, max_minutes, steps is None)
     say = (lambda text: print(f"[train-head] {text} ({budget.elapsed():.0f}s)", flush=True)) if progress \
         else (lambda _: None)
@@ -61,7 +63,7 @@ def train_fused_head_for_target(target: str | Path, out: str | Path, *, answers_
         decoder = open_checkpoint(tdir).load_decoder(torch.float32).eval().requires_grad_(False)
         shards = make_shards(bundle, decoder, chat_encoder(tdir), requests, run / "shards", max_new=answer_tokens,
                              samples=samples, seed=seed, batch=answer_batch, say=say,
-                             deadline=budget.data_deadline(DATA_SHARE))
+                             deadline=budget.data_deadline(DATA_SHARE), maker="engine" if bundle else "onepass")
         say(f"{shards} shards of answers; training")
         try:
             head = fit_fused_head(decoder, run / "shards", run / "fit", steps=steps or 10**9, draft_vocab=draft_vocab,
