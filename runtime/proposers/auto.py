@@ -1,8 +1,9 @@
 """`--method auto` (the default): one draft tree per step from every source the bundle has, sized by measured goodput.
 
 Sources (keys of the acceptance estimates: (source, depth, rank)):
-* `ngram` / `ngram1`: prompt-lookup continuations of the suffix n-gram (sizes >= 2 / size 1) at its latest
-  occurrences (ngram_branches.py), rank = the branch's order;
+* `ngram` / `ngram1` / `ngramL`: prompt-lookup continuations of the suffix n-gram (sizes >= 2 / size 1 / a match
+  that runs COPY_RUN tokens back: text being copied) at its latest occurrences (ngram_branches.py), rank = the
+  branch's order;
 * `table`: Token Recycling's successor table (recycle_table.py, shared per bundle, seeded at compile), expanded from
   the pending token heaviest paths first (`_expand_table`), rank = the successor's rank under its parent; where the
   table knows how sure the target was (`conf`, from a verify row), the source is `tablep` and the "rank" is that
@@ -35,18 +36,19 @@ import weakref
 import numpy as np
 
 from specrt.runtime.proposers.base import Proposal
-from specrt.runtime.proposers.ngram_branches import NgramBranches
+from specrt.runtime.proposers.ngram_branches import NgramBranches, match_length
 from specrt.runtime.proposers.recycle_table import SuccessorTable
 from specrt.runtime.proposers.token_tree import RANK_PRIOR, DraftTrie
 from specrt.runtime.tree_budget import (MAX_DEPTH_KEY, NodeStats, PassCosts, choose, fixed_costs, path_probs,
                                        preorder)
 
 NGRAM_BRANCHES = 3  # continuations per n-gram source
+COPY_RUN = 6  # a continuation whose match runs this many tokens back is `ngramL` (the text is being copied)
 TABLE_NODES = 24  # candidates from the successor table per step
 MAX_CANDIDATES = 64
 # a-priori conditional acceptances (per rank at depth 1, and deeper for rank 0): properties of the sources, set
 # before any measurement and never fitted to a benchmark; the running estimates replace them within a few steps
-PRIORS = {"ngram": ((0.6, 0.3, 0.2), 0.75), "ngram1": ((0.35, 0.2, 0.12), 0.6),
+PRIORS = {"ngram": ((0.6, 0.3, 0.2), 0.75), "ngram1": ((0.35, 0.2, 0.12), 0.6), "ngramL": ((0.8, 0.4, 0.25), 0.85),
           "table": (RANK_PRIOR, 0.5), "tablep": ((0.75, 0.55, 0.4, 0.25, 0.14, 0.07, 0.03, 0.01), 0.85),
           "draft": ((0.6, 0.15, 0.08), 0.7), "head": ((0.4, 0.12, 0.06), 0.5)}
 CONF_EDGES = (0.9, 0.75, 0.55, 0.35, 0.2, 0.1, 0.04)  # `tablep` bins: bin b holds conf in [EDGES[b], EDGES[b - 1])
@@ -186,10 +188,11 @@ class AutoProposer:
                     keys[node].append(k_)
             return node
 
-        rank = {"ngram": 0, "ngram1": 0}
+        rank = {"ngram": 0, "ngram1": 0, "ngramL": 0}
         branches = self.ngram.branches(tokens, n, k, 2 * NGRAM_BRANCHES) if "ngram" in self.sources else ()
-        for size, cont in branches:
-            source = "ngram" if size >= 2 else "ngram1"
+        for (size, cont), start in zip(branches, self.ngram.starts if branches else ()):
+            source = ("ngram1" if size < 2 else
+                      "ngramL" if match_length(tokens, n, start, COPY_RUN) >= COPY_RUN else "ngram")
             if rank[source] >= NGRAM_BRANCHES:
                 continue
             parent = -1

@@ -46,6 +46,7 @@ class NgramBranches:
     def branches(self, tokens: np.ndarray, n: int, depth: int, limit: int) -> list[tuple[int, list[int]]]:
         """Up to `limit` distinct continuations (each up to `depth` tokens) as (matched n-gram size, tokens)."""
         out: list[tuple[int, list[int]]] = []
+        self.starts: list[int] = []  # where each returned continuation starts in `tokens` (match_length)
         seen: set[tuple[int, ...]] = set()
         for size in range(self.max_n, self.min_n - 1, -1):
             if n < size:
@@ -61,6 +62,17 @@ class NgramBranches:
                     continue
                 seen.add(key)
                 out.append((size, cont))
+                self.starts.append(start)
                 if len(out) >= limit:
                     return out
         return out
+
+
+def match_length(tokens: np.ndarray, n: int, start: int, cap: int) -> int:
+    """How many tokens before `start` equal those before `n` (the suffix the continuation at `start` matches, as
+    far back as it goes), up to `cap`: a long one means the text is being copied, where prompt lookup is right far
+    more often than after a 2-token coincidence (auto.py keys its estimates by it)."""
+    m = 0
+    while m < cap and start - m - 1 >= 0 and tokens[start - m - 1] == tokens[n - m - 1]:
+        m += 1
+    return m

@@ -166,3 +166,30 @@ def test_free_rows_fill_the_tree_up_to_the_cap(target_only_bundle):
     state = use_free_rows(gen)
     assert state_for(gen) is state and state.costs.free_rows
     assert gen.generate(PROMPTS[1], 24, method="auto", temperature=0).token_ids == plain
+
+
+def test_a_copied_passage_is_its_own_ngram_source():
+    """A continuation whose match runs COPY_RUN tokens back (the text is being copied) is keyed `ngramL`, one whose
+    match is a 2-3 token coincidence `ngram`: each gets its own running acceptance (a copy goes on far more often)."""
+    from specrt.runtime.proposers.auto import COPY_RUN
+    from specrt.runtime.proposers.ngram_branches import match_length
+
+    rng = np.random.default_rng(0)
+    passage = rng.permutation(np.arange(100, 140))[:20]
+    tokens = np.zeros(200, np.int64)
+    text = [*passage, 7, 8, *passage[:12]]  # the passage, then its copy under way (12 tokens in)
+    tokens[:len(text)] = text
+    n = len(text)
+    assert match_length(tokens, n, 12, 50) == 12  # as far back as the copy goes (cap: its start)
+    assert match_length(tokens, n, 12, 4) == 4
+    proposer = AutoProposer(SuccessorTable(256, top_k=2), AutoState(PassCosts([0.02] * 9)), trees=True)
+    proposer.start(tokens, n)
+    trie, keys = proposer.candidates(tokens, n, 4)
+    first = [trie.tokens[i] for i, ks in enumerate(keys) if ("ngramL", 1, 0) in ks]
+    assert first == [int(passage[12])]  # the copy's next token, as a copy
+    short = [*passage[:5], 9, 9, *passage[3:5]]  # only two tokens repeat: a coincidence
+    tokens[:len(short)] = short
+    proposer.start(tokens, len(short))
+    trie, keys = proposer.candidates(tokens, len(short), 4)
+    sources = {k[0] for ks in keys for k in ks if k[0].startswith("ngram")}
+    assert "ngram" in sources and "ngramL" not in sources and COPY_RUN > 2

@@ -69,8 +69,8 @@ def _sources_of_drafted_nodes(gen, sources, prompt=REPEATS):
 
 def test_only_the_chosen_sources_propose(gen):
     both = _sources_of_drafted_nodes(gen, None)
-    assert both & {"ngram", "ngram1"} and both & {"table", "tablep"}, both  # the default: both sources
-    assert _sources_of_drafted_nodes(gen, "ngram") <= {"ngram", "ngram1"}
+    assert both & {"ngram", "ngram1", "ngramL"} and both & {"table", "tablep"}, both  # the default: both sources
+    assert _sources_of_drafted_nodes(gen, "ngram") <= {"ngram", "ngram1", "ngramL"}
     assert _sources_of_drafted_nodes(gen, "ngram")  # the repeated text gives n-gram candidates
     assert _sources_of_drafted_nodes(gen, "recycle") <= {"table", "tablep"}
     assert _sources_of_drafted_nodes(gen, "-ngram") <= {"table", "tablep"}

@@ -82,10 +82,31 @@ def test_node_stats_follow_the_recent_acceptance_and_score_unverified_candidates
     assert stats.score(tokens, parents, keys, [5, 6, 9]) == 2  # the tree would have had 2 accepted
     assert stats.prob(key) > 0.6 and stats.prob(NodeStats.key("s", 1, 1)) < 0.2
     assert stats.prob(NodeStats.key("s", 3, 0)) < stats.prior(NodeStats.key("s", 3, 0))  # 8 != 9: a trial
-    for _ in range(12):  # drafts that stop being accepted: the estimate falls to the recent rate
-        stats.score(tokens, parents, keys, [4])
-    assert stats.prob(key) < 0.05
+    for _ in range(12):  # drafts that stop being accepted: the estimate falls with the recent rate (capped at
+        stats.score(tokens, parents, keys, [4])  # FAST_CAP x the last ~5 trials' rate, whatever the long one says)
+    assert stats.prob(key) < 0.06
     assert choose(path_probs(parents, [stats.prob(k[0]) for k in keys]), parents, FP32, 4) == []
+
+
+def test_node_stats_keep_a_long_memory_but_follow_a_change_fast():
+    """The estimate is the long rate (~20 trials: a few misses do not sink it), capped at FAST_CAP x the ~5-trial
+    rate: a run of misses pulls it down within a few trials, whatever the long rate says."""
+    from specrt.runtime import tree_budget as tb
+
+    stats = NodeStats({"s": ((0.5,), 0.5)})
+    key = NodeStats.key("s", 1, 0)
+    for i in range(60):  # steady 80% acceptance, misses spread out
+        stats.trial(key, i % 5 != 0)
+    steady = stats.prob(key)
+    assert 0.7 < steady < 0.9
+    for _ in range(2):  # two misses in a row: the long rate barely moves, the cap does not bind
+        stats.trial(key, False)
+    assert stats.prob(key) > 0.6
+    for _ in range(6):  # a change: six more misses
+        stats.trial(key, False)
+    c = stats.counts[key]
+    assert c[0] / c[1] > 0.45  # the long rate alone would still draft
+    assert stats.prob(key) == pytest.approx(tb.FAST_CAP * c[2] / c[3] + 0.01) and stats.prob(key) < 0.25
 
 
 def test_pass_costs_scale_load_time_costs_by_what_steps_measure():
