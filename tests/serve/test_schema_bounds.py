@@ -101,7 +101,9 @@ def test_a_full_queue_refuses_at_once_before_compiling(slot_generators, pair_gen
         t0 = time.perf_counter()  # what compiling it first costs (the same size, another schema: not cached)
         pair_generator.compile_constraint(ConstraintSpec.json_schema(big_schema("direct")))
         compile_s = time.perf_counter() - t0
-        assert refused_after < compile_s / 2, (refused_after, compile_s)
+        # refused before compiling: less than the compile alone (a refusal after it would take the compile + the
+        # round trip); not compile_s / 2: on a loaded 2-core machine the round trip alone reached 0.11 s of 0.23
+        assert refused_after < compile_s, (refused_after, compile_s)
 
 
 def test_plain_requests_are_not_held_up_by_compiling_schemas(slot_generators, pair_generator):
