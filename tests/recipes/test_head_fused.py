@@ -89,8 +89,8 @@ def test_spec_bench_questions_are_refused():
     assert sum(r["base"] == 9 for r in reqs) == 1 and sum(r["base"] == 0 for r in reqs) > 1  # held out: plain only
 
 
-def test_shards_from_the_batch_engine_then_training_resumes(workdir, llama_target, target_only_bundle, tokenizer_path):
-    """Answers by the batch engine, features of three layers + the final one, shards resumed; a few training steps,
+def test_shards_in_one_pass_then_training_resumes(workdir, llama_target, target_only_bundle, tokenizer_path):
+    """Answers by the default (one-pass) maker, features of three layers + the final one, shards resumed; a few training steps,
     the learning curve written and resumed from its checkpoint."""
     from specrt.recipes.head_data import chat_encoder
     from specrt.recipes.head_fit import fit_fused_head

@@ -19,12 +19,12 @@ import torch
 
 
 @pytest.fixture(scope="module")
-def oracle_bundle(workdir, tokenizer_path):
+def oracle_bundle(tmp_path_factory, tokenizer_path):
     from helpers import oracle_head_target
     from specrt.compiler import CompileSpec, compile_bundle
     from specrt.models.draft_head import DraftHead, save_head
 
-    base = workdir / "oracle_head"
+    base = tmp_path_factory.mktemp("oracle_head")  # a fresh folder each time the module's fixture is set up
     target, decoder = oracle_head_target(base / "target", tokenizer_path)
     head = DraftHead(decoder, torch.arange(decoder.config.vocab_size))
     d = decoder.config.hidden_size
