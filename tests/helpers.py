@@ -212,3 +212,27 @@ def oracle_head_target(path: Path, tokenizer: Path):
             weights[name] = weights[name].half().float()
     save_file(weights, str(target / "model.safetensors"), metadata={"format": "pt"})
     return target, open_checkpoint(target).load_decoder(torch.float32)
+
+
+def fp32_decoder(path: Path):
+    """The checkpoint at `path` as an fp32 PyTorch decoder in eval mode, no gradients (the head tests' target)."""
+    import torch
+
+    from specrt.models.checkpoint import open_checkpoint
+
+    return open_checkpoint(path).load_decoder(torch.float32).eval().requires_grad_(False)
+
+
+def random_fused_head(decoder, layers: tuple[int, ...], seed: int = 0, scale: float = 0.2):
+    """A fused draft head on `decoder` reading `layers`, its trained parameters moved by seeded noise of `scale`
+    (so fp16 / int8 storage and the graphs have something non-trivial to keep)."""
+    import torch
+
+    from specrt.models.draft_head_fused import FusedDraftHead
+
+    torch.manual_seed(seed)
+    head = FusedDraftHead(decoder, torch.arange(decoder.config.vocab_size), layers)
+    with torch.no_grad():
+        for p in head.trained_parameters():
+            p.add_(torch.randn_like(p) * scale)
+    return head

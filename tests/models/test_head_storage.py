@@ -8,28 +8,15 @@ import shutil
 
 import pytest
 import torch
+from helpers import fp32_decoder as _decoder, random_fused_head
 
 LAYERS = (0, 1)
 
 
-def _decoder(path):
-    from specrt.models.checkpoint import open_checkpoint
-
-    return open_checkpoint(path).load_decoder(torch.float32).eval().requires_grad_(False)
-
-
 @pytest.fixture(scope="module")
 def fused_head(llama_target):
-    """A tiny random fused head on the session's 2-layer Llama (tests/runtime/test_fused_head.py's recipe)."""
-    from specrt.models.draft_head_fused import FusedDraftHead
-
-    dec = _decoder(llama_target)
-    torch.manual_seed(0)
-    head = FusedDraftHead(dec, torch.arange(dec.config.vocab_size), LAYERS)
-    with torch.no_grad():
-        for p in head.trained_parameters():
-            p.add_(torch.randn_like(p) * 0.2)
-    return head
+    """A tiny random fused head on the session's 2-layer Llama (tests/helpers.random_fused_head)."""
+    return random_fused_head(_decoder(llama_target), LAYERS)
 
 
 @pytest.fixture(scope="module")

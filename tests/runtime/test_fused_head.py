@@ -11,27 +11,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import fp32_decoder as _decoder, random_fused_head
 
 LAYERS = (0, 1)
 PROMPTS = ("def main(argv):\n    ", "import os\nimport json\n\n\nclass Config:\n")
 
 
-def _decoder(path):
-    from specrt.models.checkpoint import open_checkpoint
-
-    return open_checkpoint(path).load_decoder(torch.float32).eval().requires_grad_(False)
-
-
 @pytest.fixture(scope="module")
 def fused_head_dir(workdir, llama_target):
-    from specrt.models.draft_head_fused import FusedDraftHead, save_fused_head
+    from specrt.models.draft_head_fused import save_fused_head
 
-    dec = _decoder(llama_target)
-    torch.manual_seed(0)
-    head = FusedDraftHead(dec, torch.arange(dec.config.vocab_size), LAYERS)
-    with torch.no_grad():
-        for p in head.trained_parameters():
-            p.add_(torch.randn_like(p) * 0.2)
+    head = random_fused_head(_decoder(llama_target), LAYERS)
     save_fused_head(head, workdir / "fused_head" / "head")
     return workdir / "fused_head" / "head"
 

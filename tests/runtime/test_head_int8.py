@@ -17,30 +17,20 @@ import types
 import numpy as np
 import pytest
 import torch
+from helpers import fp32_decoder as _decoder, random_fused_head
 
 PROMPTS = ("def main(argv):\n    ", "import os\nimport json\n\n\nclass Config:\n")
 LAYERS = (0, 1)
 
 
-def _decoder(path):
-    from specrt.models.checkpoint import open_checkpoint
-
-    return open_checkpoint(path).load_decoder(torch.float32).eval().requires_grad_(False)
-
-
 @pytest.fixture(scope="module")
 def int8_step(llama_target, tmp_path_factory):
     """(the fp16 head directory, the int8 one, compile's head step's graph and manifest entry for the int8 one) of
-    one random fused head (tests/runtime/test_fused_head.py's recipe)."""
+    one random fused head (tests/helpers.random_fused_head)."""
     from specrt.compiler.draft_head import draft_head_step
-    from specrt.models.draft_head_fused import FusedDraftHead, save_fused_head
+    from specrt.models.draft_head_fused import save_fused_head
 
-    dec = _decoder(llama_target)
-    torch.manual_seed(0)
-    head = FusedDraftHead(dec, torch.arange(dec.config.vocab_size), LAYERS)
-    with torch.no_grad():
-        for p in head.trained_parameters():
-            p.add_(torch.randn_like(p) * 0.2)
+    head = random_fused_head(_decoder(llama_target), LAYERS)
     base = tmp_path_factory.mktemp("int8_head_step")
     save_fused_head(head, base / "head_float16", dtype=torch.float16)
     save_fused_head(head, base / "head_int8", dtype=torch.int8)

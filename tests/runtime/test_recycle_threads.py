@@ -11,6 +11,7 @@ would find them disagree.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -62,24 +63,32 @@ def _check(ids: list[int], conf: list[float]) -> None:
     assert np.allclose(conf, want, atol=2e-3), (ids, conf, want.tolist())  # its own row's confidences
 
 
-def _hammer(read, seconds: float = 1.0) -> int:
-    table = SuccessorTable(V, K)
-    stop, errors, reads = threading.Event(), [], 0
+@contextlib.contextmanager
+def _refreshing(table: SuccessorTable):
+    """A writer thread refreshing `table` (thread switches every microsecond) for the body; yields its errors list,
+    checked empty on exit."""
+    stop, errors = threading.Event(), []
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     writer = threading.Thread(target=_writer, args=(table, stop, errors))
     try:
         writer.start()
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end and not errors:
-            for tok in range(TOKENS):
-                _check(*read(table, tok))
-                reads += 1
+        yield errors
     finally:
         stop.set()
         writer.join()
         sys.setswitchinterval(old)
     assert not errors, errors
+
+
+def _hammer(read, seconds: float = 1.0) -> int:
+    table, reads = SuccessorTable(V, K), 0
+    with _refreshing(table) as errors:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end and not errors:
+            for tok in range(TOKENS):
+                _check(*read(table, tok))
+                reads += 1
     return reads
 
 
@@ -104,12 +113,7 @@ def test_auto_candidates_while_another_thread_refreshes():
     table = SuccessorTable(V, K)
     auto = AutoProposer(table, AutoState(fixed_costs(9)))
     tokens = np.arange(40, dtype=np.int64) % TOKENS
-    stop, errors = threading.Event(), []
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    writer = threading.Thread(target=_writer, args=(table, stop, errors))
-    try:
-        writer.start()
+    with _refreshing(table) as errors:
         auto.start(tokens, 20)
         end, calls = time.perf_counter() + 1.0, 0
         while time.perf_counter() < end and not errors:
@@ -117,9 +121,4 @@ def test_auto_candidates_while_another_thread_refreshes():
             assert all(0 <= t < V for t in trie.tokens)
             assert all(p < i for i, p in enumerate(trie.parents)) and len(keys) == len(trie.tokens)
             calls += 1
-    finally:
-        stop.set()
-        writer.join()
-        sys.setswitchinterval(old)
-    assert not errors, errors
     assert calls > 50
