@@ -120,7 +120,7 @@ def prepare(seqs: list[BatchSequence], costs: CostTable, capacity: int, trees: b
     first, so that k is capped by what matched, and acceptance is estimated per kind of proposal (n-gram: its match
     size; a draft model's: DRAFT_KIND, so that hybrid's n-gram judgements do not price its draft model, nor the
     reverse). A seeded request's k is its policy's, asked once per step (`forced_k`: prepare may run twice)."""
-    max_ks = [0 if s.proposer is None or getattr(s, "error", None) is not None
+    max_ks = [0 if s.proposer is None or s.error is not None
               else max(0, min(s.max_k, s.remaining - 1, capacity - s.n - 1)) for s in seqs]
     for i, s in enumerate(seqs):
         if s.policy is not None:

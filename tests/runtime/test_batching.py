@@ -676,7 +676,7 @@ def test_hybrid_drafts_for_free_where_prompt_lookup_matches_and_a_stale_draft_wa
         hybrid = HybridProposer(NgramProposer(), SimpleNamespace(name="draft"))
         hybrid.ngram.start(tokens, tokens.size, None)
         return SimpleNamespace(proposer=hybrid, draft=SimpleNamespace(length=draft_length), tokens=tokens,
-                               n=tokens.size, max_k=4, remaining=100, kind=None, policy=None)
+                               n=tokens.size, max_k=4, remaining=100, kind=None, policy=None, error=None)
 
     repeating = np.array([5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7], np.int64)  # "8 9 5 6 ..." follows "5 6 7"
     fresh = np.arange(20, 33, dtype=np.int64)  # nothing repeats
