@@ -10,8 +10,9 @@ choices where it is unsure, drafted only as deep as the sizing says its cost pay
 The head's bookkeeping is the `head` method's (proposers/head.py): its cache holds one row per committed position
 whose target feature it has read; the features of positions committed since its last call are queued and fed in
 its next call (so steps where it is not drafted cost a copy, no head call; at most the newest WINDOW rows are kept,
-head_features.py); draft rows read its own fed-back feature (a fused head: zero layers, as in training). A weak head's nodes stop being accepted, their running
-estimates fall, and `depth` stops drafting it: it then costs nothing.
+head_features.py); draft rows read its own fed-back feature (a fused head: zero layers, as in training). A weak
+head's nodes stop being accepted, their running estimates fall, and `depth` stops drafting it: it then costs
+nothing.
 """
 
 from __future__ import annotations
