@@ -140,11 +140,21 @@ def test_a_compile_past_its_time_is_400_and_a_busy_compiler_503(slot_generators,
     from specrt.runtime.constraint_pool import CompilePool
 
     monkeypatch.setattr(constraint, "COMPILE_POOL", CompilePool(threads=1, seconds=0.05, wait_seconds=0.05))
+    real, release = constraint.ConstraintCompiler._matcher, threading.Event()
+
+    def held(self, spec):  # a compile that lasts until the test says (the real one, ~0.6 s, may end under load
+        release.wait(60)  # before the next request arrives: then that one got the thread, not a 503)
+        return real(self, spec)
+
+    monkeypatch.setattr(constraint.ConstraintCompiler, "_matcher", held)
     with serving(slot_generators[:1], max_queue=4, served_model_name="tiny") as srv:
         url = f"{srv.url}/v1/completions"
-        slow = httpx.post(url, json=schema_body(big_schema("slow")), timeout=120)
-        assert slow.status_code == 400 and "took longer than 0.05 s" in slow.json()["error"]["message"], slow.text
-        busy = httpx.post(url, json=schema_body(big_schema("next")), timeout=120)  # the one thread still compiles
-        assert busy.status_code == 503 and busy.json()["error"]["code"] == "compiler_busy", busy.text
-        assert int(busy.headers["retry-after"]) >= 1
+        try:
+            slow = httpx.post(url, json=schema_body(big_schema("slow")), timeout=120)
+            assert slow.status_code == 400 and "took longer than 0.05 s" in slow.json()["error"]["message"], slow.text
+            busy = httpx.post(url, json=schema_body(big_schema("next")), timeout=120)  # the one thread still compiles
+            assert busy.status_code == 503 and busy.json()["error"]["code"] == "compiler_busy", busy.text
+            assert int(busy.headers["retry-after"]) >= 1
+        finally:
+            release.set()
         assert httpx.post(url, json=PLAIN, timeout=120).status_code == 200
