@@ -8,6 +8,8 @@ Sources (keys of the acceptance estimates: (source, depth, rank)):
   the pending token heaviest paths first (`_expand_table`), rank = the successor's rank under its parent; where the
   table knows how sure the target was (`conf`, from a verify row), the source is `tablep` and the "rank" is that
   confidence's bin (CONF_EDGES): the estimates then follow the target's certainty, not only the rank;
+* `store` / `storeL`: the continuations of the context's last 1-4 tokens (3-4: `storeL`) in a datastore of the
+  target's own answers (store.py, REST), in bundles that carry one; "rank" = the bin of the continuation's share;
 * `draft`: a draft model's greedy chain with its 2nd / 3rd choices where it is unsure (draft_source.py), in bundles
   compiled with --draft, only where the sizing says its cost pays;
 * `head`: a draft head's (plain or fused) chain with its runners-up, the same way (head_source.py), in bundles
@@ -38,6 +40,7 @@ import numpy as np
 from specrt.runtime.proposers.base import Proposal
 from specrt.runtime.proposers.ngram_branches import NgramBranches, match_length
 from specrt.runtime.proposers.recycle_table import SuccessorTable
+from specrt.runtime.proposers.store import add_nodes, store_for
 from specrt.runtime.proposers.token_tree import RANK_PRIOR, DraftTrie
 from specrt.runtime.tree_budget import (MAX_DEPTH_KEY, NodeStats, PassCosts, choose, fixed_costs, path_probs,
                                        preorder)
@@ -50,7 +53,8 @@ MAX_CANDIDATES = 64
 # before any measurement and never fitted to a benchmark; the running estimates replace them within a few steps
 PRIORS = {"ngram": ((0.6, 0.3, 0.2), 0.75), "ngram1": ((0.35, 0.2, 0.12), 0.6), "ngramL": ((0.8, 0.4, 0.25), 0.85),
           "table": (RANK_PRIOR, 0.5), "tablep": ((0.75, 0.55, 0.4, 0.25, 0.14, 0.07, 0.03, 0.01), 0.85),
-          "draft": ((0.6, 0.15, 0.08), 0.7), "head": ((0.4, 0.12, 0.06), 0.5)}
+          "store": ((0.6, 0.45, 0.3, 0.2, 0.12, 0.06, 0.03, 0.01), 0.75),
+          "storeL": ((0.7, 0.5, 0.35, 0.2, 0.12, 0.06, 0.03, 0.01), 0.8), "draft": ((0.6, 0.15, 0.08), 0.7), "head": ((0.4, 0.12, 0.06), 0.5)}
 CONF_EDGES = (0.9, 0.75, 0.55, 0.35, 0.2, 0.1, 0.04)  # `tablep` bins: bin b holds conf in [EDGES[b], EDGES[b - 1])
 NEG_EDGES = tuple(-e for e in CONF_EDGES)  # ascending, for bisect
 PRIOR = RANK_PRIOR + (RANK_PRIOR[-1],) * 56  # a rank's weight where the table has no confidence (up to 64 ranks)
@@ -99,13 +103,14 @@ class AutoProposer:
 
     def __init__(self, table: SuccessorTable, state: AutoState, eos_ids: frozenset[int] = frozenset(),
                  trees: bool = True, min_n: int = 1, max_n: int = 3, draft=None, head=None,
-                 sources: frozenset[str] | None = None) -> None:
+                 sources: frozenset[str] | None = None, store=None) -> None:
         self.table, self.state, self.eos_ids, self.trees = table, state, eos_ids, bool(trees)
-        # which of `ngram` / `recycle` it drafts from (auto_sources.py; draft and head: given or None); all learn
+        # which of `ngram` / `recycle` / `store` it drafts from (auto_sources.py; draft and head: given or None); all learn
         self.sources = frozenset(("ngram", "recycle")) if sources is None else frozenset(sources)
         self.ngram = NgramBranches(eos_ids, min_n, max_n)
         self.draft = draft  # a DraftSource (draft_source.py) or None
         self.head = head  # a HeadSource (head_source.py) or None
+        self.store = store if "store" in self.sources else None  # a Datastore (store.py) or None
         self.rows_seen = False
         self._tokens: np.ndarray | None = None
         self._n = 0
@@ -203,6 +208,8 @@ class AutoProposer:
             rank[source] += 1
         if "recycle" in self.sources:
             self._expand_table(trie, add, int(tokens[n - 1]), k)
+        if self.store is not None:
+            add_nodes(self.store, add, tokens, n, k, self.eos_ids)
         return trie, keys
 
     def _expand_table(self, trie: DraftTrie, add, root: int, k: int) -> None:
@@ -251,7 +258,7 @@ def make_auto(gen, params, rng, options: dict, sources: tuple[str, ...] | None =
     """The `auto` proposer for `gen` (a Generator): its shared table and state. Seeded sampling gets a fresh state
     with fixed costs and the bundle's seed table: the trees, hence the random numbers drawn, depend only on the
     request (the same text in every run and process). `sources`: the request's resolved auto_sources (None: all)."""
-    use = frozenset(sources) if sources is not None else frozenset(("ngram", "recycle", "draft", "head"))
+    use = frozenset(sources) if sources is not None else frozenset(("ngram", "recycle", "draft", "head", "store"))
     from specrt.runtime.proposers.recycle_table import table_for
 
     seeded = params.seed is not None and not params.greedy
@@ -270,5 +277,6 @@ def make_auto(gen, params, rng, options: dict, sources: tuple[str, ...] | None =
     from specrt.runtime.proposers.head_source import head_source
 
     head = head_source(gen, seeded) if "head" in use else None
-    return AutoProposer(table, state, gen.eos_ids, trees, draft=draft, head=head, sources=use & {"ngram", "recycle"},
+    return AutoProposer(table, state, gen.eos_ids, trees, draft=draft, head=head,
+                        sources=use & {"ngram", "recycle", "store"}, store=store_for(gen) if "store" in use else None,
                         **options)

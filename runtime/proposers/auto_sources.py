@@ -6,12 +6,13 @@
     specrt bench B --suite spec-bench --methods ngram,auto[-head],auto    # one row per label
 
 Sources: `ngram` (prompt lookup: the suffix n-gram's continuations), `recycle` (Token Recycling's successor table),
-`draft` (a draft model, bundles compiled with --draft), `head` (a draft head, --draft head:DIR). None (the default):
+`draft` (a draft model, bundles compiled with --draft), `head` (a draft head, --draft head:DIR), `store` (a datastore of
+the target's own answers, runtime/proposers/store.py, in bundles that carry one). None (the default):
 every source the bundle has. A list names the sources to use; a list of names each with a leading '-' names the
 sources to leave out (the rest of what the bundle has is used). Names are checked when the request is built
 (`parse_sources`), availability against the bundle when the Generator resolves the request (`resolve`): the
 resolved request carries the explicit list of sources, so nothing downstream parses it again. Under batching
-`auto` drafts from `ngram` and `recycle` only (runtime/batch/trees.py): `draft` and `head` are not used there.
+`auto` drafts from `ngram` and `recycle` only (runtime/batch/trees.py): `draft`, `head` and `store` are not used there.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from typing import Any
 
 from specrt.core.errors import InvalidArgument
 
-SOURCES = ("ngram", "recycle", "draft", "head")
+SOURCES = ("ngram", "recycle", "draft", "head", "store")
 BATCH_SOURCES = ("ngram", "recycle")
-NEEDS = {"draft": "a bundle compiled with --draft", "head": "a bundle compiled with --draft head:DIR"}
+NEEDS = {"draft": "a bundle compiled with --draft", "head": "a bundle compiled with --draft head:DIR",
+         "store": "a bundle with a datastore: scripts/add_store.py"}
 FIELD = "auto_sources"  # the request field: callers raise these errors as RequestFieldError(FIELD, ...)
 
 
@@ -61,6 +63,10 @@ def available(gen) -> tuple[str, ...]:
         layers = head.feature_layers
         if not layers or gen.target.hidden_layers == len(layers):
             out.append("head")
+    from specrt.runtime.proposers.store import CORPUS_FILE
+
+    if CORPUS_FILE in gen.manifest.files:
+        out.append("store")
     return tuple(out)
 
 

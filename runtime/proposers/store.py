@@ -1,0 +1,218 @@
+"""A retrieval datastore of the target's own text (REST, arXiv 2311.08252): the continuations that followed the
+context's last 1-4 tokens in a corpus, merged into a small token tree by how often each continuation occurs.
+
+    store = Datastore.from_sequences([answer_ids, ...])   # int arrays of token ids (the target's own answers)
+    nodes = store.tree(context, n, depth=8, budget=24)    # [(parent, token, count / parent's count, match), ...]
+
+Layout (compact, numpy only): `corpus` int32 [N] holds the sequences, each followed by SEP (-1); `order` int32 [M]
+holds every non-SEP position sorted by the (up to) 4 tokens that start there. A position's key packs those tokens
+into one uint64 (16 bits each, id + 1, SEP = 0), so every suffix of length L <= 4 is one contiguous range of the
+sorted keys, found by two `searchsorted` calls: no suffix array construction beyond one sort, no Python dict per
+n-gram. Vocabularies must have fewer than 65,535 tokens (refused otherwise).
+
+The bundle may carry one (`store/corpus.npy`, `store/order.npy`; scripts/add_store.py writes them), listed in the
+manifest with their sha256; `load_store` checks the hashes, dtypes, id range and order, raising BundleError naming
+the fix; `store_for(gen)` keeps one per loaded bundle (read-only: threads share it without a lock). `auto` merges
+its tree as the source `store` (`add_nodes`).
+
+A lookup takes the longest suffix of the context (MAX_MATCH down to `min_match` tokens) found at least once, reads
+the continuations after (at most MAX_ROWS of) its occurrences, and grows the tree heaviest path first: a node's
+weight is the share of those occurrences whose continuation starts with its path. A continuation stops at the
+end of its sequence and before an EOS.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+from specrt.core.errors import BundleError, InvalidArgument
+
+SEP = -1
+MAX_MATCH = 4  # tokens of context matched (16 bits each in a uint64 key)
+MAX_ROWS = 256  # occurrences read per lookup (evenly spaced over the match range: the shares are kept)
+BITS = 16
+STORE_NODES = 24  # the datastore's candidates per auto step
+CORPUS_FILE, ORDER_FILE = "store/corpus.npy", "store/order.npy"  # relative to the bundle root
+
+
+class Datastore:
+    def __init__(self, corpus: np.ndarray, order: np.ndarray | None = None) -> None:
+        corpus = np.asarray(corpus)
+        if corpus.ndim != 1 or corpus.dtype.kind not in "iu":
+            raise InvalidArgument(f"a datastore corpus is a 1-D integer array, got {corpus.dtype} {corpus.shape}")
+        if corpus.size and (int(corpus.min()) < SEP or int(corpus.max()) >= (1 << BITS) - 1):
+            raise InvalidArgument(f"datastore token ids must lie in [0, {(1 << BITS) - 1}) (SEP = -1), got "
+                                  f"[{int(corpus.min())}, {int(corpus.max())}]")
+        self.corpus = corpus.astype(np.int32, copy=False)  # [N]
+        keys = self._keys()
+        if order is None:
+            valid = np.flatnonzero(self.corpus != SEP)
+            order = valid[np.argsort(keys[valid], kind="stable")].astype(np.int32)
+        order = np.asarray(order, dtype=np.int32)
+        if order.size and (int(order.min()) < 0 or int(order.max()) >= self.corpus.size):
+            raise InvalidArgument(f"datastore order holds positions outside [0, {self.corpus.size})")
+        self.order = order  # [M] positions sorted by key
+        self.sorted_keys = keys[order]  # [M] uint64, ascending
+        if self.sorted_keys.size > 1 and not (self.sorted_keys[1:] >= self.sorted_keys[:-1]).all():
+            raise InvalidArgument("datastore order is not sorted by key: rebuild the datastore")
+
+    @classmethod
+    def from_sequences(cls, sequences) -> "Datastore":
+        parts = []
+        for seq in sequences:
+            seq = np.asarray(seq, dtype=np.int64).reshape(-1)
+            if seq.size:
+                parts += [seq, np.array([SEP])]
+        return cls(np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.corpus.nbytes + self.order.nbytes + self.sorted_keys.nbytes)
+
+    def _keys(self) -> np.ndarray:
+        """[N] uint64: the 4 tokens from each position packed (id + 1 each; SEP and past-the-end = 0)."""
+        c = np.concatenate([self.corpus, np.full(MAX_MATCH - 1, SEP, dtype=np.int32)]).astype(np.uint64) + np.uint64(1)
+        n = self.corpus.size
+        keys = np.zeros(n, dtype=np.uint64)
+        for i in range(MAX_MATCH):
+            keys |= c[i:i + n] << np.uint64(BITS * (MAX_MATCH - 1 - i))
+        return keys
+
+    def match(self, suffix) -> tuple[int, int]:
+        """The range [lo, hi) of `order` whose positions start with `suffix` (1..MAX_MATCH token ids)."""
+        suffix = [int(t) for t in suffix]
+        if not 1 <= len(suffix) <= MAX_MATCH or min(suffix) < 0 or max(suffix) >= (1 << BITS) - 1:
+            return 0, 0
+        v = 0
+        for i, t in enumerate(suffix):
+            v |= (t + 1) << (BITS * (MAX_MATCH - 1 - i))
+        span = 1 << (BITS * (MAX_MATCH - len(suffix)))
+        lo = int(np.searchsorted(self.sorted_keys, np.uint64(v), side="left"))
+        hi = int(np.searchsorted(self.sorted_keys, np.uint64(v + span - 1), side="right"))
+        return lo, hi
+
+    def continuations(self, tokens: np.ndarray, n: int, depth: int, min_match: int = 1) -> tuple[int, np.ndarray]:
+        """(matched length L, [R, depth] continuations after the longest matched suffix of tokens[:n]; SEP pads)."""
+        for size in range(min(MAX_MATCH, n), min_match - 1, -1):
+            lo, hi = self.match(tokens[n - size:n])
+            if hi > lo:
+                pos = self.order[lo:hi] if hi - lo <= MAX_ROWS else self.order[np.linspace(lo, hi - 1, MAX_ROWS).astype(np.int64)]
+                idx = pos[:, None].astype(np.int64) + size + np.arange(depth)
+                rows = np.where(idx < self.corpus.size, self.corpus[np.minimum(idx, self.corpus.size - 1)], SEP)
+                # everything after a SEP is another sequence: cut there
+                cut = np.cumsum(rows == SEP, axis=1) > 0
+                return size, np.where(cut, SEP, rows)
+        return 0, np.zeros((0, depth), dtype=np.int32)
+
+    def tree(self, tokens: np.ndarray, n: int, depth: int, budget: int, eos_ids=frozenset(),
+             min_match: int = 1) -> list[tuple[int, int, float, int]]:
+        """Up to `budget` nodes (parent index or -1, token, count / parent's count, matched length), parents first,
+        heaviest paths first (a path's weight: the share of the occurrences it continues)."""
+        size, rows = self.continuations(tokens, n, depth, min_match)
+        if not rows.shape[0] or budget < 1 or depth < 1:
+            return []
+        total = rows.shape[0]
+        out: list[tuple[int, int, float, int]] = []
+        heap: list = []
+        count = 0
+
+        def push_children(parent: int, members: np.ndarray, d: int) -> None:
+            nonlocal count
+            if d >= depth:
+                return
+            col = rows[members, d]
+            toks, inv, counts = np.unique(col, return_inverse=True, return_counts=True)
+            for j, (t, c) in enumerate(zip(toks.tolist(), counts.tolist())):
+                if t == SEP or t in eos_ids:
+                    continue
+                heapq.heappush(heap, (-c / total, count, parent, t, c / members.size, members[inv == j], d + 1))
+                count += 1
+
+        push_children(-1, np.arange(total), 0)
+        while heap and len(out) < budget:
+            _, _, parent, t, cond, members, d = heapq.heappop(heap)
+            out.append((parent, t, cond, size))
+            push_children(len(out) - 1, members, d)
+        return out
+
+
+def add_nodes(store: Datastore, add, tokens: np.ndarray, n: int, depth: int, eos_ids=frozenset(),
+              budget: int = STORE_NODES) -> None:
+    """Merge `store`'s tree for tokens[:n] into auto's trie through `add(parent, token, key) -> node | None`; key
+    (`storeL` for a match of 3+ tokens, else `store`; depth; the bin of count / parent's count, auto.conf_bin)."""
+    from specrt.runtime.proposers.auto import conf_bin
+
+    where: list[int | None] = []  # the trie node of each of the store's nodes (None: not placed)
+    depths: list[int] = []
+    for parent, tok, cond, size in store.tree(tokens, n, depth, budget, eos_ids):
+        par = -1 if parent < 0 else where[parent]
+        depths.append(1 if parent < 0 else depths[parent] + 1)
+        where.append(None if par is None else
+                     add(par, tok, ("storeL" if size >= 3 else "store", depths[-1], conf_bin(cond))))
+
+
+def write_store(store: Datastore, root: Path) -> list[Path]:
+    """Write `store` as root/store/corpus.npy and root/store/order.npy; returns the paths."""
+    paths = [Path(root) / CORPUS_FILE, Path(root) / ORDER_FILE]
+    paths[0].parent.mkdir(parents=True, exist_ok=True)
+    np.save(paths[0], store.corpus, allow_pickle=False)
+    np.save(paths[1], store.order, allow_pickle=False)
+    return paths
+
+
+def add_to_bundle(bundle: Path, store: Datastore) -> None:
+    """Write `store` into the bundle directory `bundle` (replacing any) and rewrite its manifest with fresh checksums."""
+    import shutil
+
+    from specrt.bundle.manifest import read_manifest
+    from specrt.bundle.writer import ManifestDraft, write_manifest
+
+    m = read_manifest(bundle)
+    draft = ManifestDraft(m.max_seq_len, m.max_draft_tokens, torch_version=m.torch_version, onnx=m.onnx,
+                          created=m.created, batch_size=m.batch_size or 1, models=dict(m.models),
+                          engines=dict(m.engines), tokenizer=m.tokenizer, medusa=m.medusa, demo=m.demo,
+                          draft_head=m.draft_head)
+    shutil.rmtree(Path(bundle) / "store", ignore_errors=True)
+    write_store(store, bundle)
+    write_manifest(Path(bundle), draft)
+
+
+def load_store(manifest, vocab_size: int) -> Datastore | None:
+    """The bundle's datastore, checked (sha256, dtype, id range, order), or None when it has none."""
+    have = [rel for rel in (CORPUS_FILE, ORDER_FILE) if rel in manifest.files]
+    if not have:
+        return None
+    if len(have) == 1:
+        raise BundleError(f"the bundle lists {have[0]} without its pair ({CORPUS_FILE}, {ORDER_FILE}): rebuild the "
+                          "datastore with scripts/add_store.py")
+    from specrt.bundle.manifest import verify_files
+
+    verify_files(manifest, [CORPUS_FILE, ORDER_FILE])  # ChecksumMismatch when a file was modified or is missing
+    try:
+        corpus = np.load(manifest.path(CORPUS_FILE), allow_pickle=False)
+        order = np.load(manifest.path(ORDER_FILE), allow_pickle=False)
+        if corpus.dtype != np.int32 or order.dtype != np.int32:
+            raise InvalidArgument(f"int32 arrays expected, got {corpus.dtype} and {order.dtype}")
+        if corpus.size and int(corpus.max()) >= vocab_size:
+            raise InvalidArgument(f"token id {int(corpus.max())} outside the target's vocabulary of {vocab_size}")
+        return Datastore(corpus, order)
+    except (OSError, ValueError, InvalidArgument) as exc:
+        raise BundleError(f"cannot read the bundle's datastore ({CORPUS_FILE}, {ORDER_FILE}): {exc}; rebuild it "
+                          "with scripts/add_store.py") from None
+
+
+_STORES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_STORES_LOCK = threading.Lock()
+
+
+def store_for(gen) -> Datastore | None:
+    """The datastore of `gen`'s bundle (loaded and checked on first use, dropped with the Generator), or None."""
+    with _STORES_LOCK:
+        if gen not in _STORES:
+            _STORES[gen] = load_store(gen.manifest, gen.vocab_size)
+        return _STORES[gen]
