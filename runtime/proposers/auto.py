@@ -54,7 +54,8 @@ MAX_CANDIDATES = 64
 PRIORS = {"ngram": ((0.6, 0.3, 0.2), 0.75), "ngram1": ((0.35, 0.2, 0.12), 0.6), "ngramL": ((0.8, 0.4, 0.25), 0.85),
           "table": (RANK_PRIOR, 0.5), "tablep": ((0.75, 0.55, 0.4, 0.25, 0.14, 0.07, 0.03, 0.01), 0.85),
           "store": ((0.6, 0.45, 0.3, 0.2, 0.12, 0.06, 0.03, 0.01), 0.75),
-          "storeL": ((0.7, 0.5, 0.35, 0.2, 0.12, 0.06, 0.03, 0.01), 0.8), "draft": ((0.6, 0.15, 0.08), 0.7), "head": ((0.4, 0.12, 0.06), 0.5)}
+          "storeL": ((0.7, 0.5, 0.35, 0.2, 0.12, 0.06, 0.03, 0.01), 0.8), "draft": ((0.6, 0.15, 0.08), 0.7),
+          "head": ((0.4, 0.12, 0.06), 0.5)}
 CONF_EDGES = (0.9, 0.75, 0.55, 0.35, 0.2, 0.1, 0.04)  # `tablep` bins: bin b holds conf in [EDGES[b], EDGES[b - 1])
 NEG_EDGES = tuple(-e for e in CONF_EDGES)  # ascending, for bisect
 PRIOR = RANK_PRIOR + (RANK_PRIOR[-1],) * 56  # a rank's weight where the table has no confidence (up to 64 ranks)
@@ -105,7 +106,7 @@ class AutoProposer:
                  trees: bool = True, min_n: int = 1, max_n: int = 3, draft=None, head=None,
                  sources: frozenset[str] | None = None, store=None) -> None:
         self.table, self.state, self.eos_ids, self.trees = table, state, eos_ids, bool(trees)
-        # which of `ngram` / `recycle` / `store` it drafts from (auto_sources.py; draft and head: given or None); all learn
+        # which of `ngram` / `recycle` / `store` it drafts from (auto_sources.py; draft, head: given or None); all learn
         self.sources = frozenset(("ngram", "recycle")) if sources is None else frozenset(sources)
         self.ngram = NgramBranches(eos_ids, min_n, max_n)
         self.draft = draft  # a DraftSource (draft_source.py) or None

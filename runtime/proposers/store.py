@@ -101,7 +101,8 @@ class Datastore:
         for size in range(min(MAX_MATCH, n), min_match - 1, -1):
             lo, hi = self.match(tokens[n - size:n])
             if hi > lo:
-                pos = self.order[lo:hi] if hi - lo <= MAX_ROWS else self.order[np.linspace(lo, hi - 1, MAX_ROWS).astype(np.int64)]
+                pick = np.arange(lo, hi) if hi - lo <= MAX_ROWS else np.linspace(lo, hi - 1, MAX_ROWS).astype(np.int64)
+                pos = self.order[pick]
                 idx = pos[:, None].astype(np.int64) + size + np.arange(depth)
                 rows = np.where(idx < self.corpus.size, self.corpus[np.minimum(idx, self.corpus.size - 1)], SEP)
                 # everything after a SEP is another sequence: cut there
@@ -166,7 +167,7 @@ def write_store(store: Datastore, root: Path) -> list[Path]:
 
 
 def add_to_bundle(bundle: Path, store: Datastore) -> None:
-    """Write `store` into the bundle directory `bundle` (replacing any) and rewrite its manifest with fresh checksums."""
+    """Write `store` into the bundle directory `bundle` (replacing any); rewrite its manifest with fresh checksums."""
     import shutil
 
     from specrt.bundle.manifest import read_manifest
