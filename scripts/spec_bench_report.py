@@ -9,7 +9,8 @@ import numpy as np
 
 ORDER = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 NAMES = {"fp32": "fp32, target only", "int4": "int4 (`--quantize int4`), target only",
-         "self": "fp32 with `--draft self:int4`", "head": "fp32 with its fused draft head (`--draft head:DIR`)"}
+         "self": "fp32 with `--draft self:int4`", "head": "fp32 with its fused draft head (`--draft head:DIR`)",
+         "store": "fp32 with a datastore of its own answers (`specrt store`)"}
 # github.com/hemingkx/Spec-Bench, Leaderboard.md at commit fd2c1cd7d2201ef71db4c5f4e455008f017967bf (2025-04-22),
 # "Leaderboard on A100": one A100 80GB, 96 CPU cores, PyTorch 2.5.1, CUDA 11.5, Vicuna-7B-v1.3, FP16, greedy, batch 1.
 # Per method: the six categories in ORDER, #mean accepted tokens, overall (their speedups are over their own plain).
@@ -25,6 +26,7 @@ SOURCE = ("[Spec-Bench leaderboard](https://github.com/hemingkx/Spec-Bench/blob/
 GOALS = {"fp32": (1.7, 1.25), "int4": (1.7, 1.35)}  # (mean, every category), the target-only default method
 DEMO_GOAL, OPEN_GOAL = 0.97, 1.2
 HEAD_GOAL, HEAD_CATS, NO_HEAD = 1.25, ("mt_bench", "qa"), "auto[-head]"  # issue #52: auto with / without the head
+NO_STORE = "auto[-store]"  # auto without its datastore (the same bundle, one interleaved run)
 
 
 def rows(result: dict, method: str) -> dict[str, dict]:
@@ -84,7 +86,7 @@ def goals(data: dict) -> list[str]:
                   if a[c]["speedup"] < n[c]["speedup"]]
     out.append(f"| every category at least n-gram's speedup (`auto` vs `ngram`, each bundle) | "
                f"{'; '.join(below) if below else 'everywhere'} | {verdict(not below)} |")
-    keys = ("fp32", "int4", "self", "open", "fp32_free", "int4_free", "self_free") + (("head",) if "head" in data else ())
+    keys = ("fp32", "int4", "self", "open", "fp32_free", "int4_free", "self_free") + tuple(k for k in ("head", "store") if k in data)
     same = [(r["identical"], r["prompts"]) for key in keys for r in data[key]["rows"] if r["category"] == "overall"]
     demo_same = all(r["identical"] for r in data["demo"]["rows"])
     ident, total = sum(a for a, _ in same), sum(b for _, b in same)
@@ -97,9 +99,9 @@ def goals(data: dict) -> list[str]:
     return out + ([head_goal(data["head"])] if "head" in data else [])
 
 
-def head_ratio(result: dict, cat: str) -> float:
-    """`auto`'s speedup over `auto[-head]`'s on `cat` (each over the plain runs beside it, one interleaved run)."""
-    return rows(result, "auto")[cat]["speedup"] / rows(result, NO_HEAD)[cat]["speedup"]
+def head_ratio(result: dict, cat: str, without: str = NO_HEAD) -> float:
+    """`auto`'s speedup over `without`'s (`auto[-head]`) on `cat` (each over the plain runs beside it, one run)."""
+    return rows(result, "auto")[cat]["speedup"] / rows(result, without)[cat]["speedup"]
 
 
 def head_goal(result: dict) -> str:
@@ -113,14 +115,15 @@ def head_goal(result: dict) -> str:
             f"{verdict(ok and same)} |")
 
 
-def head_table(result: dict) -> list[str]:
-    """Per category: n-gram, auto without the head, auto with it (speedup over plain, MAT), and with / without."""
-    ng, no, yes = rows(result, "ngram"), rows(result, NO_HEAD), rows(result, "auto")
-    out = ["| category | ngram | auto without the head (`auto[-head]`) | auto with the head | with / without |",
+def head_table(result: dict, without: str = NO_HEAD, what: str = "the head") -> list[str]:
+    """Per category: n-gram, auto without `what` (the head, the datastore), auto with it (speedup over plain, MAT),
+    and with / without."""
+    ng, no, yes = rows(result, "ngram"), rows(result, without), rows(result, "auto")
+    out = [f"| category | ngram | auto without {what} (`{without}`) | auto with {what} | with / without |",
            "|---|---|---|---|---|"]
     for c in cats(result) + ["overall"]:
         cells = [f"{r[c]['speedup']:.2f}x ({r[c]['mat']:.2f})" if c in r else "-" for r in (ng, no, yes)]
-        ratio = f"{head_ratio(result, c):.2f}x" if c in no and c in yes else "-"
+        ratio = f"{head_ratio(result, c, without):.2f}x" if c in no and c in yes else "-"
         out.append(f"| {c} | " + " | ".join(cells) + f" | {ratio} |")
     return out
 
@@ -164,6 +167,12 @@ def section(data: dict) -> str:
         lines += table(data["head"], NAMES["head"]) + ["", "The draft head's share (issue #52): the same bundle's `auto` "
                   "without the head (`--auto-sources=-head`) and with it, one interleaved run; cells: speedup over "
                   "plain (MAT); with / without = the ratio of their speedups.", ""] + head_table(data["head"]) + [""]
+    if "store" in data:
+        lines += table(data["store"], NAMES["store"]) + ["", "The datastore's share (issue #51): the same bundle's "
+                  "`auto` without its datastore (`--auto-sources=-store`) and with it, one interleaved run; the "
+                  "datastore holds the target's own greedy answers to the head recipe's built-in prompts (none from "
+                  "Spec-Bench: no shared 8-word run). Cells as above.", ""]
+        lines += head_table(data["store"], NO_STORE, "the datastore") + [""]
     cs = ORDER
     lines += ["### Published: other hardware, another model", "",
               f"{SOURCE}: one NVIDIA A100 80GB, Vicuna-7B-v1.3 in FP16, greedy, batch 1. **Not comparable with the "

@@ -12,11 +12,14 @@ measurement the section states, each by the command a user would run, then the s
    (specrt/bench/measure.py verify_curve), per bundle, and the draft model's step against the target's;
 5. optional (issue #52), with --head B or env SPEC_HEAD=B (the fp32 target compiled with its fused draft head): one
    interleaved run of `specrt bench B --suite spec-bench --methods 'ngram,auto[-head],auto'`: auto without the head
-   (`--auto-sources=-head`) and with it, each its own row.
+   (`--auto-sources=-head`) and with it, each its own row;
+6. optional (issue #51), with --store B or env SPEC_STORE=B (the fp32 target with a datastore of its own answers,
+   `specrt store`): the same with `ngram,auto[-store],auto`.
 
     python scripts/spec_bench_section.py --fp32 B --int4 B --self B [--per-category 4] [--max-new-tokens 128]
         [--open-per-category 12] [--demo-repeats 5] [--out benchmarks] [--markdown benchmarks/sections/spec_bench.md]
         [--head B]         (default: env SPEC_HEAD; unset: no head bundle)
+        [--store B]        (default: env SPEC_STORE; unset: no datastore bundle)
         [--compose-only]   (only the section, from the JSON files a previous run wrote)
         [--resume]         (keep the JSON files an interrupted run already wrote; measure the rest)
 """
@@ -36,7 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 OPEN_PROMPTS = ROOT / "benchmarks" / "head_fresh_prompts.txt"
 METHODS = {"fp32": "ngram,recycle,auto", "int4": "ngram,recycle,auto", "self": "ngram,recycle,draft,hybrid,auto",
-           "head": "ngram,auto[-head],auto"}  # head: auto without its draft head and with it (issue #52)
+           "head": "ngram,auto[-head],auto",  # head: auto without its draft head and with it (issue #52)
+           "store": "ngram,auto[-store],auto"}  # store: auto without its datastore and with it (issue #51)
 
 
 def run(cmd: list[str], log: list[str], done: Path | None = None) -> None:
@@ -85,6 +89,8 @@ def main() -> None:
     ap.add_argument("--self", dest="self_", required=True, help="the fp32 target compiled with --draft self:int4")
     ap.add_argument("--head", default=os.environ.get("SPEC_HEAD") or None,
                     help="the fp32 target compiled with its fused draft head (default: env SPEC_HEAD; unset: skipped)")
+    ap.add_argument("--store", default=os.environ.get("SPEC_STORE") or None,
+                    help="the fp32 target with a datastore (`specrt store`; default: env SPEC_STORE; unset: skipped)")
     ap.add_argument("--per-category", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--open-per-category", type=int, default=12, help="open chat prompts (of 12)")
@@ -105,6 +111,9 @@ def main() -> None:
     if args.head:  # after the free-rows files: only the three bundles above have those
         bundles["head"] = args.head
         files["head"] = out / "spec_bench_head.json"
+    if args.store:
+        bundles["store"] = args.store
+        files["store"] = out / "spec_bench_store.json"
     files.update(open=out / "spec_bench_open_fp32.json", demo=out / "spec_bench_demo.json",
                  costs=out / "spec_bench_row_costs.json", meta=out / "spec_bench_meta.json")
     if not args.compose_only:
@@ -115,7 +124,7 @@ def main() -> None:
         for label, bundle in bundles.items():
             run([args.specrt, "bench", bundle, "--suite", "spec-bench", *sized, "--methods", METHODS[label],
                  "--json", files[label], "--quiet"], log, keep(files[label]))
-            if label == "head":
+            if label in ("head", "store"):
                 continue
             run([args.specrt, "bench", bundle, "--suite", "spec-bench", *sized, "--free-rows",
                  "--json", files[f"{label}_free"], "--quiet"], log, keep(files[f"{label}_free"]))
@@ -127,7 +136,7 @@ def main() -> None:
              str(args.demo_repeats), "--max-new-tokens", str(args.max_new_tokens), "--json", files["demo"]], log,
             keep(files["demo"]))
         if not (args.resume and files["costs"].is_file()):
-            costed = {label: b for label, b in bundles.items() if label != "head"}  # the head's target is fp32's
+            costed = {label: b for label, b in bundles.items() if label not in ("head", "store")}  # fp32's target
             files["costs"].write_text(json.dumps(row_costs(costed), indent=2) + "\n", encoding="utf-8")
         from specrt.bench.measure import cpu_model
 

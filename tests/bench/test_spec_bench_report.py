@@ -149,3 +149,15 @@ def test_the_section_script_composes_the_head_run(tmp_path):
         assert r.returncode == 0, r.stderr
     assert "| #52: conversation (mt_bench) and qa" in (tmp_path / "with.md").read_text()
     assert "#52" not in (tmp_path / "without.md").read_text()
+
+
+def test_the_datastore_bundle_gets_its_table_and_share():
+    """The fp32 bundle with a datastore (issue #51): its own table, and auto without / with the datastore."""
+    d = data()
+    d["store"] = result({"ngram": (1.1, 1.2), "auto[-store]": (1.25, 1.3), "auto": (1.5, 1.9)})
+    text = report.section(d)
+    assert "#### fp32 with a datastore of its own answers (`specrt store`)" in text
+    assert "| auto[-store] | 1.25x (1.30) |" in text
+    assert "| category | ngram | auto without the datastore (`auto[-store]`) | auto with the datastore |" in text
+    assert "| qa | 1.10x (1.20) | 1.25x (1.30) | 1.50x (1.90) | 1.20x |" in text  # 1.5 / 1.25
+    assert "datastore" not in report.section(data())
