@@ -14,7 +14,7 @@ written by any version load, and any vocabulary fits (ids below 2^31 - 2). Measu
 lookups, 2 busy cores): 33 us with 4 packed tokens (vocab 49k), 59 us with 3 + 1 tail column (150k), 72 us with
 2 + 2 (5M); four uint32 columns and no packed key (np.lexsort alone) took 78-93 us at every vocabulary size.
 
-The bundle may carry one (`store/corpus.npy`, `store/order.npy`; scripts/add_store.py writes them), listed in the
+The bundle may carry one (`store/corpus.npy`, `store/order.npy`; `specrt store` writes them, runtime/proposers/store_write.py), listed in the
 manifest with their sha256; `load_store` checks the hashes, dtypes, id range and order, raising BundleError naming
 the fix; `store_for(gen)` keeps one per loaded bundle (read-only: threads share it without a lock). `auto` merges
 its tree as the source `store` (`add_nodes`).
@@ -192,32 +192,6 @@ def add_nodes(store: Datastore, add, tokens: np.ndarray, n: int, depth: int, eos
                      add(par, tok, ("storeL" if size >= 3 else "store", depths[-1], conf_bin(cond))))
 
 
-def write_store(store: Datastore, root: Path) -> list[Path]:
-    """Write `store` as root/store/corpus.npy and root/store/order.npy; returns the paths."""
-    paths = [Path(root) / CORPUS_FILE, Path(root) / ORDER_FILE]
-    paths[0].parent.mkdir(parents=True, exist_ok=True)
-    np.save(paths[0], store.corpus, allow_pickle=False)
-    np.save(paths[1], store.order, allow_pickle=False)
-    return paths
-
-
-def add_to_bundle(bundle: Path, store: Datastore) -> None:
-    """Write `store` into the bundle directory `bundle` (replacing any); rewrite its manifest with fresh checksums."""
-    import shutil
-
-    from specrt.bundle.manifest import read_manifest
-    from specrt.bundle.writer import ManifestDraft, write_manifest
-
-    m = read_manifest(bundle)
-    draft = ManifestDraft(m.max_seq_len, m.max_draft_tokens, torch_version=m.torch_version, onnx=m.onnx,
-                          created=m.created, batch_size=m.batch_size or 1, models=dict(m.models),
-                          engines=dict(m.engines), tokenizer=m.tokenizer, medusa=m.medusa, demo=m.demo,
-                          draft_head=m.draft_head)
-    shutil.rmtree(Path(bundle) / "store", ignore_errors=True)
-    write_store(store, bundle)
-    write_manifest(Path(bundle), draft)
-
-
 def load_store(manifest, vocab_size: int) -> Datastore | None:
     """The bundle's datastore, checked (sha256, dtype, id range, order), or None when it has none."""
     have = [rel for rel in (CORPUS_FILE, ORDER_FILE) if rel in manifest.files]
@@ -225,7 +199,7 @@ def load_store(manifest, vocab_size: int) -> Datastore | None:
         return None
     if len(have) == 1:
         raise BundleError(f"the bundle lists {have[0]} without its pair ({CORPUS_FILE}, {ORDER_FILE}): rebuild the "
-                          "datastore with scripts/add_store.py")
+                          "datastore with `specrt store`")
     from specrt.bundle.manifest import verify_files
 
     verify_files(manifest, [CORPUS_FILE, ORDER_FILE])  # ChecksumMismatch when a file was modified or is missing
@@ -239,7 +213,7 @@ def load_store(manifest, vocab_size: int) -> Datastore | None:
         return Datastore(corpus, order)
     except (OSError, ValueError, InvalidArgument) as exc:
         raise BundleError(f"cannot read the bundle's datastore ({CORPUS_FILE}, {ORDER_FILE}): {exc}; rebuild it "
-                          "with scripts/add_store.py") from None
+                          "with `specrt store`") from None
 
 
 _STORES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

@@ -16,7 +16,8 @@ import pytest
 from specrt.core.errors import ChecksumMismatch, InvalidArgument
 from specrt.runtime import load
 from specrt.runtime.proposers.auto_sources import available
-from specrt.runtime.proposers.store import CORPUS_FILE, Datastore, add_to_bundle
+from specrt.runtime.proposers.store import CORPUS_FILE, Datastore
+from specrt.runtime.proposers.store_write import add_to_bundle
 from specrt.runtime.request import RequestFieldError
 
 PROMPT = "the quick brown fox jumps over the lazy dog"
