@@ -14,10 +14,10 @@ written by any version load, and any vocabulary fits (ids below 2^31 - 2). Measu
 lookups, 2 busy cores): 33 us with 4 packed tokens (vocab 49k), 59 us with 3 + 1 tail column (150k), 72 us with
 2 + 2 (5M); four uint32 columns and no packed key (np.lexsort alone) took 78-93 us at every vocabulary size.
 
-The bundle may carry one (`store/corpus.npy`, `store/order.npy`; `specrt store` writes them, runtime/proposers/store_write.py), listed in the
-manifest with their sha256; `load_store` checks the hashes, dtypes, id range and order, raising BundleError naming
-the fix; `store_for(gen)` keeps one per loaded bundle (read-only: threads share it without a lock). `auto` merges
-its tree as the source `store` (`add_nodes`).
+The bundle may carry one (`store/corpus.npy`, `store/order.npy`; `specrt store` writes them: store_sources.py reads
+its sources, store_write.py writes), listed in the manifest with their sha256; `load_store` checks the hashes,
+dtypes, id range and order, raising BundleError naming the fix; `store_for(gen)` keeps one per loaded bundle
+(read-only: threads share it without a lock). `auto` merges its tree as the source `store` (`add_nodes`).
 
 A lookup takes the longest suffix of the context (MAX_MATCH down to `min_match` tokens) found at least once, reads
 the continuations after (at most MAX_ROWS of) its occurrences, and grows the tree heaviest path first: a node's
@@ -30,7 +30,6 @@ from __future__ import annotations
 import heapq
 import threading
 import weakref
-from pathlib import Path
 
 import numpy as np
 

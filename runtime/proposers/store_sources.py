@@ -106,7 +106,8 @@ def read_heads(path: Path) -> list[str]:
         q = v if isinstance(v, str) else (v.get("prompt") or (v.get("turns") or [None])[0]) if isinstance(v, dict) \
             else None
         if not isinstance(q, str) or not q:
-            raise InvalidArgument(f"{path}:{n}: a question is a JSON string, {{\"turns\": [...]}} or {{\"prompt\": ...}}")
+            raise InvalidArgument(f"{path}:{n}: a question is a JSON string, {{\"turns\": [...]}} or "
+                                  "{\"prompt\": ...}")
         heads.append(q[:HEAD_CHARS])
     return heads
 
