@@ -1,6 +1,7 @@
 """`specrt store BUNDLE --from SOURCE | --answers PROMPTS`: texts and the bundle's own answers into a datastore that
 `--method auto` drafts from (output identical to plain); bad input is one line, exit 2, and leaves the bundle as it
-was (manifest and files unchanged, no temporary left)."""
+was (manifest and files unchanged, no temporary left). `specrt compile --store SOURCE` writes one into the new
+bundle."""
 
 import json
 import shutil
@@ -110,3 +111,32 @@ def test_a_failure_while_writing_leaves_the_bundle_as_it_was(bundle, monkeypatch
     with pytest.raises(OSError, match="disk full"):
         store_write.add_to_bundle(bundle, Datastore.from_sequences([[1, 2, 3]]))
     assert snapshot(bundle) == before
+
+
+def test_compile_store_refuses_a_missing_source_before_compiling(llama_target, tmp_path):
+    r = run_cli("compile", "--target", llama_target, "-o", tmp_path / "none", "--store", tmp_path / "missing.txt")
+    assert r.returncode == 2 and "--store" in r.stderr and "no such file" in r.stderr and not (tmp_path / "none").exists()
+
+
+@pytest.mark.slow  # two compiles of the toy target: ~90 s on 2 busy cores
+def test_compile_store_writes_the_datastore_into_the_new_bundle(llama_target, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text(PROMPT + " and the dog sleeps\n")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n")
+    r = run_cli("compile", "--target", llama_target, "-o", tmp_path / "none", "--max-seq-len", 64,
+                "--no-recycle-table", "--store", empty)
+    assert r.returncode == 2 and "holds no text to store" in r.stderr and not (tmp_path / "none").exists()
+    out = tmp_path / "b"
+    r = run_cli("compile", "--target", llama_target, "-o", out, "--max-seq-len", 64, "--max-draft-tokens", 4,
+                "--no-recycle-table", "--store", texts)
+    assert r.returncode == 0, r.stderr
+    from specrt.runtime import load
+    from specrt.runtime.proposers.store import store_for
+
+    gen = load(out, threads=1, warmup=False)
+    ids = gen.tokenizer.encode(PROMPT + " and the dog sleeps", add_special_tokens=False)
+    assert store_for(gen).corpus.tolist() == ids + [-1]
+    _, plain = generate(out, "--method", "none")
+    r, spec = generate(out, "--method", "auto", "--auto-sources", "store")
+    assert r.returncode == 0 and spec["token_ids"] == plain["token_ids"], r.stderr
