@@ -141,3 +141,37 @@ def test_compile_store_writes_the_datastore_into_the_new_bundle(llama_target, tm
     _, plain = generate(out, "--method", "none")
     r, spec = generate(out, "--method", "auto", "--auto-sources", "store")
     assert r.returncode == 0 and spec["token_ids"] == plain["token_ids"], r.stderr
+
+
+def test_shards_chats_and_exclude(target_only_bundle, tmp_path):
+    """A shard directory gives the tokens past each prompt (a shard still being written is skipped); --exclude drops
+    the samples whose prompt (a shard's, a conversation's user turns) holds the start of a question."""
+    import os
+    import time
+
+    from specrt.runtime import load
+    from specrt.runtime.proposers.store_sources import read_source
+
+    gen = load(target_only_bundle, threads=1, warmup=False)
+    enc = lambda t: gen.tokenizer.encode(t, add_special_tokens=False)  # noqa: E731
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"turns": ["the lazy dog sat down"]}) + "\n")
+    shards = tmp_path / "shards"
+    for name, age in (("shard-00000", 600), ("shard-00001", 0)):
+        d = shards / name
+        d.mkdir(parents=True)
+        rows = [enc("the lazy dog sat down") + [5, 6, 7], enc("hello") + [8, 9]]
+        np.save(d / "ids.npy", np.array(sum(rows, []), np.int64))
+        np.save(d / "starts.npy", np.cumsum([0] + [len(r) for r in rows]))
+        (d / "meta.json").write_text(json.dumps([{"prompt_len": len(rows[0]) - 3}, {"prompt_len": len(rows[1]) - 2}]))
+        os.utime(d / "meta.json", (time.time() - age, time.time() - age))
+    seqs, note = read_source(gen, shards)
+    assert [s.tolist() for s in seqs] == [[5, 6, 7], [8, 9]] and "(0 excluded)" in note  # shard-00001 is too new
+    seqs, note = read_source(gen, shards, questions)
+    assert [s.tolist() for s in seqs] == [[8, 9]] and "(1 excluded)" in note
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text("\n".join(json.dumps({"messages": [{"role": "user", "content": q},
+                                                        {"role": "assistant", "content": a}]})
+                               for q, a in (("the lazy dog sat down, why?", "it was tired"), ("hi", "hello"))))
+    seqs, note = read_source(gen, chats, questions)
+    assert [s.tolist() for s in seqs] == [enc("hello")] and "1 texts" in note and "(1 excluded)" in note
