@@ -5,17 +5,21 @@
 Never a half-written bundle: the files are written and hashed in a temporary folder inside the bundle
 (`.store.tmp-XXXX`), the new manifest next to manifest.json; only then are they swapped in by three renames (the
 old store/ moved aside, the new one renamed into place, manifest.json replaced; then the old one deleted). A failure
-before the swap (bad input, a full disk, Ctrl-C) leaves the bundle as it was. Only the new files are hashed:
+before the swap (bad input, a full disk, Ctrl-C) leaves the bundle as it was. Writers take turns on an flock of the
+bundle directory. Only the new files are hashed:
 the manifest keeps the other files' entries (a bundle of GiBs is not re-read).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -35,11 +39,31 @@ def write_store(store: Datastore, root: Path) -> list[Path]:
 
 def add_to_bundle(bundle: Path, store: Datastore) -> None:
     """Write `store` into the bundle directory `bundle` (replacing any) and list it in the manifest."""
+    bundle = Path(bundle)
+    if not bundle.is_dir():
+        from specrt.bundle.manifest import read_manifest
+
+        read_manifest(bundle)  # BundleError: "bundle ... does not exist (...)"
+    with _locked(bundle):
+        _add(bundle, store)
+
+
+@contextlib.contextmanager
+def _locked(bundle: Path) -> Iterator[None]:
+    """An exclusive lock on the bundle directory: two writers at once take turns (the last one's store stays)."""
+    fd = os.open(bundle, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _add(bundle: Path, store: Datastore) -> None:
     from specrt.bundle.manifest import MANIFEST, read_manifest, sha256_file
     from specrt.bundle.parts import FileEntry
     from specrt.bundle.writer import ManifestDraft
 
-    bundle = Path(bundle)
     m = read_manifest(bundle, verify_checksums=False)  # presence and sizes checked; the files stay untouched
     draft = ManifestDraft(m.max_seq_len, m.max_draft_tokens, torch_version=m.torch_version, onnx=m.onnx,
                           created=m.created, batch_size=m.batch_size or 1, models=dict(m.models),

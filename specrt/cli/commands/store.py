@@ -41,18 +41,17 @@ def store_cmd(bundle, source, answers, max_new_tokens, exclude, threads, as_json
     for name, path in (("--from", source), ("--answers", answers), ("--exclude", exclude)):
         if path is not None and not path.exists():
             raise InvalidArgument(f"{name} {path}: no such file or directory")
-    gen = load(bundle, backend="ort", threads=threads, warmup=False)
     seqs, notes = [], []
-    if answers is not None:
-        from specrt.cli.generate_batch import read_prompts
+    with load(bundle, backend="ort", threads=threads, warmup=False) as gen:
+        if answers is not None:
+            from specrt.cli.generate_batch import read_prompts
 
-        got, note = answer_prompts(gen, read_prompts(answers), max_new_tokens, exclude)
-        seqs, notes = seqs + got, notes + [note]
-    if source is not None:
-        got, note = read_source(gen, source, exclude)
-        seqs, notes = seqs + got, notes + [note]
-    store = build_store(gen, seqs, str(source or answers))
-    gen.close()
+            got, note = answer_prompts(gen, read_prompts(answers), max_new_tokens, exclude)
+            seqs, notes = seqs + got, notes + [note]
+        if source is not None:
+            got, note = read_source(gen, source, exclude)
+            seqs, notes = seqs + got, notes + [note]
+        store = build_store(gen, seqs, str(source or answers))
     add_to_bundle(bundle, store)
     summary = {"bundle": str(bundle), "sources": notes, "tokens": int((store.corpus >= 0).sum()),
                "sequences": len(seqs), "bytes_on_disk": int(store.corpus.nbytes + store.order.nbytes),
