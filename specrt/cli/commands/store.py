@@ -38,6 +38,8 @@ def store_cmd(bundle, source, answers, max_new_tokens, exclude, threads, as_json
 
     if source is None and answers is None:
         raise InvalidArgument("give --from SOURCE, --answers PROMPTS_FILE, or both")
+    if max_new_tokens < 1:
+        raise InvalidArgument(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
     for name, path in (("--from", source), ("--answers", answers), ("--exclude", exclude)):
         if path is not None and not path.exists():
             raise InvalidArgument(f"{name} {path}: no such file or directory")
