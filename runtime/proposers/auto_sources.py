@@ -24,7 +24,7 @@ from specrt.core.errors import InvalidArgument
 SOURCES = ("ngram", "recycle", "draft", "head", "store")
 BATCH_SOURCES = ("ngram", "recycle")
 NEEDS = {"draft": "a bundle compiled with --draft", "head": "a bundle compiled with --draft head:DIR",
-         "store": "a bundle with a datastore: scripts/add_store.py"}
+         "store": "a bundle with a datastore: `specrt store BUNDLE --from TEXTS`"}
 FIELD = "auto_sources"  # the request field: callers raise these errors as RequestFieldError(FIELD, ...)
 
 

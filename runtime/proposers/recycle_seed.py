@@ -60,7 +60,7 @@ def seed_table(gen, prompts: list[str] | None = None, max_new_tokens: int = SEED
         room = min(max_new_tokens, target.capacity - ids.size - 1)
         if ids.size and room >= 1:
             todo.append((ids, room))
-    for (ids, _), answer in zip(todo, _answers(gen, todo, batch)):
+    for (ids, _), answer in zip(todo, greedy_answers(gen, todo, batch)):
         # the rows a greedy decode computes: the prompt's last token's, then every answer token's but the last
         # (an EOS, or the token reached at the budget)
         rows = np.concatenate([ids[-1:], np.array(answer[:-1], np.int64)])
@@ -75,7 +75,7 @@ def seed_table(gen, prompts: list[str] | None = None, max_new_tokens: int = SEED
     return table
 
 
-def _answers(gen, todo: list, batch: int) -> list[list[int]]:
+def greedy_answers(gen, todo: list, batch: int) -> list[list[int]]:
     """The target's greedy answer (token ids, EOS included when reached) to each (prompt ids, max new tokens)."""
     if not todo:
         return []

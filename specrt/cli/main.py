@@ -178,7 +178,8 @@ def main() -> None:
 # command -> the module of specrt.cli.commands that defines it: a command line imports only its command's module
 # (`specrt generate` does not pay for bench, serve or the trainers); `--help` and the docs import them all.
 COMMAND_MODULES = {"bench": "bench", "compile": "core", "generate": "generate", "inspect": "core", "demo": "demo",
-                   "serve": "serve", "distill-draft": "train", "train-medusa": "train", "train-head": "train_head"}
+                   "serve": "serve", "store": "store", "distill-draft": "train", "train-medusa": "train",
+                   "train-head": "train_head"}
 
 
 def register_all() -> None:

@@ -16,7 +16,8 @@ import pytest
 from specrt.core.errors import ChecksumMismatch, InvalidArgument
 from specrt.runtime import load
 from specrt.runtime.proposers.auto_sources import available
-from specrt.runtime.proposers.store import CORPUS_FILE, Datastore, add_to_bundle
+from specrt.runtime.proposers.store import CORPUS_FILE, Datastore
+from specrt.runtime.proposers.store_write import add_to_bundle
 from specrt.runtime.request import RequestFieldError
 
 PROMPT = "the quick brown fox jumps over the lazy dog"
@@ -48,12 +49,32 @@ def test_continuations_stop_at_a_sequence_end_and_before_eos():
     assert tree_of(store, [2, 3], eos=frozenset({0})) == []
 
 
-def test_ids_must_fit_the_packed_keys():
-    Datastore.from_sequences([[0, 65534]])
-    with pytest.raises(InvalidArgument, match=r"must lie in \[0, 65535\)"):
-        Datastore.from_sequences([[1, 65535]])
+def test_any_vocabulary_fits_and_matches_like_a_small_one():
+    """Ids up to 150,000 (Qwen's 151k vocabulary) take 18 bits: 3 tokens in the packed key, the 4th a tail column;
+    the lookups equal those of the same corpus with its ids renumbered below 65,535 (all 4 packed)."""
+    rng = np.random.default_rng(0)
+    small = [rng.integers(0, 6, size=int(n)) for n in rng.integers(3, 30, size=40)]  # 6 ids: many repeats
+    ids = np.array([0, 7, 65535, 99_999, 131_072, 150_000])
+    big = Datastore.from_sequences([ids[s] for s in small])
+    ref = Datastore.from_sequences(small)
+    assert (big.bits, big.packed, len(big.sorted_tails)) == (18, 3, 1) and (ref.packed, ref.sorted_tails) == (4, [])
+    assert (big.order == ref.order).all()  # the stored layout does not depend on the packing
+    for ctx in ([1, 2, 3, 4], [5, 5, 0, 1], [2, 3], [4], [0, 1, 2]):
+        assert big.match(ids[ctx]) == ref.match(ctx)
+        assert [(p, int(ids[t]), c, m) for p, t, c, m in tree_of(ref, ctx)] == tree_of(big, ids[ctx])
+    for absent in ([150_001], [149_999], [0, 7, 65535, 7]):
+        lo, hi = big.match(absent)
+        assert hi == lo
+    with pytest.raises(InvalidArgument, match=r"must lie in \[0, 2147483646\)"):
+        Datastore.from_sequences([[1, 2**31]])
     with pytest.raises(InvalidArgument, match="not sorted"):
         Datastore(np.array([3, 2, 1], np.int32), np.array([0, 1, 2], np.int32))
+    corpus = np.array([9, 9, 9, 150_000, 9, 9, 9, 1], np.int32)
+    order = Datastore(corpus).order.copy()  # 4 (9 9 9 1) before 0 (9 9 9 150000): they differ in the tail only
+    i, j = np.flatnonzero(order == 4)[0], np.flatnonzero(order == 0)[0]
+    order[[i, j]] = order[[j, i]]
+    with pytest.raises(InvalidArgument, match="not sorted"):  # the tail column is checked too
+        Datastore(corpus, order)
 
 
 @pytest.fixture(scope="module")

@@ -56,12 +56,16 @@ def compile_spec(*, tolerance: str | None, trt_options: dict, quant_options: dic
                    "(default: a built-in set of chat, facts, reasoning and code prompts).")
 @click.option("--no-recycle-table", "no_recycle_table", is_flag=True,
               help="Write no successor table (--method recycle then starts from an empty one).")
+@click.option("--store", "store_source", type=click.Path(path_type=Path), default=None,
+              help="Texts the bundle's datastore holds (`auto`'s source store), as `specrt store --from` reads them: "
+                   ".txt, .jsonl, a shard directory or an .npz.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 @trt_compile_options
 @quantize_compile_options
 @handle_errors
 def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, force, ort_graph, keep_fp32,
-                lm_head_screen, tolerance, recycle_prompts, no_recycle_table, as_json, trt_options, quant_options):
+                lm_head_screen, tolerance, recycle_prompts, no_recycle_table, store_source, as_json, trt_options,
+                quant_options):
     """Export target (and draft) to ONNX, validate, and write a bundle (with --engines trt: plus engines)."""
     from specrt.compiler import compile_bundle
 
@@ -76,6 +80,10 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
         steps.append(recycle_seed_step(recycle_prompts))
     elif recycle_prompts is not None:
         raise click.UsageError("--recycle-prompts seeds the table that --no-recycle-table leaves out: give one")
+    if store_source is not None:  # a missing file fails here, before compiling
+        from specrt.cli.store_step import store_step
+
+        steps.append(store_step(store_source))
     with step_progress(enabled=not as_json) as progress:
         out = compile_bundle(spec, progress=progress, extra_steps=steps)
     from specrt.cli.describe import bundle_summary

@@ -1,0 +1,37 @@
+"""`specrt compile --store SOURCE`'s step: the datastore of `auto`'s source `store` (runtime/proposers/store.py) read
+from SOURCE as `specrt store --from` reads it (runtime/proposers/store_sources.py) and written as store/*.npy into
+the temporary bundle before its manifest, so the files are listed and hashed like every other. A missing SOURCE
+fails before anything is compiled; bad content fails the compile and no bundle is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from specrt.core.errors import InvalidArgument
+
+
+def store_step(source: Path) -> Callable:
+    """A compile step (tmp, manifest draft) -> None writing tmp/store/corpus.npy and order.npy."""
+    if not Path(source).exists():
+        raise InvalidArgument(f"--store {source}: no such file or directory")
+
+    def step(tmp: Path, draft) -> None:
+        from specrt.bundle.manifest import file_entries
+        from specrt.bundle.parts import FileEntry
+        from specrt.runtime.generator import Generator
+        from specrt.runtime.proposers.store_sources import build_store, read_source
+        from specrt.runtime.proposers.store_write import write_store
+
+        files = {rel: FileEntry(meta["sha256"], meta["size"], f"files[{rel!r}]")
+                 for rel, meta in file_entries(tmp).items()}
+        gen = Generator(draft.manifest(files, tmp), backend="ort", warmup=False)
+        try:
+            seqs, _ = read_source(gen, Path(source))
+            store = build_store(gen, seqs, f"--store {source}")
+        finally:
+            del gen
+        write_store(store, tmp)
+
+    return step
