@@ -168,6 +168,20 @@ def event_tokens(events) -> list[int]:
         ids.extend(ev[1])
 
 
+class FakeClock:
+    """Stands in for the `time` module of code that times its calls (`monkeypatch.setattr(module, "time", clock)`):
+    `perf_counter` reads a counter that only `sleep` advances, so measured durations are exact on any machine."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
 @contextlib.contextmanager
 def resolve_counts(monkeypatch):
     """Counts of the functions that resolve a call: the request (`Generator.request`), the bundle checks of the

@@ -109,14 +109,18 @@ def test_head_method_needs_a_head(pair_generator):
         pair_generator.generate("x", 4, method="head")
 
 
-def test_features_fed_after_steps_the_head_sat_out_are_not_a_per_token_cost():
+def test_features_fed_after_steps_the_head_sat_out_are_not_a_per_token_cost(monkeypatch):
     """Rows queued while the head did not draft (k = 0 steps) are fed in the next proposal's first call: that
     call's time beyond an ordinary call is reported as catch-up (as a draft model's is), so adaptive k does not
-    see the head as dearer the longer it was off. A runner whose calls take 1 ms + 10 ms per row."""
-    import time
-
+    see the head as dearer the longer it was off. A runner whose calls take 1 ms + 10 ms per row, on a fake clock that
+    only the runner advances (before: real sleeps, which a loaded machine stretched)."""
+    from helpers import FakeClock
+    from specrt.runtime.proposers import head
     from specrt.runtime.proposers.head import HeadProposer
     from specrt.runtime.sampling import SamplingParams
+
+    clock = FakeClock()
+    monkeypatch.setattr(head, "time", clock)
 
     class SlowRunner:
         vocab_ids = np.arange(8, dtype=np.int64)
@@ -126,7 +130,7 @@ def test_features_fed_after_steps_the_head_sat_out_are_not_a_per_token_cost():
             self.length = min(self.length, length)
 
         def __call__(self, features, token_ids, position):
-            time.sleep(0.001 + 0.010 * token_ids.size)
+            clock.sleep(0.001 + 0.010 * token_ids.size)
             self.length += token_ids.size
             return np.eye(8, dtype=np.float32)[token_ids % 8], np.asarray(features, np.float32)
 
@@ -140,7 +144,7 @@ def test_features_fed_after_steps_the_head_sat_out_are_not_a_per_token_cost():
     for n in range(7, 12):  # five steps without a proposal: their rows queue
         prop.observe(n, 0, feats[:1])
     after = prop.propose(tokens, 11, 1)  # six queued rows in one call
-    assert after.catch_up_s > 0.03, after.catch_up_s
+    assert after.catch_up_s == pytest.approx(0.010 * 5), after.catch_up_s  # 5 rows beyond an ordinary one-row call
 
 
 def _tampered(bundle, tmp_path, edit_config=None, edit_manifest=None):

@@ -50,7 +50,12 @@ def test_close_ends_in_flight_and_queued_requests_and_later_calls_raise_at_once(
     # two prompts on one slot: one runs, the other waits for the slot
     t, box = _in_thread(lambda: engine.generate_batch(["import os", "def f(x):"], 60, method="none"))
     seq, events = engine.submit("hello", max_new_tokens=60, method="none")
-    time.sleep(0.3)
+    # one running, two waiting (before: a 0.3 s sleep, after which a loaded machine might not have them there yet,
+    # and close() then only met requests not yet submitted)
+    deadline = time.monotonic() + 60
+    while not (engine.scheduler.active == 1 and len(engine.scheduler.waiting) == 2):
+        assert time.monotonic() < deadline, "the three requests never reached the scheduler"
+        time.sleep(0.01)
     assert t.is_alive()
     engine.close()
     t.join(10)

@@ -74,6 +74,26 @@ class Gated:
             yield item
 
 
+def hold_the_batch(monkeypatch: Any, size: int) -> threading.Event:
+    """The batch engine's steps (from now on) wait until `size` requests are in its scheduler, run one step with
+    them, and then the batch stays as it is (each step waits after running) until the test sets the returned event:
+    requests that run together, and a queue that stays full, without timing a slow model against the clients."""
+    from specrt.runtime.batch.scheduler import Scheduler
+
+    release, step = threading.Event(), Scheduler.step
+
+    def held(self: Any) -> None:
+        if len(self.waiting) + self.active < size and not release.is_set():
+            time.sleep(0.005)  # a step with nothing done: the engine's loop takes in what arrived, then steps again
+            return
+        step(self)
+        if self.active >= size and not release.wait(60):
+            raise TimeoutError("the test never released the held batch")
+
+    monkeypatch.setattr(Scheduler, "step", held)
+    return release
+
+
 def openai_client(server: ServerThread, api_key: str = "unused", **kwargs: Any):
     import openai
 

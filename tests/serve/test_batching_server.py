@@ -7,7 +7,7 @@ import asyncio
 
 import httpx
 
-from serve_helpers import metric, serving, wait_until
+from serve_helpers import hold_the_batch, metric, serving, wait_until
 
 PROMPTS = ["import json\n", "def load(path):\n", "class Parser:\n    ", "    return os.path.", "x = [1, 2, 3]\n",
            "for i in range(10):\n", "# a comment\n", "print("]
@@ -48,28 +48,28 @@ def test_concurrent_clients_share_one_batch(pair_bundle, pair_generator):
 
 def test_requests_waiting_for_a_slot_count_as_vllm_counts_them(pair_bundle, monkeypatch):
     # vllm:num_requests_waiting: every request not yet running, here the ones in the server's queue (beyond
-    # --max-batch), not only those inside the scheduler. Steps slowed to 20 ms (a slow model) so that two
-    # requests are still decoding while two more wait.
+    # --max-batch), not only those inside the scheduler. The batch is held with two requests running until the
+    # test releases it (before: steps slowed to 20 ms, which the four clients had to outrun on a loaded machine).
     import threading
-    import time
 
-    from specrt.runtime.batch.scheduler import Scheduler
-
-    step = Scheduler.step
-    monkeypatch.setattr(Scheduler, "step", lambda self: (time.sleep(0.02), step(self))[1])
     with serving(str(pair_bundle), max_batch=2, method="none", served_model_name="tiny", backend="ort") as server:
+        release = hold_the_batch(monkeypatch, 2)
+
         def one(i):
             httpx.post(f"{server.url}/v1/completions", timeout=120,
                        json={"model": "tiny", "prompt": PROMPTS[i], "max_tokens": 40, "temperature": 0})
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        waiting = wait_until(lambda: metric(server, "vllm:num_requests_waiting") >= 2
-                             and metric(server, "specrt_queue_depth"), 30, "two requests waiting")
-        assert waiting == 2 and metric(server, "vllm:num_requests_running") == 2
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.start()
+            waiting = wait_until(lambda: metric(server, "vllm:num_requests_waiting") >= 2
+                                 and metric(server, "specrt_queue_depth"), 30, "two requests waiting")
+            assert waiting == 2 and metric(server, "vllm:num_requests_running") == 2
+        finally:
+            release.set()
+            for t in threads:
+                t.join()
         assert metric(server, "vllm:num_requests_waiting") == 0
 
 

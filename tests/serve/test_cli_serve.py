@@ -80,10 +80,22 @@ def test_a_second_ctrl_c_quits_at_once_without_tracebacks(pair_bundle):
             m = re.search(r"on http://127\.0\.0\.1:(\d+)/v1", seen[-1])
             port = int(m.group(1)) if m else None
         assert port, "".join(seen)
-        conn = socket.create_connection(("127.0.0.1", port), timeout=10)  # a request still arriving: graceful
+        conn = socket.create_connection(("127.0.0.1", port), timeout=10)
+        # the banner comes before uvicorn runs: one whole request on this connection first, so the server is up
+        # (signal handlers in place) and holds the connection (before: a 0.5 s sleep, which a loaded machine's
+        # start-up could outlast; the first Ctrl-C then met no server and the exit was 0)
+        conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            reply += conn.recv(4096)
+        head, body = reply.split(b"\r\n\r\n", 1)
+        length = int(re.search(rb"content-length: (\d+)", head, re.IGNORECASE).group(1))
+        while len(body) < length:
+            body += conn.recv(4096)
+        assert head.startswith(b"HTTP/1.1 200"), head
         conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 1000\r\n\r\n{")  # shutdown waits for it
-        time.sleep(0.5)
+                     b"Content-Length: 1000\r\n\r\n{")  # a request still arriving: shutdown waits for it
+        time.sleep(0.5)  # the server reads it (no longer also its start-up)
         proc.send_signal(signal.SIGINT)
         while "Waiting for connections to close" not in seen[-1] and time.monotonic() < deadline:
             seen.append(proc.stderr.readline())

@@ -12,7 +12,7 @@ import time
 
 import httpx
 
-from serve_helpers import metric, serving
+from serve_helpers import hold_the_batch, metric, serving, wait_until
 
 # one server in a fresh process: 8 clients at once, then its threads (the OS's count and Python's, less the loop's
 # default executor, which tokenizes prompts and grows with concurrent requests whatever the batch)
@@ -102,31 +102,30 @@ def test_a_cancelled_stream_frees_its_batch_row_within_one_step(pair_bundle, mon
 
 
 def test_a_full_admission_queue_answers_429_and_waiting_requests_count_once(pair_bundle, monkeypatch):
-    _slow_steps(monkeypatch, 0.02)
+    # the first request holds the one batch row until the test releases it (before: 120 steps of 20 ms, which the
+    # polling below had to outrun on a loaded machine)
     with serving(str(pair_bundle), max_batch=1, max_queue=1, method="none", served_model_name="tiny",
                  backend="ort") as server:
+        release = hold_the_batch(monkeypatch, 1)
         codes: list[int] = []
 
         def one(i: int) -> None:
             codes.append(httpx.post(f"{server.url}/v1/completions", timeout=120, json={
                 "model": "tiny", "prompt": f"x = {i}\n", "max_tokens": 120, "temperature": 0}).status_code)
 
-        first = threading.Thread(target=one, args=(0,))
-        first.start()
-        deadline = time.monotonic() + 30
-        while metric(server, "vllm:num_requests_running") < 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        second = threading.Thread(target=one, args=(1,))
-        second.start()
-        while metric(server, "specrt_queue_depth") < 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        assert metric(server, "vllm:num_requests_waiting") == 1  # the one queue, counted once
-        one(2)  # the batch row taken, the queue's one place too
-        assert codes == [429]
-        first.join()
-        second.join()
+        first, second = threading.Thread(target=one, args=(0,)), threading.Thread(target=one, args=(1,))
+        try:
+            first.start()
+            wait_until(lambda: metric(server, "vllm:num_requests_running") >= 1, 30, "the first request to run")
+            second.start()
+            wait_until(lambda: metric(server, "specrt_queue_depth") >= 1, 30, "the second request to wait")
+            assert metric(server, "vllm:num_requests_waiting") == 1  # the one queue, counted once
+            one(2)  # the batch row taken, the queue's one place too
+            assert codes == [429]
+        finally:
+            release.set()
+            first.join()
+            second.join()
         assert sorted(codes) == [200, 200, 429]
 
 

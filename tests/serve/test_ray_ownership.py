@@ -16,16 +16,32 @@ import pytest
 
 DRIVER = textwrap.dedent("""
     import subprocess, sys, time
+    import psutil
     from specrt.serve.ray_watchdog import spawn_watchdog
     # a child that starts a grandchild, as raylet starts Ray's agents
     child = subprocess.Popen([sys.executable, "-c",
         "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
         "time.sleep(300)"])
-    time.sleep(1.0)
+    deadline = time.monotonic() + 120
+    while not psutil.Process(child.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.01)  # the grandchild started (before: 1 s allowed for it)
     dog = spawn_watchdog()
     print(child.pid, dog.proc.pid, flush=True)
     time.sleep(300)
 """)
+
+
+def _wait_for_a_record(dog_pid: int) -> None:
+    """Until the watchdog has recorded the driver's descendants: it loads psutil for its first record (after
+    POLL_S), which takes milliseconds, so one more POLL_S after psutil is loaded covers it. Before: 1.5 s from the
+    watchdog's spawn, which a loaded machine's interpreter start-up could spend."""
+    from specrt.serve.ray_watchdog import POLL_S
+
+    deadline = time.monotonic() + 120
+    while not any("_psutil_linux" in m.path for m in psutil.Process(dog_pid).memory_maps()):
+        assert time.monotonic() < deadline, "the watchdog never loaded psutil (never recorded the tree)"
+        time.sleep(0.01)
+    time.sleep(POLL_S + 0.1)
 
 
 def test_sigkill_of_the_driver_ends_what_it_started():
@@ -33,7 +49,7 @@ def test_sigkill_of_the_driver_ends_what_it_started():
     child_pid, dog_pid = map(int, driver.stdout.readline().split())
     tree = [psutil.Process(child_pid), *psutil.Process(child_pid).children(recursive=True)]
     assert len(tree) == 2
-    time.sleep(1.5)  # the watchdog records the tree
+    _wait_for_a_record(dog_pid)
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait(10)
     gone, alive = psutil.wait_procs(tree, timeout=15)

@@ -170,7 +170,11 @@ def test_killed_replica_is_restarted_while_the_service_answers(ray_server, refer
             time.sleep(0.5)
         else:
             pytest.fail(f"the killed replica was not replaced: {ray_server.replica_states()}")
-        time.sleep(1.0)
+        # traffic until the new replica has answered some (before: 1 s of it, a few requests on a loaded machine,
+        # all of which the router could send to the surviving replica)
+        deadline = time.monotonic() + 60
+        while not any(r[1] == 200 and r[2] not in old for r in results) and time.monotonic() < deadline:
+            time.sleep(0.1)
     finally:
         stop.set()
         for w in workers:
