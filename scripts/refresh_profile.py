@@ -101,8 +101,13 @@ def main() -> None:
     variants = {"before": staged_refresh, "now": rt.SuccessorTable.refresh}
     P = auto_mod.AutoProposer
     P.propose, P.observe = timed("propose", P.propose), timed("observe", P.observe)
-    ov = P.observe_verify
-    P.observe_verify = timed("observe_verify", ov)
+    ov = timed("observe_verify", P.observe_verify)
+
+    def observe_verify(self, fed_ids, logits, parents=None):
+        T["rows"].append(float(fed_ids.size))
+        return ov(self, fed_ids, logits, parents)
+
+    P.observe_verify = observe_verify
     loop.accept = timed("accept", step.accept)
     runner = gen.target
     runner.forward = wall("target pass (wall)", runner.forward)
@@ -127,8 +132,10 @@ def main() -> None:
           f" rounds, ms per call (mean / median), thread CPU unless marked wall")
     for name, res in results.items():
         steps = len(res.get("observe_verify", [])) or 1
-        print(f"-- {name}: {steps} verify steps, identical to plain {same[name]}/{len(qs) * a.rounds}")
-        for key in sorted(res):
+        rows = sum(res.get("rows", [])) or 1
+        print(f"-- {name}: {steps} verify steps ({rows / steps:.2f} rows each), identical to plain "
+              f"{same[name]}/{len(qs) * a.rounds}; refresh + accept {1e3 * (sum(res['observe_verify']) + sum(res['accept'])) / rows:.1f} us a row")
+        for key in sorted(set(res) - {"rows"}):
             xs = np.array(res[key])
             print(f"   {key:22s} n={xs.size:5d} mean {xs.mean():7.3f}  median {np.median(xs):7.3f}  "
                   f"per step {xs.sum() / steps:7.3f}")

@@ -32,6 +32,7 @@ element is read whole under the interpreter's lock.
 
 from __future__ import annotations
 
+import functools
 import io
 import threading
 import weakref
@@ -141,7 +142,10 @@ class SuccessorTable:
         return buf.getvalue()
 
 
-GROUP = 128  # members per column group in top_k_sorted
+# members per column group in top_k_sorted. Thread CPU of a SmolLM2 refresh on rows ONNX Runtime just wrote (2
+# threads, busy machine), 1 / 4 / 9 rows: 16 members 242 / 347 / 542 us, 32: 234 / 334 / 511, 64: 239 / 342 / 540,
+# 128: 244 / 379 / 630 (fewer members: fewer scattered candidates to gather, more group maxima to partition)
+GROUP = 32
 
 
 def top_k_sorted(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -151,10 +155,9 @@ def top_k_sorted(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     Where V is a multiple of GROUP, columns are grouped by their residue mod G = V / GROUP: a row's k largest values
     lie in the k groups of largest maximum (each group holding one of them has a maximum at least that value, and
     at most k - 1 groups hold a larger one), so one strided max over the row (SIMD-friendly; a max over short
-    contiguous blocks is not), a partition of G group maxima and one of k * GROUP candidates replace a partition of
-    all V columns (~15 ms for `np.argpartition` on SmolLM2's 9-row verify pass, busy 2-core machine). The candidates
-    are read with one flat `take` (SmolLM2, thread CPU per verify step in `auto`: 0.64 ms for the refresh with
-    `take_along_axis`, this one: docs/trees.md)."""
+    contiguous blocks is not), a partition of G group maxima and one of k * GROUP candidates, read with one flat
+    `take`, replace a partition of all V columns (~15 ms for `np.argpartition` on SmolLM2's 9-row verify pass, busy
+    2-core machine; the grouped form ~0.5 ms: docs/trees.md, "The refresh's cost")."""
     s, v = rows.shape
     if v % GROUP or v // GROUP < k:
         cols = np.argpartition(rows, v - k, axis=1)[:, v - k:]  # [S, k]
@@ -163,9 +166,10 @@ def top_k_sorted(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         g = v // GROUP
         gmax = rows.reshape(s, GROUP, g).max(axis=1)  # [S, G]
         groups = np.argpartition(gmax, g - k, axis=1)[:, g - k:]  # [S, k]
-        cols = (groups[:, :, None] + g * np.arange(GROUP)).reshape(s, -1)  # [S, k * GROUP] column ids
+        members, row_starts = _offsets(s, v)  # [GROUP], [S, 1, 1]
+        cols = (groups[:, :, None] + members).reshape(s, -1)  # [S, k * GROUP] column ids
         flat = rows.reshape(-1) if rows.flags.c_contiguous else np.ascontiguousarray(rows).reshape(-1)
-        cand = flat.take(cols + v * np.arange(s)[:, None])  # [S, k * GROUP]
+        cand = flat.take(cols + row_starts[:, 0])  # [S, k * GROUP]
         pick = np.argpartition(cand, cand.shape[1] - k, axis=1)[:, -k:]  # [S, k]
         cols, vals = np.take_along_axis(cols, pick, axis=1), np.take_along_axis(cand, pick, axis=1)
     order = np.lexsort((cols, -vals), axis=1)  # [S, k]: value descending, then column ascending
@@ -175,6 +179,15 @@ def top_k_sorted(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 class RowArgmax(list):
     """The rows' argmax as `refresh` found it (exactly NumPy's `argmax`): the type the loop trusts (step.verify_rows),
     so a user's proposer whose `observe_verify` returns some list cannot steer the greedy rule."""
+
+
+@functools.lru_cache(maxsize=64)
+def _offsets(s: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+    """(each group member's column offset [GROUP], each row's start in the flat [S * V] rows [S, 1, 1]): the
+    same few shapes every pass, made once."""
+    members, starts = (v // GROUP) * np.arange(GROUP), v * np.arange(s)[:, None, None]
+    members.flags.writeable = starts.flags.writeable = False
+    return members, starts
 
 
 def row_argmax(logits: np.ndarray, top: np.ndarray, vals: np.ndarray, finite: np.ndarray) -> RowArgmax:
