@@ -6,7 +6,8 @@ usage: python scripts/refresh_profile.py BUNDLE QUESTIONS.jsonl [--per-category 
 Runs `auto` (greedy) on the questions' first turns, timing with `time.thread_time_ns` (this thread's CPU time: what
 the step pays, less noisy than wall time on a shared machine), and reports per verify step: propose, observe, the
 table's refresh (`observe_verify`), the acceptance rule (greedy argmax), and the target pass (wall). Each variant of the
-refresh (before: the arithmetic before #51's rework, stage by stage; now: `SuccessorTable.refresh`) runs in turn on each question (interleaved), so their ratios compare under the same load.
+refresh (before: the arithmetic before #51's rework, stage by stage; now: `SuccessorTable.refresh`) runs in turn on
+each question (interleaved, the order alternating), so their ratios compare under the same load.
 """
 
 from __future__ import annotations
@@ -116,12 +117,15 @@ def main() -> None:
     plain: dict[int, list[int]] = {}
     results: dict[str, dict[str, list[float]]] = {v: collections.defaultdict(list) for v in variants}
     same = collections.Counter()
-    for _ in range(a.rounds):
+    for rnd in range(a.rounds):
         for qi, q in enumerate(qs):
             ids = chat_ids(gen, [{"role": "user", "content": q.turns[0]}])
             if qi not in plain:
                 plain[qi] = run_once(gen, ids, a.max_new_tokens, "none", 0, params).token_ids
-            for name, fn in variants.items():
+            order = list(variants.items())  # the table and auto's estimates persist per bundle: whoever runs second
+            if (qi + rnd) % 2:  # on a question finds them taught by the first, so the order alternates
+                order.reverse()
+            for name, fn in order:
                 rt.SuccessorTable.refresh = fn
                 T.clear()
                 res = run_once(gen, ids, a.max_new_tokens, "auto", "auto", params)
