@@ -137,8 +137,9 @@ def main() -> None:
     for name, res in results.items():
         steps = len(res.get("observe_verify", [])) or 1
         rows = sum(res.get("rows", [])) or 1
+        per_row = 1e3 * (sum(res["observe_verify"]) + sum(res["accept"])) / rows
         print(f"-- {name}: {steps} verify steps ({rows / steps:.2f} rows each), identical to plain "
-              f"{same[name]}/{len(qs) * a.rounds}; refresh + accept {1e3 * (sum(res['observe_verify']) + sum(res['accept'])) / rows:.1f} us a row")
+              f"{same[name]}/{len(qs) * a.rounds}; refresh + accept {per_row:.1f} us a row")
         for key in sorted(set(res) - {"rows"}):
             xs = np.array(res[key])
             print(f"   {key:22s} n={xs.size:5d} mean {xs.mean():7.3f}  median {np.median(xs):7.3f}  "
