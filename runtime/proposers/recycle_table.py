@@ -142,9 +142,9 @@ class SuccessorTable:
         return buf.getvalue()
 
 
-# members per column group in top_k_sorted. Thread CPU of a SmolLM2 refresh on rows ONNX Runtime just wrote (2
-# threads, busy machine), 1 / 4 / 9 rows: 16 members 242 / 347 / 542 us, 32: 234 / 334 / 511, 64: 239 / 342 / 540,
-# 128: 244 / 379 / 630 (fewer members: fewer scattered candidates to gather, more group maxima to partition)
+# members per column group in top_k_sorted: fewer members gather fewer scattered candidates but partition more group
+# maxima. SmolLM2's rows just written by ONNX Runtime (busy machine), 9 rows: 32 members 511 / 435 us, 128: 630 / 441
+# in two runs (1 and 4 rows within a few %)
 GROUP = 32
 
 
