@@ -21,14 +21,17 @@ import numpy as np
 from specrt.runtime.sampling import sample
 
 
-def greedy_accept(draft_token_ids: np.ndarray, target_logits: np.ndarray) -> tuple[int, int]:
+def greedy_accept(draft_token_ids: np.ndarray, target_logits: np.ndarray,
+                  target_ids: list[int] | None = None) -> tuple[int, int]:
     """draft_token_ids [k], target_logits [k+1, V] -> (num_accepted, recovered or bonus token).
 
     k is small (<= max_draft_tokens): the first mismatch is found in Python on k + 1 argmaxes, which costs
-    less per step than NumPy's vectorised compare for such sizes (a plain step, k = 0, is one argmax)."""
-    if draft_token_ids.size == 0:
-        return 0, int(target_logits[0].argmax())
-    target_ids = target_logits.argmax(axis=-1).tolist()  # [k+1]
+    less per step than NumPy's vectorised compare for such sizes (a plain step, k = 0, is one argmax).
+    `target_ids` [k+1] (optional): the rows' argmax already computed, exactly `target_logits.argmax(-1)`."""
+    if target_ids is None:
+        if draft_token_ids.size == 0:
+            return 0, int(target_logits[0].argmax())
+        target_ids = target_logits.argmax(axis=-1).tolist()  # [k+1]
     for j, d in enumerate(draft_token_ids.tolist()):
         if d != target_ids[j]:
             return j, target_ids[j]
@@ -65,15 +68,17 @@ def rejection_sample(draft_token_ids: np.ndarray, draft_probs: np.ndarray | None
 # of accepted drafts), `token` the recovered or bonus token drawn at the last accepted row.
 
 
-def greedy_accept_tree(draft_token_ids: np.ndarray, parents: np.ndarray,
-                       target_logits: np.ndarray) -> tuple[list[int], int]:
+def greedy_accept_tree(draft_token_ids: np.ndarray, parents: np.ndarray, target_logits: np.ndarray,
+                       target_ids: list[int] | None = None) -> tuple[list[int], int]:
     """draft_token_ids [k'], parents [k'], target_logits [k'+1, V] -> (path, recovered or bonus token).
 
     The longest root path whose every token equals the target's argmax at its parent row (the first matching
-    child, in proposal order, where siblings repeat a token); then argmax at the path's last row."""
+    child, in proposal order, where siblings repeat a token); then argmax at the path's last row. `target_ids`
+    (optional): the rows' argmax already computed, exactly `target_logits.argmax(-1)`."""
     from specrt.runtime.tree import children
 
-    target_ids = target_logits.argmax(axis=-1).tolist()  # [k'+1]
+    if target_ids is None:
+        target_ids = target_logits.argmax(axis=-1).tolist()  # [k'+1]
     kids, tokens = children(parents), draft_token_ids.tolist()
     path, row = [], 0
     while True:

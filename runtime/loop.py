@@ -32,7 +32,7 @@ from specrt.runtime.proposers.base import SAMPLED, Proposer
 from specrt.runtime.sampling import SamplingParams
 from specrt.runtime.stats import GenerationStats
 from specrt.runtime.step import (Decoding, accept, commit, keep_path, no_drafts, pick_token, record, tree_or_chain,
-                                 verify)
+                                 verify_rows)
 
 __all__ = ["PREFILL_CHUNK", "decode", "pick_token", "tree_or_chain"]  # pick_token, tree_or_chain: runtime/step.py
 
@@ -116,7 +116,7 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
             # 2. verify
             t1 = time.perf_counter()
             kk, past = verify_ids.size, seq.n - 1
-            raw = verify(seq, verify_ids, proposal.parents)  # [kk + 1, V]
+            raw, row_argmax = verify_rows(seq, verify_ids, proposal.parents)  # [kk + 1, V], [kk + 1] or None
             logits = hook(raw, verify_ids)  # penalties / bias with the counts as of each row (a chain: see above)
             if constraint is not None:
                 logits = masked_logits(logits, pending.result())
@@ -124,7 +124,9 @@ def decode(target: Runner, proposer: Proposer | None, policy: KPolicy | None, pr
                     logits = np.concatenate([logits, logits[-1:]])
             # 3. accept (a tree: the longest accepted root path, its KV rows moved into place)
             hidden = target.hidden_states
-            verdict = accept(proposal, logits, params, rng)
+            # the table's refresh found the raw rows' argmax: the greedy rule's, while nothing changed the rows
+            plain_rows = constraint is None and logits_state is None
+            verdict = accept(proposal, logits, params, rng, row_argmax if plain_rows else None)
             if proposal.parents is not None:
                 hidden = keep_path(target, past, verdict.path, hidden)
                 stats.tree_passes += 1

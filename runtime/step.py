@@ -23,6 +23,7 @@ import numpy as np
 
 from specrt.runtime.acceptance import greedy_accept, greedy_accept_tree, rejection_sample, rejection_sample_tree
 from specrt.runtime.proposers.base import SAMPLED, Proposal
+from specrt.runtime.proposers.recycle_table import RowArgmax
 from specrt.runtime.sampling import SamplingParams, sample, warp
 from specrt.runtime.stats import GenerationStats
 from specrt.runtime.tree import first_chain, is_chain
@@ -107,19 +108,28 @@ def verify(seq: SequenceState, verify_ids: np.ndarray, parents: np.ndarray | Non
     """One target pass over the pending token and `verify_ids` [k] (a tree's nodes with `parents`) -> raw logits
     [k + 1, V]. The ids are written past tokens[:n] as scratch (what is emitted overwrites them). A proposer with
     `observe_verify` (Token Recycling) sees the fed rows and the raw logits."""
+    return verify_rows(seq, verify_ids, parents)[0]
+
+
+def verify_rows(seq: SequenceState, verify_ids: np.ndarray,
+                parents: np.ndarray | None = None) -> tuple[np.ndarray, list[int] | None]:
+    """`verify`, and the raw rows' argmax [k + 1] where the proposer's `observe_verify` returned it (the successor
+    table's refresh finds it among each row's top K, exactly NumPy's argmax: `recycle_table.row_argmax`), else
+    None. The greedy rule may take it instead of reading the rows again (`accept`), while the rows are raw."""
     n, kk = seq.n, verify_ids.size
     seq.tokens[n:n + kk] = verify_ids
     fed = seq.tokens[n - 1:n + kk]
     raw = seq.target.forward(fed) if parents is None else seq.target.forward(fed, parents)
     seq.stats.target_calls += 1
     observe_verify = getattr(seq.proposer, "observe_verify", None)
-    if observe_verify is not None:
-        observe_verify(fed.copy(), raw, parents)
-    return raw
+    argmax = observe_verify(fed.copy(), raw, parents) if observe_verify is not None else None
+    return raw, argmax if isinstance(argmax, RowArgmax) and len(argmax) == fed.size else None
 
 
-def accept(proposal: Proposal, logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> Accepted:
+def accept(proposal: Proposal, logits: np.ndarray, params: SamplingParams, rng: np.random.Generator,
+           argmax: list[int] | None = None) -> Accepted:
     """proposal (drafts [k], a chain or a tree), logits [k + 1, V] of the pass that verified it -> the verdict.
+    `argmax` (optional, greedy): the rows' argmax already computed, exactly `logits.argmax(-1)` (`verify_rows`).
 
     The rule: greedy sampling compares each draft with the target's argmax; otherwise rejection sampling over the
     warped rows, with the draft's probabilities when the proposal is `SAMPLED` and as a point mass (p(d) = 1) when
@@ -130,12 +140,12 @@ def accept(proposal: Proposal, logits: np.ndarray, params: SamplingParams, rng: 
         if proposal.kind == SAMPLED:
             raise ValueError("a sampled proposal is verified as a chain (tree_or_chain with chain_only)")
         if params.greedy:
-            path, token = greedy_accept_tree(drafts, parents, logits)
+            path, token = greedy_accept_tree(drafts, parents, logits, argmax)
         else:
             path, token = rejection_sample_tree(drafts, parents, warp(logits, params), rng)
         return Accepted(path, token)
     if params.greedy:
-        j, token = greedy_accept(drafts, logits)
+        j, token = greedy_accept(drafts, logits, argmax)
         return Accepted(list(range(j)), token)
     q = warp(logits, params)
     p = proposal.probs if proposal.kind == SAMPLED else None

@@ -171,10 +171,12 @@ class AutoProposer:
         self._cand = None
         self._n = n
 
-    def observe_verify(self, fed_ids: np.ndarray, logits: np.ndarray, parents: np.ndarray | None = None) -> None:
-        """fed_ids [S], logits [S, V]: every verified row refreshes the successor table (Token Recycling)."""
+    def observe_verify(self, fed_ids: np.ndarray, logits: np.ndarray,
+                       parents: np.ndarray | None = None) -> list[int] | None:
+        """fed_ids [S], logits [S, V]: every verified row refreshes the successor table (Token Recycling); returns
+        the rows' argmax, which the greedy rule reuses (step.verify_rows)."""
         self.rows_seen = True
-        self.table.refresh(fed_ids, logits)
+        return self.table.refresh(fed_ids, logits)  # the rows' argmax (SuccessorTable.refresh) or None
 
     # ----------------------------------------------------------------------------- candidates
     def candidates(self, tokens: np.ndarray, n: int, k: int) -> tuple[DraftTrie, list[list[tuple]]]:

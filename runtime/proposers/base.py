@@ -21,7 +21,9 @@ None is a chain. `k` bounds the node count. The loop verifies the whole tree in 
 supports trees (else the path of first children), and after every verify pass calls
 `proposer.observe_verify(fed_ids [S], logits [S, V], parents [S-1] or None)` when the proposer defines it: the
 pending token + the verified drafts in node order and the target's raw rows for them (a view valid until the next
-target call; with a screened greedy LM head, exact only at its candidates), which Token Recycling learns from.
+target call; with a screened greedy LM head, exact only at its candidates), which Token Recycling learns from. It may
+return the rows' argmax as a `recycle_table.RowArgmax` (exactly NumPy's argmax of the raw rows; the loop's greedy rule
+then reuses it instead of reading the rows again); any other return value is ignored.
 """
 
 from __future__ import annotations

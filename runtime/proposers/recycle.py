@@ -97,10 +97,12 @@ class RecycleProposer:
         self._candidates = {}
         self._n = n
 
-    def observe_verify(self, fed_ids: np.ndarray, logits: np.ndarray, parents: np.ndarray | None = None) -> None:
-        """fed_ids [S] (the pending token, then the verified drafts), logits [S, V]: the table's refresh."""
+    def observe_verify(self, fed_ids: np.ndarray, logits: np.ndarray,
+                       parents: np.ndarray | None = None) -> list[int] | None:
+        """fed_ids [S] (the pending token, then the verified drafts), logits [S, V]: the table's refresh; returns the
+        rows' argmax, which the greedy rule reuses (step.verify_rows)."""
         self.rows_seen = True
-        self.table.refresh(fed_ids, logits)
+        return self.table.refresh(fed_ids, logits)  # the rows' argmax (SuccessorTable.refresh) or None
 
     # ----------------------------------------------------------------------------- the tree
     def tree(self, tokens: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray, list[int]]:

@@ -8,8 +8,8 @@
     table.reset()                               # back to the seed (the bundle's table) or empty: a cold start
 
 Memory is fixed at V * K * 6 bytes (int32 ids, float16 conf; SmolLM2, V = 49,152, K = 8: 2.25 MiB), whatever the
-traffic; a refresh costs O(S * V) (one argpartition per row, like the acceptance rule's argmax), nothing
-proportional to the context. A Generator keeps one table per loaded bundle (`table_for`), so what one request
+traffic; a refresh costs O(S * V) (one strided max over each row, like the acceptance rule's argmax: `top_k_sorted`),
+nothing proportional to the context. A Generator keeps one table per loaded bundle (`table_for`), so what one request
 taught carries over to the next in the process.
 
 `conf` (float16 [V, K]) holds, per successor, the target's probability of it renormalized over its row's top K (a softmax over the
@@ -32,6 +32,7 @@ element is read whole under the interpreter's lock.
 
 from __future__ import annotations
 
+import functools
 import io
 import threading
 import weakref
@@ -84,35 +85,43 @@ class SuccessorTable:
         with self.lock:
             return self.succ[token].tolist(), self.conf[token].tolist()
 
-    def refresh(self, fed_ids: np.ndarray, logits: np.ndarray) -> None:
+    def refresh(self, fed_ids: np.ndarray, logits: np.ndarray) -> "RowArgmax | None":
         """fed_ids [S] int64, logits [S, V']: row i's K largest logits (best first) become succ[fed_ids[i]].
         Rows that hold -inf among their top K (a screened LM head: exact only at its candidates) keep the
-        old entries past their finite ones; columns past the table's vocabulary are ignored."""
+        old entries past their finite ones; columns past the table's vocabulary are ignored. Where a token is fed
+        twice (two tree nodes), its last row wins.
+
+        Returns each row's argmax, exactly `logits.argmax(axis=-1)` (the first maximum; the greedy rule reuses it
+        instead of reading the rows again: `row_argmax`), or None where the logits are wider than the table."""
         fed_ids = np.asarray(fed_ids, dtype=np.int64).reshape(-1)
         if logits.ndim != 2 or logits.shape[0] != fed_ids.size:
             raise InvalidArgument(f"refresh needs logits [S, V] with S = {fed_ids.size} rows, got {logits.shape}")
         v, k = min(logits.shape[1], self.vocab_size), self.top_k
         if fed_ids.size == 0 or v <= k:
-            return
-        rows = logits[:, :v]
-        top = top_k_columns(rows, k)  # [S, K] unordered
-        vals = np.take_along_axis(rows, top, axis=1)
-        order = np.argsort(-vals, axis=1, kind="stable")
-        top = np.take_along_axis(top, order, axis=1).astype(np.int32)
-        vals = np.take_along_axis(vals, order, axis=1)  # [S, K] best first
-        finite = np.isfinite(vals)
+            return None
+        top, vals = top_k_sorted(logits[:, :v], k)  # [S, K] best first
+        finite = np.isfinite(vals).all(axis=1)  # [S]
+        argmax = row_argmax(logits, top, vals, finite) if v == logits.shape[1] else None
         with np.errstate(invalid="ignore", over="ignore"):
             z = np.exp(vals - vals[:, :1])
             conf = (z / z.sum(axis=1, keepdims=True)).astype(np.float16)  # [S, K] softmax over the top K
+        fed = fed_ids.tolist()
+        ok = (fed_ids >= 0) & (fed_ids < self.vocab_size) & finite
         with self.lock:
-            for i, tok in enumerate(fed_ids.tolist()):
+            if ok.all() and len(set(fed)) == len(fed):  # the usual pass: every row written whole, in one store
+                self.succ[fed_ids] = top
+                self.conf[fed_ids] = conf
+                return argmax
+            for i, tok in enumerate(fed):  # in order: a token fed twice keeps its last row
                 if not 0 <= tok < self.vocab_size:
                     continue
-                if finite[i].all():
+                if finite[i]:
                     self.succ[tok] = top[i]
                     self.conf[tok] = conf[i]
                 else:
-                    self._front(tok, top[i][finite[i]])
+                    keep = np.isfinite(vals[i])
+                    self._front(tok, top[i][keep])
+        return argmax
 
     def learn_pairs(self, prev: np.ndarray, nxt: np.ndarray) -> None:
         """Committed pairs (prev[i] followed by nxt[i]): nxt[i] moves to the front of succ[prev[i]]."""
@@ -133,27 +142,64 @@ class SuccessorTable:
         return buf.getvalue()
 
 
-GROUP = 128  # members per column group in top_k_columns
+# members per column group in top_k_sorted: fewer members gather fewer scattered candidates but partition more group
+# maxima. SmolLM2's rows just written by ONNX Runtime (busy machine), 9 rows: 32 members 511 / 435 us, 128: 630 / 441
+# in two runs (1 and 4 rows within a few %)
+GROUP = 32
 
 
-def top_k_columns(rows: np.ndarray, k: int) -> np.ndarray:
-    """[S, V] -> [S, k] column indices of each row's k largest values (unordered; ties broken arbitrarily).
+def top_k_sorted(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """[S, V] -> (ids [S, k] int32, values [S, k]): each row's k largest values, best first (equal values: the lower
+    column first; equal values at the k-th place: any of them).
 
     Where V is a multiple of GROUP, columns are grouped by their residue mod G = V / GROUP: a row's k largest values
     lie in the k groups of largest maximum (each group holding one of them has a maximum at least that value, and
-    at most k - 1 groups hold a larger one), so one strided max over the row, a partition of G group maxima and one
-    of k * GROUP candidates replace a partition of all V columns (SmolLM2's 9-row verify pass: ~2 ms against ~15 ms
-    for `np.argpartition` on a busy 2-core machine; the strided max is SIMD-friendly, a max over short contiguous
-    blocks is not)."""
+    at most k - 1 groups hold a larger one), so one strided max over the row (SIMD-friendly; a max over short
+    contiguous blocks is not), a partition of G group maxima and one of k * GROUP candidates, read with one flat
+    `take`, replace a partition of all V columns (~15 ms for `np.argpartition` on SmolLM2's 9-row verify pass, busy
+    2-core machine; the grouped form ~0.5 ms: docs/trees.md, "The refresh's cost")."""
     s, v = rows.shape
     if v % GROUP or v // GROUP < k:
-        return np.argpartition(rows, v - k, axis=1)[:, v - k:]
-    g = v // GROUP
-    gmax = rows.reshape(s, GROUP, g).max(axis=1)  # [S, G]
-    groups = np.argpartition(gmax, g - k, axis=1)[:, g - k:]  # [S, k]
-    cols = (groups[:, :, None] + g * np.arange(GROUP)).reshape(s, -1)  # [S, k * GROUP]
-    cand = np.take_along_axis(rows, cols, axis=1)
-    return np.take_along_axis(cols, np.argpartition(cand, cand.shape[1] - k, axis=1)[:, -k:], axis=1)
+        cols = np.argpartition(rows, v - k, axis=1)[:, v - k:]  # [S, k]
+        vals = np.take_along_axis(rows, cols, axis=1)
+    else:
+        g = v // GROUP
+        gmax = rows.reshape(s, GROUP, g).max(axis=1)  # [S, G]
+        groups = np.argpartition(gmax, g - k, axis=1)[:, g - k:]  # [S, k]
+        members, row_starts = _offsets(s, v)  # [GROUP], [S, 1, 1]
+        cols = (groups[:, :, None] + members).reshape(s, -1)  # [S, k * GROUP] column ids
+        flat = rows.reshape(-1) if rows.flags.c_contiguous else np.ascontiguousarray(rows).reshape(-1)
+        cand = flat.take(cols + row_starts[:, 0])  # [S, k * GROUP]
+        pick = np.argpartition(cand, cand.shape[1] - k, axis=1)[:, -k:]  # [S, k]
+        cols, vals = np.take_along_axis(cols, pick, axis=1), np.take_along_axis(cand, pick, axis=1)
+    order = np.lexsort((cols, -vals), axis=1)  # [S, k]: value descending, then column ascending
+    return np.take_along_axis(cols, order, axis=1).astype(np.int32), np.take_along_axis(vals, order, axis=1)
+
+
+class RowArgmax(list):
+    """The rows' argmax as `refresh` found it (exactly NumPy's `argmax`): the type the loop trusts (step.verify_rows),
+    so a user's proposer whose `observe_verify` returns some list cannot steer the greedy rule."""
+
+
+@functools.lru_cache(maxsize=64)
+def _offsets(s: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+    """(each group member's column offset [GROUP], each row's start in the flat [S * V] rows [S, 1, 1]): the
+    same few shapes every pass, made once."""
+    members, starts = (v // GROUP) * np.arange(GROUP), v * np.arange(s)[:, None, None]
+    members.flags.writeable = starts.flags.writeable = False
+    return members, starts
+
+
+def row_argmax(logits: np.ndarray, top: np.ndarray, vals: np.ndarray, finite: np.ndarray) -> RowArgmax:
+    """logits [S, V] and their top K (`top_k_sorted`: ids, values best first; `finite` [S]: all K finite) -> each
+    row's argmax as NumPy's `argmax` gives it (the first maximum). Where the K values are not all equal, every
+    column holding the maximum is among them (a column left out is <= the K-th value < the maximum), so the first
+    of the K (equal values: lower id first) is the first maximum; rows whose K are all equal, or hold an inf or a
+    NaN (NumPy returns the first NaN), are scanned whole."""
+    ids = RowArgmax(top[:, 0].tolist())
+    for i in np.flatnonzero(~finite | (vals[:, 0] == vals[:, -1])).tolist():
+        ids[i] = int(logits[i].argmax())
+    return ids
 
 
 def check_table(table: np.ndarray, vocab_size: int, what: str) -> None:

@@ -82,6 +82,67 @@ def test_refresh_keeps_how_sure_the_target_was(plain_gen):
     assert np.isnan(table.conf).all()
 
 
+def test_refresh_equals_a_full_sort_of_real_rows(plain_gen):
+    """The refresh's top K (a partition, or the grouped one where the width is a multiple of 128) is each row's
+    first K by a full stable sort of the real target's rows: best first, equal values lower id first (#51)."""
+    target = plain_gen.target
+    ids = np.array([3, 8, 13, 21, 34, 55, 89, 144, 233], dtype=np.int64)  # a 9-row pass, like SmolLM2's k = 8
+    target.reset()
+    logits = target.forward(ids)  # [9, V]
+    target.reset()
+    wide = np.concatenate([logits, logits[:, ::-1] - 0.5, logits[::-1] - 0.25, logits[::-1, ::-1] - 0.75], axis=1)
+    assert wide.shape[1] % 128 == 0
+    for rows in (logits, wide):  # the toy's vocabulary (320 columns: partition) and 10 groups of 128 (grouped)
+        table = SuccessorTable(rows.shape[1])
+        argmax = table.refresh(ids, rows)
+        assert argmax == rows.argmax(axis=-1).tolist()  # what the greedy rule takes instead of its own argmax
+        for i, tok in enumerate(ids.tolist()):
+            assert table.succ[tok].tolist() == np.argsort(-rows[i], kind="stable")[:table.top_k].tolist()
+
+
+def test_greedy_steps_take_the_refresh_argmax_and_stay_plains(plain_gen, monkeypatch):
+    """auto's verify passes hand the greedy rule the rows' argmax from the table's refresh (no second read of the
+    logits), and the output is plain decoding's; a user's proposer whose observe_verify returns a list of its own
+    is not trusted with it."""
+    from specrt.runtime import acceptance, step
+
+    given = []
+
+    def spy(rule):
+        def wrapped(*args):
+            given.append(isinstance(args[-1], list))  # the rows' argmax, not only the logits
+            return rule(*args)
+        return wrapped
+
+    monkeypatch.setattr(step, "greedy_accept", spy(acceptance.greedy_accept))
+    monkeypatch.setattr(step, "greedy_accept_tree", spy(acceptance.greedy_accept_tree))
+    for prompt in PROMPTS:
+        plain = plain_gen.generate(prompt, 40, method="none")
+        given.clear()
+        spec = plain_gen.generate(prompt, 40, method="auto")
+        assert spec.token_ids == plain.token_ids, prompt
+        assert given and all(given), prompt
+
+    class Liar:  # drafts nothing; claims every row's argmax is token 0
+        name = "liar"
+
+        def start(self, tokens, n, target_hidden=None): ...
+
+        def propose(self, tokens, n, k):
+            from specrt.runtime.proposers.base import Proposal
+            return Proposal.point_mass(tokens[n - 1:n])
+
+        def observe(self, n, num_accepted, target_hidden=None): ...
+
+        def observe_verify(self, fed_ids, logits, parents=None):
+            return [0] * fed_ids.size
+
+    given.clear()
+    lied = plain_gen.generate(PROMPTS[0], 20, proposer=Liar(), num_speculative_tokens=1)
+    assert lied.token_ids == plain_gen.generate(PROMPTS[0], 20, method="none").token_ids
+    assert given and not any(given)
+
+
 @pytest.mark.slow  # compiles a bundle (~30 s on 2 busy cores)
 def test_compile_seeds_the_table_into_the_bundle(seeded_bundle):
     from specrt.bundle.manifest import read_manifest

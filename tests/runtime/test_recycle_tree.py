@@ -42,7 +42,7 @@ def test_table_refresh_keeps_each_rows_top_k_best_first():
 
 
 def test_table_refresh_on_a_grouped_vocabulary_keeps_each_rows_top_k():
-    """A vocabulary that is a multiple of 128 takes the grouped top-k (recycle_table.top_k_columns)."""
+    """A vocabulary that is a multiple of 128 takes the grouped top-k (recycle_table.top_k_sorted)."""
     rng = np.random.default_rng(1)
     table = SuccessorTable(1024, top_k=8)
     logits = rng.standard_normal((5, 1024)).astype(np.float32)
@@ -51,8 +51,29 @@ def test_table_refresh_on_a_grouped_vocabulary_keeps_each_rows_top_k():
     logits[3, :1000] = -np.inf  # a screened row: only 24 finite columns
     table.refresh(np.arange(5), logits)
     for tok, row in enumerate(logits):
-        assert table.row(tok).tolist() == np.argsort(-row, kind="stable")[:8].tolist() or tok == 2
-    assert sorted(table.row(2).tolist()) == list(range(3, 11))  # equal values: any order, the same set
+        assert table.row(tok).tolist() == np.argsort(-row, kind="stable")[:8].tolist()  # equal values: lower first
+    assert table.row(2).tolist() == list(range(3, 11))
+    # a token fed twice in one pass (two tree nodes) keeps its last row, as a pass fed in order would
+    table.refresh(np.array([9, 9]), logits[[0, 4]])
+    assert table.row(9).tolist() == np.argsort(-logits[4], kind="stable")[:8].tolist()
+
+
+@pytest.mark.parametrize("width", [80, 1024])  # partition / grouped top-k
+def test_refresh_returns_numpys_argmax_of_every_row(width):
+    """The argmax the greedy rule reuses is NumPy's (the first maximum), also where ties, infinities or a NaN make
+    the top K alone undecided."""
+    rng = np.random.default_rng(2)
+    logits = rng.standard_normal((7, width)).astype(np.float32)
+    logits[1, [9, 40, 3]] = 5.0  # three equal maxima: the lowest column
+    logits[2, :] = 1.0  # every column equal: column 0
+    logits[2, width - 20:] = 1.0
+    logits[3, :width - 3] = -np.inf  # a screened row with 3 finite columns
+    logits[4, [17, 30]] = np.nan  # NumPy: the first NaN
+    logits[5, [60, 11]] = np.inf  # the first +inf
+    logits[6, 12:24] = 9.0  # more equal maxima than K
+    table = SuccessorTable(width, top_k=8)
+    assert table.refresh(np.arange(7), logits) == logits.argmax(axis=-1).tolist()
+    assert table.refresh(np.arange(7), np.pad(logits, ((0, 0), (0, 4)))) is None  # wider than the table: not known
 
 
 def test_table_learns_committed_pairs_and_resets_to_its_seed():
