@@ -105,7 +105,7 @@ class DraftSource:
         return n - min(self.runner.length, n - 1)
 
     def call_cost(self, rows: int) -> float:
-        """Feeding `rows` rows (in prefill chunks), in one-row calls (two rows: one, as after a fully accepted chain)."""
+        """Feeding `rows` rows (in prefill chunks), in one-row calls (two rows: one, as after an accepted chain)."""
         return -(-max(rows, 1) // PREFILL_CHUNK) + self.row_frac * max(rows - 2, 0)
 
     @staticmethod
