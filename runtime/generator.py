@@ -89,7 +89,7 @@ class Generator:
         self._head_runner = None  # the draft head's session and cache (draft_head bundles), created on first use
         self._policies: dict = {}  # AdaptiveK per (method, max k), kept across calls
         self._constraints = None  # ConstraintCompiler and MaskWorker, built on the first constrained call
-        self._load_costs = None  # (verify seconds per k, draft seconds), from warmup()
+        self._load_costs = None  # (verify seconds per k, draft seconds, draft k+1 rows), warmup()
         self._engines: weakref.WeakSet = weakref.WeakSet()  # BatchEngines on these weights: closed by close()
         self._lock = GenerationLock()  # one generation at a time per Generator (runners hold state; exclusive.py)
         if warmup:
@@ -236,7 +236,7 @@ class Generator:
                 self._policies[key] = AdaptiveK(max_k)
                 if self._load_costs is None:  # load(warmup=False): time the shapes now, before this call runs
                     self.warmup()
-                verify, draft = self._load_costs
+                verify, draft = self._load_costs[:2]
                 if method != "medusa":  # start short runs at the k the load-time costs predict best
                     uses_model = method == "draft" or method == "hybrid" and self.draft is not None
                     uses_head = (not uses_model and method not in ("ngram", "recycle")

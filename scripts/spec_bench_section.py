@@ -74,7 +74,7 @@ def row_costs(bundles: dict[str, str], past: int = 300) -> dict:
     for label, bundle in bundles.items():
         gen = load(bundle)
         curve = verify_curve(gen.target, past, range(gen.max_draft_tokens + 1))
-        verify, draft = gen._load_costs
+        verify, draft = gen._load_costs[:2]
         out[label] = {"rows": [k + 1 for k in curve["k"]], "seconds": curve["seconds"], "ratio": curve["ratio"],
                       "past": curve["past_length"], "default_method": gen.default_method,
                       "draft_over_target": (draft / verify[0]) if draft else None}

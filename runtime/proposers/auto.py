@@ -274,6 +274,9 @@ def make_auto(gen, params, rng, options: dict, sources: tuple[str, ...] | None =
         draft = DraftSource(gen.draft, gen.vocab_size, fixed=seeded)
         if gen._load_costs is not None and gen._load_costs[1] is not None and not seeded:
             draft.cost_s = float(gen._load_costs[1])
+            rows = gen._load_costs[2] if len(gen._load_costs) > 2 else None
+            if rows:  # (k+1)-row call over one-row call: what a row adds (docs/trees.md, "draft model")
+                draft.row_frac = (rows / draft.cost_s - 1.0) / max(gen.max_draft_tokens - 1, 1)
     table = table_for(gen)
     if seeded:  # the bundle's seed table, not what earlier requests taught the shared one
         table = SuccessorTable(table.vocab_size, table.top_k, seed=table.seed)

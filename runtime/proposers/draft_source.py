@@ -22,6 +22,8 @@ from specrt.runtime.tree_budget import NodeStats, choose, path_probs
 
 UNSURE = (0.6, 0.3)  # the draft's top-1 probability below which its 2nd (then also its 3rd) choice joins the tree
 PREFILL_CHUNK = 256
+ROW_FRAC = 1 / 32  # a call's cost per row past two, in one-row calls, before any is timed (fp32: rows are cheap)
+ROW_ALPHA = 0.5  # EMA weight of a timed catch-up call in `row_frac`
 
 
 def add_choices(trie, keys, parent: int, row: np.ndarray, source: str, depth: int, ids=None) -> tuple[int | None, int]:
@@ -53,10 +55,15 @@ def add_choices(trie, keys, parent: int, row: np.ndarray, source: str, depth: in
 class DraftSource:
     SOURCE = "draft"  # the first element of its nodes' keys
 
-    def __init__(self, runner, target_vocab: int, fixed: bool = False, cost_s: float = 0.0) -> None:
+    def __init__(self, runner, target_vocab: int, fixed: bool = False, cost_s: float = 0.0,
+                 row_frac: float = ROW_FRAC) -> None:
         self.runner, self.vocab = runner, int(target_vocab)
         self.fixed = fixed  # seeded sampling: the cost per call is a constant, never timed
-        self.cost_s = float(cost_s)  # seconds per draft call (load-time timing, then an EMA of this source's calls)
+        self.cost_s = float(cost_s)  # seconds per one-row draft call (load-time timing, then an EMA of its calls)
+        # what each row past two adds to a call, in one-row calls: the catch-up after steps without the draft feeds
+        # every row it missed in one call (the prompt on its first), ~0.25 each in int4 (MatMulNBits), ~0.03 in fp32
+        # (load-time timing of a (k+1)-row call, then an EMA of its catch-up calls)
+        self.row_frac = min(max(float(row_frac), 0.0), 1.0)
         self.last_s = 0.0  # seconds this source drafted in the last step
         self._tokens: np.ndarray | None = None
         self._base = 0  # committed length when the chain was drafted
@@ -81,8 +88,7 @@ class DraftSource:
         have = {}
         for i, pr in enumerate(probs):
             have[int(depth_of[i + 1])] = max(have.get(int(depth_of[i + 1]), 0.0), float(pr))
-        unseen = self._unseen(n)  # rows its first call feeds: 1, or more after steps without it
-        catch_up = 1.0 + max(unseen - 2, 0) / 32  # a multi-row call costs little more than one row (fp32)
+        catch_up = self.call_cost(self._unseen(n))  # its first call feeds 1 row, or more after steps without it
         best_d, best_rate = 0, self._rate(probs, parents, costs, k, overhead_s, chain_only)
         chain_p, extra = 1.0, []
         for d in range(1, k + 1):
@@ -98,6 +104,10 @@ class DraftSource:
     def _unseen(self, n: int) -> int:
         return n - min(self.runner.length, n - 1)
 
+    def call_cost(self, rows: int) -> float:
+        """Feeding `rows` rows (in prefill chunks), in one-row calls (two rows: one, as after an accepted chain)."""
+        return -(-max(rows, 1) // PREFILL_CHUNK) + self.row_frac * max(rows - 2, 0)
+
     @staticmethod
     def _rate(probs, parents, costs, k, overhead_s, chain_only) -> float:
         chosen = choose(probs, parents, costs, k, overhead_s, chain_only, margin=1.0)
@@ -109,8 +119,10 @@ class DraftSource:
         r = self.runner
         t0 = time.perf_counter()
         r.truncate(min(r.length, n - 1))
-        calls = -(-(n - r.length) // PREFILL_CHUNK)
+        unseen = n - r.length
+        calls = -(-unseen // PREFILL_CHUNK)
         row = r.prefill(tokens[r.length:n], PREFILL_CHUNK)
+        first_s = time.perf_counter() - t0
         self._base, self._fed = n, []
         parent = -1
         for depth in range(1, d + 1):
@@ -121,15 +133,25 @@ class DraftSource:
             row = r.forward(np.array([top], dtype=np.int64))[-1]
             calls += 1
             parent = main
-        self._timed(t0, calls)
+        self._timed(t0, calls, unseen, first_s)
         return calls
 
-    def _timed(self, t0: float, calls: int) -> None:
-        """This step's drafting time, and the running seconds per call (not for a fixed cost)."""
+    def _timed(self, t0: float, calls: int, rows: int = 1, first_s: float = 0.0) -> None:
+        """This step's drafting time, and (not for a fixed cost) the running seconds per one-row call and, from a
+        first call over `rows` > 3 rows that took `first_s`, what a row adds (`row_frac`)."""
         self.last_s = time.perf_counter() - t0
-        if not self.fixed:
+        if self.fixed:
+            return
+        if rows > 3 and self.cost_s > 0:  # a catch-up: its rows' price, the one-row calls after it their own
+            chunks = -(-rows // PREFILL_CHUNK)
+            per_row = (first_s / self.cost_s - chunks) / (rows - 2)
+            self.row_frac = min(max((1 - ROW_ALPHA) * self.row_frac + ROW_ALPHA * per_row, 0.0), 1.0)
+            if calls <= chunks:
+                return
+            per_call = (self.last_s - first_s) / (calls - chunks)
+        else:
             per_call = self.last_s / max(calls, 1)
-            self.cost_s = per_call if self.cost_s <= 0 else 0.75 * self.cost_s + 0.25 * per_call
+        self.cost_s = per_call if self.cost_s <= 0 else 0.75 * self.cost_s + 0.25 * per_call
 
     def observe(self, n: int) -> None:
         """tokens[:n] committed: keep the cached chain tokens the committed text confirms."""
