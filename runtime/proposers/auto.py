@@ -212,7 +212,7 @@ class AutoProposer:
         if "recycle" in self.sources:
             self._expand_table(trie, add, int(tokens[n - 1]), k)
         if self.store is not None:
-            add_nodes(self.store, add, tokens, n, k, self.eos_ids)
+            add_nodes(self.store, add, tokens, n, k, conf_bin, self.eos_ids)
         return trie, keys
 
     def _expand_table(self, trie: DraftTrie, add, root: int, k: int) -> None:

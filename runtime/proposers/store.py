@@ -176,11 +176,10 @@ class Datastore:
         return out
 
 
-def add_nodes(store: Datastore, add, tokens: np.ndarray, n: int, depth: int, eos_ids=frozenset(),
+def add_nodes(store: Datastore, add, tokens: np.ndarray, n: int, depth: int, conf_bin, eos_ids=frozenset(),
               budget: int = STORE_NODES) -> None:
     """Merge `store`'s tree for tokens[:n] into auto's trie through `add(parent, token, key) -> node | None`; key
-    (`storeL` for a match of 3+ tokens, else `store`; depth; the bin of count / parent's count, auto.conf_bin)."""
-    from specrt.runtime.proposers.auto import conf_bin
+    (`storeL` for a match of 3+ tokens, else `store`; depth; `conf_bin(count / parent's count)`: auto's bins)."""
 
     where: list[int | None] = []  # the trie node of each of the store's nodes (None: not placed)
     depths: list[int] = []
