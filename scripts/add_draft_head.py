@@ -36,9 +36,8 @@ def head_quantize(manifest, precision: str) -> QuantizeConfig | None:
 
 def add_head(bundle: Path, head_dir: Path, target_dir: Path, precision: str = "target") -> None:
     m = read_manifest(bundle)
-    draft = ManifestDraft(m.max_seq_len, m.max_draft_tokens, torch_version=m.torch_version, onnx=m.onnx,
-                          created=m.created, batch_size=m.batch_size or 1, models=dict(m.models),
-                          engines=dict(m.engines), tokenizer=m.tokenizer, medusa=m.medusa, demo=m.demo)
+    draft = ManifestDraft.of(m)
+    draft.draft_head = None  # replaced by the step below
     shutil.rmtree(bundle / "draft_head", ignore_errors=True)
     draft_head_step(head_dir, target_dir, head_quantize(m, precision))(bundle, draft)
     write_manifest(bundle, draft)

@@ -65,10 +65,7 @@ def _add(bundle: Path, store: Datastore) -> None:
     from specrt.bundle.writer import ManifestDraft
 
     m = read_manifest(bundle, verify_checksums=False)  # presence and sizes checked; the files stay untouched
-    draft = ManifestDraft(m.max_seq_len, m.max_draft_tokens, torch_version=m.torch_version, onnx=m.onnx,
-                          created=m.created, batch_size=m.batch_size or 1, models=dict(m.models),
-                          engines=dict(m.engines), tokenizer=m.tokenizer, medusa=m.medusa, demo=m.demo,
-                          draft_head=m.draft_head)
+    draft = ManifestDraft.of(m)
     tmp = Path(tempfile.mkdtemp(prefix=f".{STORE_DIR}.tmp-", dir=bundle))
     new_manifest = bundle / f".{MANIFEST}.tmp-{os.getpid()}"
     old = bundle / f"{tmp.name}.old"

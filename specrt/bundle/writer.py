@@ -39,6 +39,13 @@ class ManifestDraft:
     demo: DemoEntry | None = None
     draft_head: DraftHeadEntry | None = None
 
+    @classmethod
+    def of(cls, m: Manifest) -> "ManifestDraft":
+        """A draft holding every entry of the written manifest `m` (to add or replace entries of a bundle)."""
+        return cls(m.max_seq_len, m.max_draft_tokens, torch_version=m.torch_version, onnx=m.onnx, created=m.created,
+                   batch_size=m.batch_size or 1, models=dict(m.models), engines=dict(m.engines),
+                   tokenizer=m.tokenizer, medusa=m.medusa, demo=m.demo, draft_head=m.draft_head)
+
     def manifest(self, files: dict[str, FileEntry], root: Path | None = None) -> Manifest:
         """The validated Manifest of this draft with the file list `files`."""
         if self.tokenizer is None:
