@@ -15,7 +15,7 @@ from serve_helpers import ServerThread, openai_client
 
 USER = [{"role": "user", "content": "hi"}]
 PICK = {"type": "object", "additionalProperties": False, "required": ["tool"],
-        "properties": {"tool": {"enum": ["grep", "sed"]}, "retries": {"type": "integer", "maximum": 9}}}
+        "properties": {"tool": {"enum": ["grep", "sed"]}, "retries": {"type": "integer", "minimum": 0, "maximum": 9}}}
 TOOLS = [{"type": "function", "function": {"name": "pick", "parameters": PICK}},
          {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {},
                                                                           "additionalProperties": False}}}]
