@@ -48,17 +48,11 @@ def demo_bundle(tmp_path_factory) -> Path:
                           max_draft_tokens=4, ort_graph="portable"))
 
 
-def draft_of(m) -> ManifestDraft:
-    """A manifest draft with everything of the written manifest `m` (compile steps change drafts)."""
-    return ManifestDraft(m.max_seq_len, m.max_draft_tokens, torch_version=m.torch_version, onnx=m.onnx,
-                         created=m.created, models=dict(m.models), engines=dict(m.engines), tokenizer=m.tokenizer)
-
-
 def run_ptq(bundle: Path, dst: Path, options: dict) -> tuple[Path, dict]:
     """The compile step `--precision ...` adds before the engine build, on a copy of `bundle`."""
     shutil.copytree(bundle, dst)
     m = read_manifest(dst)
-    draft = draft_of(m)
+    draft = ManifestDraft.of(m)
     results: dict = {}
     ptq_step(ptq_config(options), options, results)(dst, draft)
     write_manifest(dst, draft)
@@ -149,7 +143,7 @@ def test_tensorrt_input_graph_is_fp16_around_the_qdq_nodes(quantized, tmp_path):
 def test_manifest_records_the_engine_quantization_and_inspect_shows_it(quantized, tmp_path):
     precision, root, facts = quantized
     m = read_manifest(root)
-    draft = draft_of(m)
+    draft = ManifestDraft.of(m)
     gpu = {"tensorrt_version": "10.13.0", "cuda_version": "12.9", "gpu_name": "NVIDIA H200",
            "compute_capability": "9.0"}
     draft.engines["target"] = engine_entry("target", f"target/model.{precision}.engine",
