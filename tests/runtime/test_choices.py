@@ -3,6 +3,8 @@ greedy choices copies; on a Generator and on the batch engine, each equal to `ge
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from specrt.core.errors import InvalidArgument
@@ -55,7 +57,21 @@ def test_identical_prompts_share_one_prefill_also_from_a_running_sequence(pair_g
         if not engine.scheduler.sharing.enabled:  # a batch runner: no row copy between its slots
             assert together == 0
             return
-        steps = engine.stream_tokens(PROMPT, 110)  # long: still decoding when the second arrives
+        # the first stays in the batch until the second is queued: its decoding steps wait (a step that does nothing)
+        # while it runs alone (before: 110 tokens for the second to arrive within, which the engine thread could
+        # decode first while this thread waited for the CPU)
+        sched, real_step, arrived = engine.scheduler, engine.scheduler.step, []
+
+        def step():
+            if len(sched.waiting) + sched.active >= 2:
+                arrived.append(True)
+            if not arrived and sched.running and not sched.prefilling and not sched.waiting:
+                threading.Event().wait(0.005)
+                return
+            real_step()
+
+        monkeypatch.setattr(sched, "step", step)
+        steps = engine.stream_tokens(PROMPT, 110)
         first = next(steps)[0]
         second = engine.generate_batch([PROMPT], 12)[0].text  # its rows are copied from the running first
         rest = [t for ids, _ in steps for t in ids]

@@ -161,7 +161,8 @@ def test_torch_decoder_tree_rows_equal_their_paths_across_the_window(fused):
     rng = np.random.default_rng(5)
     parents = np.array([-1, 0, -1, 2, 1], np.int64)
     past_len, s = 9, parents.size + 1
-    past = [torch.randn(1, past_len, c.num_kv_heads, c.head_dim) for _ in range(2 * c.num_layers)]
+    gen = torch.Generator().manual_seed(5)  # not the process-wide generator, which earlier tests in this worker moved
+    past = [torch.randn(1, past_len, c.num_kv_heads, c.head_dim, generator=gen) for _ in range(2 * c.num_layers)]
     ids = torch.from_numpy(rng.integers(0, c.vocab_size, s))[None]
     with torch.no_grad():
         got = decoder(ids, torch.from_numpy(past_len + depths(parents))[None], past[0::2], past[1::2],

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
+import random
 import socket
 import tempfile
 import time
@@ -15,8 +17,32 @@ import psutil
 RAY_NAMES = ("raylet", "gcs_server", "ray::", "ray/", "default_worker", "dashboard", "log_monitor", "monitor.py")
 
 
+RAY_WORKER_PORTS = range(10002, 20000)  # Ray's default min_worker_port..max_worker_port
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default range starts here
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A free loopback port for a server that binds it only later (the Ray Serve proxy, after ray.init): above Ray's
+    worker ports and below the kernel's ephemeral range. A port from that range (a port-0 bind, as before) could be
+    handed meanwhile to another port-0 bind: ray.init alone binds ~13 of them (odd ports, as a port-0 bind gets: ~1
+    in 1,000 to take the test's port), and the other test worker's servers bind more."""
+    low = _ephemeral_low()
+    candidates = list(range(RAY_WORKER_PORTS.stop, low))
+    random.Random(os.getpid() ^ time.monotonic_ns()).shuffle(candidates)  # two callers at once: other ports
+    for port in candidates[:200]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # no such range on this machine (an ephemeral range starting low): any free port
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

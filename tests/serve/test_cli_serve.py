@@ -94,8 +94,14 @@ def test_a_second_ctrl_c_quits_at_once_without_tracebacks(pair_bundle):
             body += conn.recv(4096)
         assert head.startswith(b"HTTP/1.1 200"), head
         conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 1000\r\n\r\n{")  # a request still arriving: shutdown waits for it
-        time.sleep(0.5)  # the server reads it (no longer also its start-up)
+                     b"Content-Length: 1000\r\nExpect: 100-continue\r\n\r\n")  # a request still arriving
+        # the server asks for the body once its app reads it: the request is then in progress, and shutdown waits
+        # for it (before: a 0.5 s sleep; a request the server had not read by then left an idle connection, which
+        # the first Ctrl-C closed, and the server exited 0)
+        cont = b""
+        while b"\r\n\r\n" not in cont:
+            cont += conn.recv(4096)
+        assert cont.startswith(b"HTTP/1.1 100 "), cont
         proc.send_signal(signal.SIGINT)
         while "Waiting for connections to close" not in seen[-1] and time.monotonic() < deadline:
             seen.append(proc.stderr.readline())
