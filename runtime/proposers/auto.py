@@ -139,10 +139,13 @@ class AutoProposer:
             depth = source.depth(stats, n, parents, keys, table, k, overhead, not self.trees) if source else 0
             if depth:
                 t1 = time.perf_counter()
-                calls += source.extend(trie, keys, tokens, n, depth)
+                calls_now = source.extend(trie, keys, tokens, n, depth)
+                calls += calls_now
                 spent = time.perf_counter() - t1
                 self.state.draft_s += spent
-                overhead += spent  # this step's drafting cost joins the choice of its size
+                # this step's drafting cost joins the choice of its size (a fixed cost: its calls, never the clock,
+                # so a seeded request's tree depends on the request alone)
+                overhead += calls_now * source.cost_s if source.fixed else spent
         probs = path_probs(parents, [max(stats.prob(key) for key in ks) for ks in keys])
         chosen = choose(probs, parents, table, k, overhead, chain_only=not self.trees)
         order = preorder(chosen, parents, probs)
@@ -272,7 +275,11 @@ def make_auto(gen, params, rng, options: dict, sources: tuple[str, ...] | None =
         from specrt.runtime.proposers.draft_source import DraftSource
 
         draft = DraftSource(gen.draft, gen.vocab_size, fixed=seeded)
-        if gen._load_costs is not None and gen._load_costs[1] is not None and not seeded:
+        if seeded:  # priced by weights, never timed (as the head): a cost of 0 would never draft
+            from specrt.runtime.policy import model_draft_cost
+
+            draft.cost_s = model_draft_cost("draft", gen.manifest)
+        elif gen._load_costs is not None and gen._load_costs[1] is not None:
             draft.cost_s = float(gen._load_costs[1])
             rows = gen._load_costs[2] if len(gen._load_costs) > 2 else None
             if rows:  # (k+1)-row call over one-row call: what a row adds (docs/trees.md, "draft model")

@@ -63,6 +63,27 @@ def test_seeded_sampling_is_reproducible(target_only_bundle):
     assert runs[0] == runs[1]
 
 
+def test_seeded_sampling_drafts_with_the_draft_model_whatever_the_clock(self_generator, monkeypatch):
+    """Seeded sampling prices the draft model by its weights (as the head), never by the clock: it drafts where that
+    price pays (a cost of 0 never drafted at all), and a clock that says each draft call took 10 s gives the same
+    text (the tree, hence the random numbers drawn, depend on the request alone)."""
+    import types
+
+    from specrt.runtime import policy
+    from specrt.runtime.proposers import auto
+
+    gen = self_generator  # the target as its own draft: every draft is accepted
+    # its weights cost what the target's do (it never pays at that price): price it as a draft 1/20 of the target
+    monkeypatch.setattr(policy, "model_draft_cost", lambda method, manifest: 0.05)
+    kw = dict(method="auto", temperature=0.8, seed=11)
+    first = gen.generate("In the beginning there was", 30, **kw)
+    assert first.stats.draft_calls > 0
+    ticks = iter(range(0, 10 ** 6, 10))
+    monkeypatch.setattr(auto, "time", types.SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    again = gen.generate("In the beginning there was", 30, **kw)
+    assert again.token_ids == first.token_ids and again.stats.draft_calls == first.stats.draft_calls
+
+
 def fake_step(proposer, tokens, n, committed):
     """One step: propose, then commit `committed` (what the target chose); returns the proposal's node count."""
     prop = proposer.propose(tokens, n, 8)
