@@ -2,7 +2,7 @@
 before and after #51's vectorised tree, and whether the two offer the same nodes (issue #51).
 
 usage: python scripts/store_profile.py BUNDLE QUESTIONS.jsonl [--per-category 3] [--max-new-tokens 128]
-                                       [--threads 2] [--rounds 3]
+                                       [--threads 2] [--rounds 3] [--proposer]
 
 One plain and one `auto` greedy run per question's first turn (chat template, as the bench); the auto run's outputs
 must equal plain's. Every lookup the auto runs make is recorded (context, depth, budget, EOS ids), then replayed
@@ -12,6 +12,11 @@ per node; kept below as `before_tree`), `no memo` (`Datastore.tree` less its mem
 order), the order of the three rotating per call, each call timed with `time.thread_time_ns` (this thread's CPU: what
 the step pays, steadier on a shared machine than wall time). Every replayed call's nodes must be identical. Prints ms
 per lookup (mean / median / p90) and per step for each, and their ratios to `before`.
+
+--proposer: instead, the whole of `auto`'s proposer per step (thread CPU of `AutoProposer.propose` + `observe`: the
+candidates of every source, the sizing, the scoring) in three variants run in turn on each question, the order
+rotating: `auto[-store]`, `auto` with the lookup as before, `auto` as now: what scripts/auto_modeled.py's
+--proposer-ms should be for each.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import numpy as np
 from specrt.bench.measure import run_once
 from specrt.bench.spec_bench import chat_ids, load_questions, pick
 from specrt.runtime import load
+from specrt.runtime.proposers import auto as auto_mod
 from specrt.runtime.proposers import store as store_mod
 from specrt.runtime.proposers.store_tree import grow
 from specrt.runtime.sampling import SamplingParams
@@ -80,6 +86,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--proposer", action="store_true", help="time auto's whole proposer per step instead")
     a = ap.parse_args()
     gen = load(a.bundle, backend="ort", threads=a.threads)
     store = store_mod.store_for(gen)
@@ -87,6 +94,8 @@ def main() -> None:
         raise SystemExit(f"{a.bundle} has no datastore (specrt store)")
     params = SamplingParams(temperature=0.0)
     qs, _ = pick(gen, load_questions(a.questions), a.per_category, a.max_new_tokens)
+    if a.proposer:
+        return proposer_cost(gen, qs, a.max_new_tokens, a.rounds, params)
     calls, steps, same = [], 0, 0
     tree = store_mod.Datastore.tree
 
@@ -129,6 +138,44 @@ def main() -> None:
         print(f"  {name:8s} mean {x.mean():.3f}  median {np.median(x):.3f}  p90 {np.percentile(x, 90):.3f}  "
               f"({x.mean() * per_step:.3f} ms a step)  before / this {np.mean(times['before']) / x.mean():.2f}")
     print(f"  lookups whose nodes differ: {mismatch} of {len(calls) * a.rounds}")
+
+
+def proposer_cost(gen, qs, max_new_tokens: int, rounds: int, params) -> None:
+    P = auto_mod.AutoProposer
+    spent = [0]
+
+    def timed(fn):
+        def wrapper(*args, **kwargs):
+            t0 = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[0] += clock() - t0
+        return wrapper
+
+    P.propose, P.observe = timed(P.propose), timed(P.observe)
+    now = store_mod.Datastore.tree
+    variants = {"auto[-store]": ("auto[-store]", now), "auto, lookup before": ("auto", before_tree),
+                "auto, lookup now": ("auto", now)}
+    tot = {name: [0, 0, 0] for name in variants}  # thread ns, steps, identical to plain
+    for rnd in range(rounds):
+        for qi, q in enumerate(qs):
+            ids = chat_ids(gen, [{"role": "user", "content": q.turns[0]}])
+            plain = run_once(gen, ids, max_new_tokens, "none", 0, params).token_ids
+            names = list(variants)
+            for j in range(len(names)):
+                name = names[(qi + rnd + j) % len(names)]
+                label, store_mod.Datastore.tree = variants[name]
+                spent[0] = 0
+                res = run_once(gen, ids, max_new_tokens, label, "auto", params)
+                tot[name][0] += spent[0]
+                tot[name][1] += len(res.steps)
+                tot[name][2] += res.token_ids == plain
+            store_mod.Datastore.tree = now
+    print(f"{len(qs)} questions x {rounds} rounds: auto's proposer (propose + observe), thread CPU ms a step")
+    for name, (ns, steps, same) in tot.items():
+        print(f"  {name:20s} {ns / 1e6 / max(steps, 1):.3f} ms a step over {steps} steps; identical to plain "
+              f"{same}/{len(qs) * rounds}")
 
 
 if __name__ == "__main__":
