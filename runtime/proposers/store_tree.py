@@ -9,9 +9,10 @@ first (the count), ties going to the node whose parent was taken first, then to 
 heap filled with each taken node's children in token order pops them); a row stops at SEP (a sequence's end) and
 before an EOS. Each node: (parent's index in the output or -1, token, count / parent's count, size).
 
-How: rows sorted lexicographically (`np.lexsort`, SEP/EOS and everything after set to SEP) make every node's rows
-one run; run starts per depth (`new`), numbered column by column, give each node's first row, count, token and
-parent in one pass. Only nodes whose count reaches the `budget`-th largest can be taken (a child never outweighs its
+How: rows sorted lexicographically (ids + 1 as big-endian uint32, 0 from a row's SEP / EOS on, argsorted as byte
+strings: 4x faster than `np.lexsort` over 8 columns) make every node's rows one run; run starts per depth (`new`),
+numbered column by column, give each node's first row, count and token in one pass, its parent by one
+`searchsorted` (the run holding the cell above its first one). Only nodes whose count reaches the `budget`-th largest can be taken (a child never outweighs its
 parent, so the pops come in falling count: nothing lighter is ever reached), so the heap runs over those alone,
 each node's children sorted by (count falling, token) and pushed one sibling at a time (the next sibling when one is
 popped): at most two heap pushes per node taken.
@@ -24,7 +25,8 @@ import heapq
 import numpy as np
 
 SEP = -1
-SMALL = 40  # rows up to which the plain-Python trie is faster than the array path (measured: scripts/store_profile.py)
+SMALL = 40  # rows up to which `grow_small`'s plain-Python trie beats the array path (measured on auto's lookups: equal
+# near 48 rows; at 8 rows 2.7x faster, at 256 rows 3.7x slower)
 
 
 def grow(rows: np.ndarray, budget: int, size: int, eos_ids=frozenset()) -> list[tuple[int, int, float, int]]:
