@@ -105,12 +105,14 @@ class ScoredTree:
 
 
 def tree_proposer(gen, method: str, params, options: dict, state: "auto.AutoState", sources=None):
-    """The batch's proposer for a tree method: `auto` without a draft-model source (a request's draft region is not
-    one of its sources here), on the batch's shared state (`state`) or, seeded, a fresh one with fixed costs and the
-    bundle's seed table as alone (runtime/proposers/auto.py `make_auto`); `recycle` wrapped in `ScoredTree`.
-    `sources`: the request's resolved auto_sources (runtime/proposers/auto_sources.py; here of ngram and recycle)."""
+    """The batch's proposer for a tree method: `auto` without a draft-model or head source (a request's draft region
+    is not one of its sources here), with the bundle's datastore where it has one, on the batch's shared state
+    (`state`) or, seeded, a fresh one with fixed costs and the bundle's seed table as alone (runtime/proposers/auto.py
+    `make_auto`); `recycle` wrapped in `ScoredTree`. `sources`: the request's resolved auto_sources
+    (runtime/proposers/auto_sources.py; here of ngram, recycle and store)."""
     from specrt.runtime.proposers.auto_sources import batch_sources
     from specrt.runtime.proposers.recycle_table import SuccessorTable, table_for
+    from specrt.runtime.proposers.store import store_for
 
     table = table_for(gen)
     if method == "recycle":
@@ -120,8 +122,10 @@ def tree_proposer(gen, method: str, params, options: dict, state: "auto.AutoStat
     if params.seed is not None and not params.greedy:
         state = auto.AutoState(fixed_costs(gen.max_draft_tokens + 1))
         table = SuccessorTable(table.vocab_size, table.top_k, seed=table.seed)
+    use = batch_sources(sources)
+    store = store_for(gen) if "store" in use else None  # None: the bundle has no datastore
     return auto.AutoProposer(table, state, gen.eos_ids, getattr(gen.target, "supports_tree", False),
-                             sources=batch_sources(sources), **options)
+                             sources=use if store is not None else use - {"store"}, store=store, **options)
 
 
 def batch_state(gen) -> "auto.AutoState":

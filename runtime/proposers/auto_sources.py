@@ -12,7 +12,7 @@ every source the bundle has. A list names the sources to use; a list of names ea
 sources to leave out (the rest of what the bundle has is used). Names are checked when the request is built
 (`parse_sources`), availability against the bundle when the Generator resolves the request (`resolve`): the
 resolved request carries the explicit list of sources, so nothing downstream parses it again. Under batching
-`auto` drafts from `ngram` and `recycle` only (runtime/batch/trees.py): `draft`, `head` and `store` are not used there.
+`auto` drafts from `ngram`, `recycle` and `store` (runtime/batch/trees.py): `draft` and `head` are not used there.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 from specrt.core.errors import InvalidArgument
 
 SOURCES = ("ngram", "recycle", "draft", "head", "store")
-BATCH_SOURCES = ("ngram", "recycle")
+BATCH_SOURCES = ("ngram", "recycle", "store")
 NEEDS = {"draft": "a bundle compiled with --draft", "head": "a bundle compiled with --draft head:DIR",
          "store": "a bundle with a datastore: `specrt store BUNDLE --from TEXTS`"}
 FIELD = "auto_sources"  # the request field: callers raise these errors as RequestFieldError(FIELD, ...)
@@ -98,8 +98,8 @@ def batch_sources(spec: tuple[str, ...] | None) -> frozenset[str]:
 
 
 def batch_refusal(spec: tuple[str, ...] | None) -> str:
-    """Why the batch cannot run a resolved request's `auto` ("" when it can): nothing left of ngram and recycle."""
+    """Why the batch cannot run a resolved request's `auto` ("" when it can): nothing left of BATCH_SOURCES."""
     if spec is not None and not batch_sources(spec):
-        return (f"auto_sources={','.join(spec)}: under batching auto drafts from {' and '.join(BATCH_SOURCES)} only; "
-                "name one of them, or serve without --max-batch")
+        return (f"auto_sources={','.join(spec)}: under batching auto drafts from ngram and recycle only (and store "
+                "where the bundle has a datastore); name one of them, or serve without --max-batch")
     return ""

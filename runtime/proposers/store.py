@@ -17,29 +17,36 @@ lookups, 2 busy cores): 33 us with 4 packed tokens (vocab 49k), 59 us with 3 + 1
 The bundle may carry one (`store/corpus.npy`, `store/order.npy`; `specrt store` writes them: store_sources.py reads
 its sources, store_write.py writes), listed in the manifest with their sha256; `load_store` checks the hashes,
 dtypes, id range and order, raising BundleError naming the fix; `store_for(gen)` keeps one per loaded bundle
-(read-only: threads share it without a lock). `auto` merges its tree as the source `store` (`add_nodes`).
+(threads share it: its arrays are read-only, its memo of recent trees takes a lock). `auto` merges its tree as the
+source `store` (`add_nodes`), alone and under batching.
 
-A lookup takes the longest suffix of the context (MAX_MATCH down to `min_match` tokens) found at least once, reads
-the continuations after (at most MAX_ROWS of) its occurrences, and grows the tree heaviest path first: a node's
-weight is the share of those occurrences whose continuation starts with its path. A continuation stops at the
-end of its sequence and before an EOS.
+A lookup takes the longest suffix of the context (MAX_MATCH down to `min_match` tokens) found at least once
+(`longest`: every length's key range from one pair of `searchsorted` calls), reads the continuations after (at most
+MAX_ROWS of) its occurrences, and grows the tree heaviest path first (store_tree.py `grow`): a node's weight is the
+share of those occurrences whose continuation starts with its path. A continuation stops at the end of its sequence
+and before an EOS. The tree depends only on the range found, depth, budget and EOS ids: the last MEMO trees are kept
+under that key (short contexts of frequent tokens recur). Per lookup, thread CPU on SmolLM2's 721k-token store
+(scripts/store_profile.py, the tuning questions' `auto` lookups replayed, 2 busy cores): 0.15 ms against 0.87 before
+the arrays and the memo (0.19-0.22 without the memo; the same nodes, checked on every lookup replayed and by
+tests/runtime/test_store_tree.py against a reference).
 """
 
 from __future__ import annotations
 
-import heapq
+import collections
 import threading
 import weakref
 
 import numpy as np
 
 from specrt.core.errors import BundleError, InvalidArgument
+from specrt.runtime.proposers.store_tree import SEP, grow
 
-SEP = -1
 MAX_MATCH = 4  # tokens of context matched
 MAX_ROWS = 256  # occurrences read per lookup (evenly spaced over the match range: the shares are kept)
 BITS = 16  # bits per token in a key at least (4 tokens in a uint64); more for larger vocabularies
 MAX_ID = (1 << 31) - 2  # token ids are stored as int32, id + 1 must fit too
+MEMO = 256  # trees kept (frequent short contexts recur: half the 256-row lookups of the tuning runs)
 STORE_NODES = 24  # the datastore's candidates per auto step
 CORPUS_FILE, ORDER_FILE = "store/corpus.npy", "store/order.npy"  # relative to the bundle root
 
@@ -59,6 +66,9 @@ class Datastore:
                                   f"[{int(corpus.min())}, {int(corpus.max())}]")
         self.corpus = corpus.astype(np.int32, copy=False)  # [N]
         self.max_id = int(self.corpus.max()) if self.corpus.size else 0
+        self._memo: collections.OrderedDict = collections.OrderedDict()  # `tree`'s last MEMO results
+        self._memo_lock = threading.Lock()
+        self.sep_end = bool(self.corpus.size) and int(self.corpus[-1]) == SEP  # from_sequences' and `specrt store`'s
         self.bits = key_bits(self.max_id)
         self.packed = min(MAX_MATCH, 64 // self.bits)  # tokens in the uint64 key; the rest are tail columns
         keys, tails = self._columns()
@@ -116,13 +126,21 @@ class Datastore:
         suffix = [int(t) for t in suffix]
         if not 1 <= len(suffix) <= MAX_MATCH or min(suffix) < 0 or max(suffix) > self.max_id:
             return 0, 0
+        v, last = self._bounds(suffix)
+        lo = int(np.searchsorted(self.sorted_keys, np.uint64(v), side="left"))
+        hi = int(np.searchsorted(self.sorted_keys, np.uint64(last), side="right"))
+        return self._narrow(lo, hi, suffix)
+
+    def _bounds(self, suffix: list[int]) -> tuple[int, int]:
+        """The smallest and largest packed key of a position starting with suffix[:packed]."""
         head = suffix[:self.packed]
         v = 0
         for i, t in enumerate(head):
             v |= (t + 1) << (self.bits * (self.packed - 1 - i))
-        span = 1 << (self.bits * (self.packed - len(head)))
-        lo = int(np.searchsorted(self.sorted_keys, np.uint64(v), side="left"))
-        hi = int(np.searchsorted(self.sorted_keys, np.uint64(v + span - 1), side="right"))
+        return v, v + (1 << (self.bits * (self.packed - len(head)))) - 1
+
+    def _narrow(self, lo: int, hi: int, suffix: list[int]) -> tuple[int, int]:
+        """[lo, hi) narrowed by suffix[packed:] on the tail columns."""
         for col, t in zip(self.sorted_tails, suffix[self.packed:]):
             if hi <= lo:
                 break
@@ -130,50 +148,63 @@ class Datastore:
             lo, hi = lo + int(np.searchsorted(part, v, side="left")), lo + int(np.searchsorted(part, v, side="right"))
         return lo, hi
 
+    def longest(self, tokens: np.ndarray, n: int, min_match: int = 1) -> tuple[int, int, int]:
+        """(L, lo, hi): the longest suffix of tokens[:n] of MAX_MATCH down to `min_match` tokens found in the corpus
+        and its range of `order` ((0, 0, 0): none), as `match` finds it per length, every length's packed-key range
+        from one pair of `searchsorted` calls."""
+        ctx = np.asarray(tokens[max(n - MAX_MATCH, 0):n]).tolist()
+        bad = [i for i, t in enumerate(ctx) if not 0 <= t <= self.max_id]  # a suffix holding one matches nothing
+        sizes = range(len(ctx) - 1 - bad[-1] if bad else len(ctx), max(min_match, 1) - 1, -1)
+        if not sizes:
+            return 0, 0, 0
+        bounds = [self._bounds(ctx[len(ctx) - size:]) for size in sizes]
+        los = np.searchsorted(self.sorted_keys, np.array([b[0] for b in bounds], np.uint64), side="left").tolist()
+        his = np.searchsorted(self.sorted_keys, np.array([b[1] for b in bounds], np.uint64), side="right").tolist()
+        for size, lo, hi in zip(sizes, los, his):
+            if self.sorted_tails and size > self.packed:
+                lo, hi = self._narrow(lo, hi, ctx[len(ctx) - size:])
+            if hi > lo:
+                return size, lo, hi
+        return 0, 0, 0
+
     def continuations(self, tokens: np.ndarray, n: int, depth: int, min_match: int = 1) -> tuple[int, np.ndarray]:
         """(matched length L, [R, depth] continuations after the longest matched suffix of tokens[:n]; SEP pads)."""
-        for size in range(min(MAX_MATCH, n), min_match - 1, -1):
-            lo, hi = self.match(tokens[n - size:n])
-            if hi > lo:
-                pick = np.arange(lo, hi) if hi - lo <= MAX_ROWS else np.linspace(lo, hi - 1, MAX_ROWS).astype(np.int64)
-                pos = self.order[pick]
-                idx = pos[:, None].astype(np.int64) + size + np.arange(depth)
-                rows = np.where(idx < self.corpus.size, self.corpus[np.minimum(idx, self.corpus.size - 1)], SEP)
-                # everything after a SEP is another sequence: cut there
-                cut = np.cumsum(rows == SEP, axis=1) > 0
-                return size, np.where(cut, SEP, rows)
-        return 0, np.zeros((0, depth), dtype=np.int32)
+        size, lo, hi = self.longest(tokens, n, min_match)
+        rows = self._rows(size, lo, hi, depth)
+        cut = np.logical_or.accumulate(rows == SEP, axis=1)  # everything after a SEP is another sequence: cut there
+        return size, np.where(cut, SEP, rows)
+
+    def _rows(self, size: int, lo: int, hi: int, depth: int) -> np.ndarray:
+        """[R, depth] the corpus tokens after (at most MAX_ROWS of) the occurrences order[lo:hi] of a suffix of `size`
+        tokens, SEP past the corpus's end; not cut at the first SEP."""
+        if not size:
+            return np.zeros((0, depth), dtype=np.int32)
+        pick = np.arange(lo, hi) if hi - lo <= MAX_ROWS else np.linspace(lo, hi - 1, MAX_ROWS).astype(np.int64)
+        idx = self.order[pick][:, None] + np.arange(size, size + depth)  # [R, depth] int64
+        if self.sep_end:  # past the end: the last token, a SEP
+            return self.corpus.take(idx, mode="clip")
+        return np.where(idx < self.corpus.size, self.corpus[np.minimum(idx, self.corpus.size - 1)], SEP)
 
     def tree(self, tokens: np.ndarray, n: int, depth: int, budget: int, eos_ids=frozenset(),
              min_match: int = 1) -> list[tuple[int, int, float, int]]:
         """Up to `budget` nodes (parent index or -1, token, count / parent's count, matched length), parents first,
-        heaviest paths first (a path's weight: the share of the occurrences it continues)."""
-        size, rows = self.continuations(tokens, n, depth, min_match)
-        if not rows.shape[0] or budget < 1 or depth < 1:
+        heaviest paths first (a path's weight: the share of the occurrences it continues; store_tree.py). The trees
+        of the last MEMO lookups are kept, keyed by what decides them (the range found, depth, budget, EOS ids)."""
+        size, lo, hi = self.longest(tokens, n, min_match) if budget >= 1 and depth >= 1 else (0, 0, 0)
+        if not size:
             return []
-        total = rows.shape[0]
-        out: list[tuple[int, int, float, int]] = []
-        heap: list = []
-        count = 0
-
-        def push_children(parent: int, members: np.ndarray, d: int) -> None:
-            nonlocal count
-            if d >= depth:
-                return
-            col = rows[members, d]
-            toks, inv, counts = np.unique(col, return_inverse=True, return_counts=True)
-            for j, (t, c) in enumerate(zip(toks.tolist(), counts.tolist())):
-                if t == SEP or t in eos_ids:
-                    continue
-                heapq.heappush(heap, (-c / total, count, parent, t, c / members.size, members[inv == j], d + 1))
-                count += 1
-
-        push_children(-1, np.arange(total), 0)
-        while heap and len(out) < budget:
-            _, _, parent, t, cond, members, d = heapq.heappop(heap)
-            out.append((parent, t, cond, size))
-            push_children(len(out) - 1, members, d)
-        return out
+        key = (size, lo, hi, depth, budget, frozenset(eos_ids))
+        with self._memo_lock:
+            nodes = self._memo.get(key)
+            if nodes is not None:
+                self._memo.move_to_end(key)
+                return list(nodes)
+        nodes = tuple(grow(self._rows(size, lo, hi, depth), budget, size, eos_ids))  # stops rows at a SEP
+        with self._memo_lock:
+            self._memo[key] = nodes
+            if len(self._memo) > MEMO:
+                self._memo.popitem(last=False)
+        return list(nodes)
 
 
 def add_nodes(store: Datastore, add, tokens: np.ndarray, n: int, depth: int, conf_bin, eos_ids=frozenset(),
