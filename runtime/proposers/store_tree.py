@@ -12,8 +12,9 @@ before an EOS. Each node: (parent's index in the output or -1, token, count / pa
 How: rows sorted lexicographically (ids + 1 as big-endian uint32, 0 from a row's SEP / EOS on, argsorted as byte
 strings: 4x faster than `np.lexsort` over 8 columns) make every node's rows one run; run starts per depth (`new`),
 numbered column by column, give each node's first row, count and token in one pass, its parent by one
-`searchsorted` (the run holding the cell above its first one). Only nodes whose count reaches the `budget`-th largest can be taken (a child never outweighs its
-parent, so the pops come in falling count: nothing lighter is ever reached), so the heap runs over those alone,
+`searchsorted` (the run holding the cell above its first one). Only nodes whose count reaches the `budget`-th
+largest can be taken (a child never outweighs its parent, so the pops come in falling count: nothing lighter is ever
+reached), so the heap runs over those alone,
 each node's children sorted by (count falling, token) and pushed one sibling at a time (the next sibling when one is
 popped): at most two heap pushes per node taken.
 """
