@@ -123,9 +123,8 @@ def tree_proposer(gen, method: str, params, options: dict, state: "auto.AutoStat
         state = auto.AutoState(fixed_costs(gen.max_draft_tokens + 1))
         table = SuccessorTable(table.vocab_size, table.top_k, seed=table.seed)
     use = batch_sources(sources)
-    store = store_for(gen) if "store" in use else None  # None: the bundle has no datastore
-    return auto.AutoProposer(table, state, gen.eos_ids, getattr(gen.target, "supports_tree", False),
-                             sources=use if store is not None else use - {"store"}, store=store, **options)
+    return auto.AutoProposer(table, state, gen.eos_ids, getattr(gen.target, "supports_tree", False), sources=use,
+                             store=store_for(gen) if "store" in use else None, **options)  # None: no datastore
 
 
 def batch_state(gen) -> "auto.AutoState":

@@ -281,7 +281,7 @@ def make_auto(gen, params, rng, options: dict, sources: tuple[str, ...] | None =
             draft.cost_s = model_draft_cost("draft", gen.manifest)
         elif gen._load_costs is not None and gen._load_costs[1] is not None:
             draft.cost_s = float(gen._load_costs[1])
-            rows = gen._load_costs[2] if len(gen._load_costs) > 2 else None
+            rows = gen._load_costs[2]  # None: max k <= 2 (warmup.py)
             if rows:  # (k+1)-row call over one-row call: what a row adds (docs/trees.md, "draft model")
                 draft.row_frac = (rows / draft.cost_s - 1.0) / max(gen.max_draft_tokens - 1, 1)
     table = table_for(gen)

@@ -167,13 +167,6 @@ class Datastore:
                 return size, lo, hi
         return 0, 0, 0
 
-    def continuations(self, tokens: np.ndarray, n: int, depth: int, min_match: int = 1) -> tuple[int, np.ndarray]:
-        """(matched length L, [R, depth] continuations after the longest matched suffix of tokens[:n]; SEP pads)."""
-        size, lo, hi = self.longest(tokens, n, min_match)
-        rows = self._rows(size, lo, hi, depth)
-        cut = np.logical_or.accumulate(rows == SEP, axis=1)  # everything after a SEP is another sequence: cut there
-        return size, np.where(cut, SEP, rows)
-
     def _rows(self, size: int, lo: int, hi: int, depth: int) -> np.ndarray:
         """[R, depth] the corpus tokens after (at most MAX_ROWS of) the occurrences order[lo:hi] of a suffix of `size`
         tokens, SEP past the corpus's end; not cut at the first SEP."""
