@@ -168,6 +168,19 @@ def event_tokens(events) -> list[int]:
         ids.extend(ev[1])
 
 
+def fixed_costs(sched, monkeypatch, table):
+    """`table` (a CostTable) as the batch scheduler's cost table, with no calibration of its predictions against
+    realized steps (which would undo a made-up table: `FamilyChooser.plan` would stop drafting where the real passes
+    say so). Returns the table it replaced (put it back after the test)."""
+    from specrt.runtime.batch import family
+
+    monkeypatch.setattr(family, "CALIBRATION_DECAY", 1.0)
+    monkeypatch.setattr(sched.chooser, "calibration", {"fused": 1.0, "packed": 1.0})
+    monkeypatch.setattr(sched.chooser, "spec_calibration", {"fused": 1.0, "packed": 1.0})
+    saved, sched.costs = sched.costs, table
+    return saved
+
+
 class FakeClock:
     """Stands in for the `time` module of code that times its calls (`monkeypatch.setattr(module, "time", clock)`):
     `perf_counter` reads a counter that only `sleep` advances, so measured durations are exact on any machine."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import event_tokens
+from helpers import event_tokens, fixed_costs
 
 from specrt.runtime import load
 from specrt.runtime.batch import passes as batch_passes
@@ -32,13 +32,8 @@ def batch(target_only_bundle):
 @pytest.fixture()
 def cheap_rows(batch, monkeypatch):
     """CHEAP as the scheduler's costs (own passes pay), without calibration against realized steps."""
-    from specrt.runtime.batch import family
-
     sched = batch[1].scheduler
-    monkeypatch.setattr(family, "CALIBRATION_DECAY", 1.0)
-    monkeypatch.setattr(sched.chooser, "calibration", {"fused": 1.0, "packed": 1.0})
-    monkeypatch.setattr(sched.chooser, "spec_calibration", {"fused": 1.0, "packed": 1.0})
-    saved, sched.costs = sched.costs, CHEAP
+    saved = fixed_costs(sched, monkeypatch, CHEAP)
     yield sched
     sched.costs = saved
 

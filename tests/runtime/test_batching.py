@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from helpers import event_tokens
+from helpers import event_tokens, fixed_costs
 
 from specrt.runtime.batch.engine import BatchEngine
 from specrt.runtime.batch.goodput import CostTable, choose_ks, plan_step
@@ -98,7 +98,7 @@ def test_seeded_sampling_in_a_batch_gives_the_text_it_gives_alone(engines, preci
     cheap = CostTable(batch=[1.0, 1.02, 1.04, 1.06, 1.08, 1.1], rows=[0.1 + 0.001 * s for s in range(9)])
     dear = CostTable(batch=[1.0, 1.02, 1.04, 1.06, 1.08, 1.1], rows=[5.0 + s for s in range(9)])
     for table in (cheap, dear, None):
-        saved = _force_packed(eng.scheduler, monkeypatch) if table is None else _fixed_costs(eng.scheduler,
+        saved = _force_packed(eng.scheduler, monkeypatch) if table is None else fixed_costs(eng.scheduler,
                                                                                               monkeypatch, table)
         try:  # beside greedy requests and one unseeded sampling request
             others = [eng.submit(p, max_new_tokens=n, method="ngram") for p, n in zip(PROMPTS[3:6], LENGTHS[3:6])]
@@ -267,7 +267,7 @@ def test_speculating_requests_in_a_batch_keep_their_greedy_output(engines, rows,
     prompts = ["a b a b a b a b a b", "import os\nimport sys\nimport os\n", "hello world", "x y x y x y"]
     lengths = [14, 12, 10, 16]
     alone = [gen.generate(p, n, method="ngram").token_ids for p, n in zip(prompts, lengths)]
-    saved = _fixed_costs(eng.scheduler, monkeypatch, CostTable(batch=[1.0, 1.02, 1.04, 1.06], rows=rows))
+    saved = fixed_costs(eng.scheduler, monkeypatch, CostTable(batch=[1.0, 1.02, 1.04, 1.06], rows=rows))
     try:
         res = eng.generate_batch(prompts, 16, method="ngram")
         subs = [eng.submit(p, max_new_tokens=n, method="ngram") for p, n in zip(prompts, lengths)]
@@ -345,7 +345,7 @@ def test_speculative_sampling_in_a_batch_follows_the_target_distribution(engines
     prompt = base + gen.generate(base, 8, method="none").token_ids + base  # the n-gram branch finds matches
     exact = _exact_joint(gen, prompt, SamplingParams(temperature=1.5, top_k=3), 3)
     table = CostTable(batch=[1.0] * 8, rows=[0.1 + 0.001 * s for s in range(9)])
-    saved = _fixed_costs(eng.scheduler, monkeypatch, table)
+    saved = fixed_costs(eng.scheduler, monkeypatch, table)
     n, counts, drafted = 2400, {}, 0
     rng = np.random.default_rng(1)
     try:
@@ -416,20 +416,6 @@ def test_packed_pass_rows_equal_each_sequence_alone_bit_for_bit(engines, precisi
             pool.release(r)
 
 
-def _fixed_costs(sched, monkeypatch, table: CostTable) -> CostTable:
-    """`table` as the scheduler's cost table, with no calibration of its predictions against realized steps
-    (which would undo a made-up table: `FamilyChooser.plan` would stop drafting where the real passes say so).
-    Returns the table it replaced."""
-    from specrt.runtime.batch import family
-
-    monkeypatch.setattr(family, "CALIBRATION_DECAY", 1.0)
-    monkeypatch.setattr(sched.chooser, "calibration", {"fused": 1.0, "packed": 1.0})
-    monkeypatch.setattr(sched.chooser, "spec_calibration", {"fused": 1.0, "packed": 1.0})
-    saved = sched.costs
-    sched.costs = table
-    return saved
-
-
 def _force_packed(sched, monkeypatch) -> CostTable:
     """A cost table where the packed pass is nearly free and every other pass dear, without calibration: the
     packed family every step."""
@@ -437,7 +423,7 @@ def _force_packed(sched, monkeypatch) -> CostTable:
 
     monkeypatch.setattr(family, "MIN_FAMILY_STEPS", 0)
     monkeypatch.setattr(sched.chooser, "packed_ratio", 1.0)
-    return _fixed_costs(sched, monkeypatch, CostTable(
+    return fixed_costs(sched, monkeypatch, CostTable(
         batch=[10.0] * 8, rows=[10.0] * 9, packed=[[0.01 + 0.0001 * r for r in (1, 2, 4, 9)]] * 4,
         packed_b=[1, 2, 4, 8], packed_r=[1, 2, 4, 9]))
 

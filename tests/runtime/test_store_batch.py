@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from helpers import event_tokens
+from helpers import event_tokens, fixed_costs
 
 from specrt.runtime import load
 from specrt.runtime.batch.goodput import CostTable
@@ -38,13 +38,8 @@ def store_batch(target_only_bundle, tmp_path_factory):
 @pytest.fixture()
 def cheap_rows(store_batch, monkeypatch):
     """CHEAP as the scheduler's costs (trees pay), without calibration against realized steps."""
-    from specrt.runtime.batch import family
-
     sched = store_batch[1].scheduler
-    monkeypatch.setattr(family, "CALIBRATION_DECAY", 1.0)
-    monkeypatch.setattr(sched.chooser, "calibration", {"fused": 1.0, "packed": 1.0})
-    monkeypatch.setattr(sched.chooser, "spec_calibration", {"fused": 1.0, "packed": 1.0})
-    saved, sched.costs = sched.costs, CHEAP
+    saved = fixed_costs(sched, monkeypatch, CHEAP)
     yield sched
     sched.costs = saved
 
