@@ -49,13 +49,13 @@ def read_prompts(path: Path | None) -> list[str]:
     read by the command-line file reader: a regular UTF-8 file of at most PROMPTS_MAX_BYTES (docs/safety.md §3)."""
     from specrt.core.errors import InvalidArgument
     from specrt.core.textfile import PROMPTS_MAX_BYTES, read_user_text
+    from specrt.runtime.proposers.store_sources import prompt_lines
 
     if path is None:
         path, text = default_prompts_path(), default_prompts_path().read_text(encoding="utf-8")
     else:
         text = read_user_text(path, "--prompts", PROMPTS_MAX_BYTES)
-    lines = [ln.strip() for ln in text.splitlines()]
-    prompts = [ln.replace("\\n", "\n") for ln in lines if ln and not ln.startswith("#")]
+    prompts = prompt_lines(text)
     if not prompts:
         raise InvalidArgument(f"--prompts {path} holds no prompts")
     return prompts

@@ -4,13 +4,14 @@ the file (exit 2), raised before anything is written.
 
     seqs, note = read_source(gen, Path("answers.jsonl"))        # texts, tokenized with the bundle's tokenizer
     seqs, note = answer_prompts(gen, prompts, max_new_tokens)   # the bundle's own greedy answers (batch engine)
+    prompts = builtin_prompts()                                  # `--answers builtin`: the packaged prompt set
 
 SOURCE: a `.txt` (each non-empty line is a text), a `.jsonl` (a line is a JSON string, {"text": ...}, or an
 OpenAI-style {"messages": [{"role", "content"}, ...]} whose assistant turns are the texts), a directory of answer
 shards (shard-NNNNN/ with ids.npy, starts.npy and meta.json holding each sample's prompt_len: the tokens past each
 prompt; a shard whose meta.json is under 2 minutes old is still being written and is skipped), or an `.npz` with
 `corpus` and `order` (a datastore written before, e.g. by scripts/store_replay.py's tooling).
-`exclude`: a .jsonl of questions (Spec-Bench's {"turns": [...]}, {"prompt": ...} or a string); a sample whose prompt
+`exclude`: .jsonl files of questions (Spec-Bench's {"turns": [...]}, {"prompt": ...} or a string); a sample whose prompt
 (shards, answers, a conversation's user turns) or text holds the start (40 characters) of one is dropped, so a
 datastore measured on those questions never holds their answers.
 """
@@ -22,6 +23,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -33,10 +35,33 @@ HEAD_CHARS = 40  # the start of a question that marks a sample as excluded
 FRESH_SHARD_S = 120  # a shard's meta.json younger than this is still being written
 
 
-def read_source(gen, source: Path, exclude: Path | None = None) -> tuple[list[np.ndarray], str]:
+Exclude = Path | Sequence[Path] | None
+
+
+def builtin_prompts() -> list[str]:
+    """The prompt set shipped with specrt (specrt/assets/head/prompts.txt: `specrt train-head`'s default prompts and
+    `specrt store --answers builtin`'s), one per line, `#` lines skipped, `\\n` a newline."""
+    from importlib.resources import files
+
+    return prompt_lines((files("specrt.assets.head") / "prompts.txt").read_text(encoding="utf-8"))
+
+
+def prompt_lines(text: str) -> list[str]:
+    """A prompt set's prompts: one per non-blank line not starting with `#`, `\\n` written for a newline."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    return [ln.replace("\\n", "\n") for ln in lines if ln and not ln.startswith("#")]
+
+
+def exclusion_heads(exclude: Exclude) -> list[str]:
+    """The question starts of every --exclude file."""
+    paths = [] if exclude is None else [exclude] if isinstance(exclude, (str, Path)) else list(exclude)
+    return [h for path in paths for h in read_heads(Path(path))]
+
+
+def read_source(gen, source: Path, exclude: Exclude = None) -> tuple[list[np.ndarray], str]:
     """(token sequences, a note saying what was read) from SOURCE."""
     source = Path(source)
-    heads = read_heads(exclude) if exclude is not None else []
+    heads = exclusion_heads(exclude)
     if not source.exists():
         raise InvalidArgument(f"--from {source}: no such file or directory")
     if source.is_dir():
@@ -166,26 +191,33 @@ def build_store(gen, seqs: list[np.ndarray], source: str):
     return Datastore.from_sequences(seqs)
 
 
-def answer_prompts(gen, prompts: list, max_new_tokens: int, exclude: Path | None = None
+def answer_prompts(gen, prompts: list, max_new_tokens: int, exclude: Exclude = None, skip_long: bool = False
                    ) -> tuple[list[np.ndarray], str]:
     """The target's greedy answers to `prompts` (str: a user message; {"chat", "system"}), each rendered with the
-    bundle's chat template, generated several at a time on the batch engine (recycle_seed.greedy_answers)."""
+    bundle's chat template, generated several at a time on the batch engine (recycle_seed.greedy_answers). A prompt
+    that leaves no room to answer in the bundle's --max-seq-len is an error, or skipped with `skip_long` (the
+    packaged prompt set: the bundle was not made for it)."""
     from specrt.runtime.chat_template import chat_prompt_ids
     from specrt.runtime.proposers.recycle_seed import SEED_BATCH, greedy_answers
 
     if max_new_tokens < 1:
         raise InvalidArgument(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
-    heads = read_heads(exclude) if exclude is not None else []
-    todo = []
+    heads = exclusion_heads(exclude)
+    todo, long = [], 0
     for p in prompts:
         chat, system = (p["chat"], p["system"]) if isinstance(p, dict) else (p, None)
         if _held(chat, heads):
             continue
         ids = np.array(chat_prompt_ids(gen, chat, system), np.int64)
         room = min(max_new_tokens, gen.max_seq_len - ids.size - 1)
+        if room < 1 and skip_long:
+            long += 1
+            continue
         if room < 1:
             raise InvalidArgument(f"a prompt of {ids.size} tokens leaves no room to answer in the bundle's "
                                   f"--max-seq-len {gen.max_seq_len}: {chat[:40]!r}")
         todo.append((ids, room))
     answers = [np.array(a, np.int64) for a in greedy_answers(gen, todo, SEED_BATCH)]
-    return answers, f"the bundle's answers to {len(todo)} prompts ({len(prompts) - len(todo)} excluded)"
+    skipped = f", {long} too long for its --max-seq-len" if long else ""
+    return answers, (f"the bundle's answers to {len(todo)} prompts ({len(prompts) - len(todo) - long} excluded"
+                     f"{skipped})")

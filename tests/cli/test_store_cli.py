@@ -4,6 +4,7 @@ was (manifest and files unchanged, no temporary left). `specrt compile --store S
 bundle."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -175,3 +176,27 @@ def test_shards_chats_and_exclude(target_only_bundle, tmp_path):
                                for q, a in (("the lazy dog sat down, why?", "it was tired"), ("hi", "hello"))))
     seqs, note = read_source(gen, chats, questions)
     assert [s.tolist() for s in seqs] == [enc("hello")] and "1 texts" in note and "(1 excluded)" in note
+
+
+def test_answers_builtin_uses_the_packaged_prompts_less_the_excluded(bundle, tmp_path):
+    """`--answers builtin`: the prompt set shipped with specrt, answered by the bundle; every `--exclude` file's
+    questions are left out (a prompt held by either file is not answered)."""
+    from specrt.runtime.proposers.store_sources import builtin_prompts
+
+    prompts = builtin_prompts()
+    assert len(prompts) > 500 and all(p and not p.startswith("#") for p in prompts)
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text(json.dumps({"turns": [prompts[0]]}) + "\n")
+    second.write_text(json.dumps(prompts[3]) + "\n" + json.dumps({"prompt": prompts[7]}) + "\n")
+    r = run_cli("store", bundle, "--answers", "builtin", "--max-new-tokens", 2, "--exclude", first, "--exclude", second,
+                "--json")
+    assert r.returncode == 0, r.stderr
+    note = json.loads(r.stdout)["sources"][0]
+    heads = [prompts[i][:40] for i in (0, 3, 7)]  # a prompt holding one of them is left out too
+    excluded = sum(any(h in p for h in heads) for p in prompts)
+    found = re.search(rf"answers to (\d+) prompts \({excluded} excluded, (\d+) too long for its --max-seq-len\)", note)
+    assert found and excluded >= 3, note  # the toy bundle's --max-seq-len is 64: the longest prompts do not fit
+    answered, long = int(found[1]), int(found[2])
+    assert answered + long == len(prompts) - excluded and answered > 400 and long > 0
+    corpus = np.load(bundle / CORPUS_FILE)
+    assert int((corpus == -1).sum()) == answered

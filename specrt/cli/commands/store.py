@@ -11,6 +11,7 @@ from specrt.cli.main import echo_json, handle_errors, main
 from specrt.core.errors import InvalidArgument
 
 ANSWER_TOKENS = 128
+BUILTIN = "builtin"  # --answers builtin: the prompt set shipped with specrt (store_sources.builtin_prompts)
 
 
 @main.command("store")
@@ -20,12 +21,14 @@ ANSWER_TOKENS = 128
                    "{\"messages\"}: the assistant turns), a directory of answer shards, or a datastore .npz.")
 @click.option("--answers", "answers", type=click.Path(path_type=Path),
               help="Prompts (as --prompts-file of `generate`, each rendered as a chat message) whose greedy answers by "
-                   "the bundle itself are stored: the text the datastore drafts best from.")
+                   "the bundle itself are stored: the text the datastore drafts best from. `builtin`: the 548 varied "
+                   "prompts shipped with specrt (explanations, lists, letters, code, arithmetic, rewriting).")
 @click.option("--max-new-tokens", default=ANSWER_TOKENS, show_default=True, type=int,
               help="Longest answer generated for --answers.")
-@click.option("--exclude", type=click.Path(path_type=Path),
+@click.option("--exclude", type=click.Path(path_type=Path), multiple=True,
               help="A .jsonl of questions (Spec-Bench's {\"turns\"}, {\"prompt\"} or strings): samples whose prompt or "
-                   "text holds the start of one are left out, so a benchmark on them measures no stored answers.")
+                   "text holds the start of one are left out, so a benchmark on them measures no stored answers. "
+                   "Repeatable.")
 @click.option("--threads", default=None, type=int, help="CPU threads per model for --answers (default: all cores).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @handle_errors
@@ -40,15 +43,19 @@ def store_cmd(bundle, source, answers, max_new_tokens, exclude, threads, as_json
         raise InvalidArgument("give --from SOURCE, --answers PROMPTS_FILE, or both")
     if max_new_tokens < 1:
         raise InvalidArgument(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
-    for name, path in (("--from", source), ("--answers", answers), ("--exclude", exclude)):
+    builtin = answers is not None and str(answers) == BUILTIN and not answers.exists()
+    for name, path in (("--from", source), ("--answers", None if builtin else answers),
+                       *(("--exclude", e) for e in exclude)):
         if path is not None and not path.exists():
             raise InvalidArgument(f"{name} {path}: no such file or directory")
     seqs, notes = [], []
     with load(bundle, backend="ort", threads=threads, warmup=False) as gen:
         if answers is not None:
             from specrt.cli.generate_batch import read_prompts
+            from specrt.runtime.proposers.store_sources import builtin_prompts
 
-            got, note = answer_prompts(gen, read_prompts(answers), max_new_tokens, exclude)
+            got, note = answer_prompts(gen, builtin_prompts() if builtin else read_prompts(answers), max_new_tokens,
+                                       exclude, skip_long=builtin)
             seqs, notes = seqs + got, notes + [note]
         if source is not None:
             got, note = read_source(gen, source, exclude)
