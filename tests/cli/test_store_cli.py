@@ -144,6 +144,29 @@ def test_compile_store_writes_the_datastore_into_the_new_bundle(llama_target, tm
     assert r.returncode == 0 and spec["token_ids"] == plain["token_ids"], r.stderr
 
 
+@pytest.mark.slow  # a compile of the toy target and ~520 short answers: ~60 s on 2 busy cores
+def test_compile_store_builtin_holds_the_new_bundles_answers_to_the_packaged_prompts(llama_target, tmp_path):
+    from specrt.runtime import load
+    from specrt.runtime.proposers.store import store_for
+    from specrt.runtime.proposers.store_sources import builtin_prompts
+
+    out = tmp_path / "b"
+    r = run_cli("compile", "--target", llama_target, "-o", out, "--max-seq-len", 64, "--max-draft-tokens", 4,
+                "--no-recycle-table", "--store", "builtin")
+    assert r.returncode == 0, r.stderr
+    gen = load(out, threads=1, warmup=False)
+    corpus = store_for(gen).corpus
+    answers = int((corpus == -1).sum())
+    assert 400 < answers < len(builtin_prompts())  # the prompts that fit the bundle's 64 positions, one answer each
+    first = corpus[:int(np.flatnonzero(corpus == -1)[0])].tolist()
+    g = run_cli("generate", out, "--chat", builtin_prompts()[0], "--max-new-tokens", len(first), "--method", "none",
+                "--json")
+    assert g.returncode == 0 and json.loads(g.stdout)["token_ids"] == first  # the bundle's own greedy answer
+    _, plain = generate(out, "--method", "none")
+    r, spec = generate(out, "--method", "auto", "--auto-sources", "store")
+    assert r.returncode == 0 and spec["token_ids"] == plain["token_ids"], r.stderr
+
+
 def test_shards_chats_and_exclude(target_only_bundle, tmp_path):
     """A shard directory gives the tokens past each prompt (a shard still being written is skipped); --exclude drops
     the samples whose prompt (a shard's, a conversation's user turns) holds the start of a question."""

@@ -11,7 +11,6 @@ from specrt.cli.main import echo_json, handle_errors, main
 from specrt.core.errors import InvalidArgument
 
 ANSWER_TOKENS = 128
-BUILTIN = "builtin"  # --answers builtin: the prompt set shipped with specrt (store_sources.builtin_prompts)
 
 
 @main.command("store")
@@ -35,6 +34,7 @@ BUILTIN = "builtin"  # --answers builtin: the prompt set shipped with specrt (st
 def store_cmd(bundle, source, answers, max_new_tokens, exclude, threads, as_json):
     """Add a datastore of the target's own text to BUNDLE (replacing any): `--method auto` then drafts from it.
     Nothing in BUNDLE changes unless the whole datastore is written."""
+    from specrt.cli.store_step import BUILTIN
     from specrt.runtime import load
     from specrt.runtime.proposers.store_sources import answer_prompts, build_store, read_source
     from specrt.runtime.proposers.store_write import add_to_bundle
