@@ -48,6 +48,8 @@
 #                "--per-category 1 --max-new-tokens 32 --open-per-category 2 --demo-repeats 1" for a smoke run)
 #   SPEC_HEAD    optional: the fp32 target compiled with its fused draft head (--draft head:DIR): the spec-bench section
 #                adds its run with ngram, auto[-head], auto and issue #52's goal line (read by spec_bench_section.py)
+#   SPEC_STORE, SPEC_STORE_INT4  optional: the fp32 / int4 target with a datastore (`specrt store B --answers builtin`):
+#                its run with ngram, auto[-store], auto (fp32: also on the open chat prompts) and its goal lines
 #   BATCH_REPEATS  rounds per concurrency level in the batching section (default 5; each row is its median round,
 #                its ratios the median of the ratios within each round)
 #   HEAD_DIR, HEAD_TARGET  for draft-head: a head trained by `specrt train-head` for the SmolLM2 GGUF, and the

@@ -14,12 +14,14 @@ measurement the section states, each by the command a user would run, then the s
    interleaved run of `specrt bench B --suite spec-bench --methods 'ngram,auto[-head],auto'`: auto without the head
    (`--auto-sources=-head`) and with it, each its own row;
 6. optional (issue #51), with --store B or env SPEC_STORE=B (the fp32 target with a datastore of its own answers,
-   `specrt store`): the same with `ngram,auto[-store],auto`.
+   `specrt store B --answers builtin`): the same with `ngram,auto[-store],auto`, on Spec-Bench and on the open chat
+   prompts; with --store-int4 B or env SPEC_STORE_INT4=B (the int4 target with one) the same on Spec-Bench.
 
     python scripts/spec_bench_section.py --fp32 B --int4 B --self B [--per-category 4] [--max-new-tokens 128]
         [--open-per-category 12] [--demo-repeats 5] [--out benchmarks] [--markdown benchmarks/sections/spec_bench.md]
         [--head B]         (default: env SPEC_HEAD; unset: no head bundle)
         [--store B]        (default: env SPEC_STORE; unset: no datastore bundle)
+        [--store-int4 B]   (default: env SPEC_STORE_INT4; unset: no int4 datastore bundle)
         [--compose-only]   (only the section, from the JSON files a previous run wrote)
         [--resume]         (keep the JSON files an interrupted run already wrote; measure the rest)
 """
@@ -40,7 +42,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 OPEN_PROMPTS = ROOT / "benchmarks" / "head_fresh_prompts.txt"
 METHODS = {"fp32": "ngram,recycle,auto", "int4": "ngram,recycle,auto", "self": "ngram,recycle,draft,hybrid,auto",
            "head": "ngram,auto[-head],auto",  # head: auto without its draft head and with it (issue #52)
-           "store": "ngram,auto[-store],auto"}  # store: auto without its datastore and with it (issue #51)
+           "store": "ngram,auto[-store],auto",  # store: auto without its datastore and with it (issue #51)
+           "store_int4": "ngram,auto[-store],auto"}
+EXTRA = ("head", "store", "store_int4")  # bundles measured on Spec-Bench only (no free-rows run, no cost curve)
 
 
 def run(cmd: list[str], log: list[str], done: Path | None = None) -> None:
@@ -82,6 +86,20 @@ def row_costs(bundles: dict[str, str], past: int = 300) -> dict:
     return out
 
 
+def carried_over(meta: dict, before: dict) -> dict:
+    """With --resume: a kept file's run keeps the time the earlier run recorded for it, the minutes are those of
+    every run, and when nothing was measured now the date and load average stay the earlier run's."""
+    kept = " # kept from an earlier run"
+    timed = {line.rsplit("  #", 1)[0]: line for line in before.get("runs", []) if not line.endswith(kept.strip())}
+    runs = [timed.get(line.rsplit("  #", 1)[0], line) if line.endswith(kept.strip()) else line for line in meta["runs"]]
+    seconds = sum(float(line.rsplit("# ", 1)[1].split()[0]) for line in runs if line.endswith(" s"))
+    fresh = any(line.endswith(" s") and line not in before.get("runs", []) for line in meta["runs"])
+    out = dict(meta, runs=runs, minutes=seconds / 60)
+    if not fresh:
+        out.update(date=before.get("date", meta["date"]), load_average=before.get("load_average", meta["load_average"]))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fp32", required=True, help="fp32 target-only bundle (with the tree mask input)")
@@ -91,6 +109,8 @@ def main() -> None:
                     help="the fp32 target compiled with its fused draft head (default: env SPEC_HEAD; unset: skipped)")
     ap.add_argument("--store", default=os.environ.get("SPEC_STORE") or None,
                     help="the fp32 target with a datastore (`specrt store`; default: env SPEC_STORE; unset: skipped)")
+    ap.add_argument("--store-int4", default=os.environ.get("SPEC_STORE_INT4") or None,
+                    help="the int4 target with a datastore (default: env SPEC_STORE_INT4; unset: skipped)")
     ap.add_argument("--per-category", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--open-per-category", type=int, default=12, help="open chat prompts (of 12)")
@@ -114,6 +134,10 @@ def main() -> None:
     if args.store:
         bundles["store"] = args.store
         files["store"] = out / "spec_bench_store.json"
+        files["open_store"] = out / "spec_bench_open_store.json"
+    if args.store_int4:
+        bundles["store_int4"] = args.store_int4
+        files["store_int4"] = out / "spec_bench_store_int4.json"
     files.update(open=out / "spec_bench_open_fp32.json", demo=out / "spec_bench_demo.json",
                  costs=out / "spec_bench_row_costs.json", meta=out / "spec_bench_meta.json")
     if not args.compose_only:
@@ -124,7 +148,7 @@ def main() -> None:
         for label, bundle in bundles.items():
             run([args.specrt, "bench", bundle, "--suite", "spec-bench", *sized, "--methods", METHODS[label],
                  "--json", files[label], "--quiet"], log, keep(files[label]))
-            if label in ("head", "store"):
+            if label in EXTRA:
                 continue
             run([args.specrt, "bench", bundle, "--suite", "spec-bench", *sized, "--free-rows",
                  "--json", files[f"{label}_free"], "--quiet"], log, keep(files[f"{label}_free"]))
@@ -132,18 +156,26 @@ def main() -> None:
         run([args.specrt, "bench", args.fp32, "--suite", f"spec-bench:{questions}", "--per-category",
              str(args.open_per_category), "--max-new-tokens", str(args.max_new_tokens), "--methods", "ngram,auto",
              "--json", files["open"], "--quiet"], log, keep(files["open"]))
+        if args.store:
+            run([args.specrt, "bench", args.store, "--suite", f"spec-bench:{questions}", "--per-category",
+                 str(args.open_per_category), "--max-new-tokens", str(args.max_new_tokens), "--methods",
+                 METHODS["store"], "--json", files["open_store"], "--quiet"], log, keep(files["open_store"]))
         run([sys.executable, ROOT / "scripts" / "demo_prompts_bench.py", args.fp32, "--repeats",
              str(args.demo_repeats), "--max-new-tokens", str(args.max_new_tokens), "--json", files["demo"]], log,
             keep(files["demo"]))
         if not (args.resume and files["costs"].is_file()):
-            costed = {label: b for label, b in bundles.items() if label not in ("head", "store")}  # fp32's target
+            costed = {label: b for label, b in bundles.items() if label not in EXTRA}  # their targets' costs: above
             files["costs"].write_text(json.dumps(row_costs(costed), indent=2) + "\n", encoding="utf-8")
         from specrt.bench.measure import cpu_model
 
-        meta = {"command": "python scripts/spec_bench_section.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        env = "".join(f"{k}={shlex.quote(os.environ[k])} " for k in ("SPEC_HEAD", "SPEC_STORE", "SPEC_STORE_INT4")
+                      if os.environ.get(k))
+        meta = {"command": f"{env}python scripts/spec_bench_section.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
                 "date": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()), "minutes": (time.time() - started) / 60,
                 "cores": len(os.sched_getaffinity(0)), "cpu": cpu_model(), "load_average": os.getloadavg()[0],
                 "runs": log, "bundles": bundles}
+        if args.resume and files["meta"].is_file():
+            meta = carried_over(meta, json.loads(files["meta"].read_text(encoding="utf-8")))
         files["meta"].write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     from spec_bench_report import section
 

@@ -156,8 +156,47 @@ def test_the_datastore_bundle_gets_its_table_and_share():
     d = data()
     d["store"] = result({"ngram": (1.1, 1.2), "auto[-store]": (1.25, 1.3), "auto": (1.5, 1.9)})
     text = report.section(d)
-    assert "#### fp32 with a datastore of its own answers (`specrt store`)" in text
+    assert "#### fp32 with a datastore of its own answers (`specrt store --answers builtin`)" in text
     assert "| auto[-store] | 1.25x (1.30) |" in text
     assert "| category | ngram | auto without the datastore (`auto[-store]`) | auto with the datastore |" in text
     assert "| qa | 1.10x (1.20) | 1.25x (1.30) | 1.50x (1.90) | 1.20x |" in text  # 1.5 / 1.25
     assert "datastore" not in report.section(data())
+    goals = goal_lines(text)  # the fp32 goals for the bundle with the datastore too: 1.5 < 1.7, every category 1.5
+    assert "**not met**" in goals["| fp32 with its datastore, default method (`auto`): mean >= 1.7x"]
+    assert "**met**" in goals["| fp32 with its datastore: every category >= 1.25x"]
+    assert "int4 with its datastore" not in text
+
+
+def test_the_datastore_goal_lines_open_chat_and_int4():
+    """With the open chat prompts run on the datastore bundle, its own goal line (auto against auto[-store] in the
+    same run); an int4 bundle with a datastore gets int4's goals and its own table; a datastore bundle whose auto
+    loses to n-gram in a category is named in the n-gram line."""
+    d = data()
+    d["store"] = result({"ngram": (1.1, 1.2), "auto[-store]": (1.25, 1.3), "auto": (1.5, 1.9)})
+    d["open_store"] = result({"ngram": (1.0, 1.1), "auto[-store]": (1.05, 1.3), "auto": (1.3, 1.7)})
+    d["store_int4"] = result({"ngram": (1.4, 1.6), "auto[-store]": (1.5, 1.9), "auto": (1.36, 2.0)})
+    text = report.section(d)
+    goals = goal_lines(text)
+    line = next(v for k, v in goals.items() if k.startswith("| the same, fp32 with a datastore"))
+    assert "1.30x (MAT 1.70); without it, same run: 1.05x (MAT 1.30) | **met**" in line
+    assert "**not met**" in goals["| int4 with its datastore, default method (`auto`): mean >= 1.7x"]
+    assert "**met**" in goals["| int4 with its datastore: every category >= 1.35x"]  # 1.36 everywhere
+    assert "#### int4 with a datastore of its own answers (`specrt store --answers builtin`)" in text
+    below = goals["| every category at least n-gram's speedup (`auto` vs `ngram`, each bundle)"]
+    assert "store_int4 qa 1.36x < 1.40x" in below and "**not met**" in below
+
+
+def test_resume_keeps_the_measured_times_of_the_kept_runs():
+    """--resume: a kept file's run line keeps the seconds the earlier run recorded; minutes add every run's; with
+    nothing measured now the date and load average stay the earlier run's."""
+    import spec_bench_section as sec
+
+    before = {"runs": ["a  # 60 s", "b  # 120 s", "c  # kept from an earlier run"], "date": "then", "load_average": 2.0}
+    now = {"runs": ["a  # kept from an earlier run", "b  # kept from an earlier run", "c  # kept from an earlier run"],
+           "date": "now", "load_average": 0.0, "minutes": 0.0}
+    out = sec.carried_over(now, before)
+    assert out["runs"] == ["a  # 60 s", "b  # 120 s", "c  # kept from an earlier run"]
+    assert out["minutes"] == 3.0 and out["date"] == "then" and out["load_average"] == 2.0
+    measured = sec.carried_over(dict(now, runs=["a  # kept from an earlier run", "b  # 30 s", "d  # 30 s"]), before)
+    assert measured["runs"] == ["a  # 60 s", "b  # 30 s", "d  # 30 s"] and measured["minutes"] == 2.0
+    assert measured["date"] == "now"
