@@ -217,6 +217,10 @@ def answer_prompts(gen, prompts: list, max_new_tokens: int, exclude: Exclude = N
             raise InvalidArgument(f"a prompt of {ids.size} tokens leaves no room to answer in the bundle's "
                                   f"--max-seq-len {gen.max_seq_len}: {chat[:40]!r}")
         todo.append((ids, room))
+    if not todo:
+        why = (f"leaves room to answer in the bundle's --max-seq-len {gen.max_seq_len}" if long
+               else "is left after --exclude")
+        raise InvalidArgument(f"no prompt {why}: nothing to store")
     answers = [np.array(a, np.int64) for a in greedy_answers(gen, todo, SEED_BATCH)]
     skipped = f", {long} too long for its --max-seq-len" if long else ""
     return answers, (f"the bundle's answers to {len(todo)} prompts ({len(prompts) - len(todo) - long} excluded"

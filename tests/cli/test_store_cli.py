@@ -223,3 +223,10 @@ def test_answers_builtin_uses_the_packaged_prompts_less_the_excluded(bundle, tmp
     assert answered + long == len(prompts) - excluded and answered > 400 and long > 0
     corpus = np.load(bundle / CORPUS_FILE)
     assert int((corpus == -1).sum()) == answered
+    # every prompt excluded: one line, exit 2, the datastore as it was
+    everything = tmp_path / "all.jsonl"
+    everything.write_text("".join(json.dumps(p) + "\n" for p in prompts))
+    before = snapshot(bundle)
+    r = run_cli("store", bundle, "--answers", "builtin", "--exclude", everything)
+    assert r.returncode == 2 and r.stderr.strip() == "error: no prompt is left after --exclude: nothing to store", r.stderr
+    assert snapshot(bundle) == before

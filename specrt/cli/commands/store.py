@@ -20,7 +20,7 @@ ANSWER_TOKENS = 128
                    "{\"messages\"}: the assistant turns), a directory of answer shards, or a datastore .npz.")
 @click.option("--answers", "answers", type=click.Path(path_type=Path),
               help="Prompts (as --prompts-file of `generate`, each rendered as a chat message) whose greedy answers by "
-                   "the bundle itself are stored: the text the datastore drafts best from. `builtin`: the 548 varied "
+                   "the bundle itself are stored: the text the datastore drafts best from. `builtin`: the 545 varied "
                    "prompts shipped with specrt (explanations, lists, letters, code, arithmetic, rewriting).")
 @click.option("--max-new-tokens", default=ANSWER_TOKENS, show_default=True, type=int,
               help="Longest answer generated for --answers.")
