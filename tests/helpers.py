@@ -171,13 +171,15 @@ def event_tokens(events) -> list[int]:
 def fixed_costs(sched, monkeypatch, table):
     """`table` (a CostTable) as the batch scheduler's cost table, with no calibration of its predictions against
     realized steps (which would undo a made-up table: `FamilyChooser.plan` would stop drafting where the real passes
-    say so). Returns the table it replaced (put it back after the test)."""
+    say so). `monkeypatch` puts the old table back after the test; it is returned for a test that swaps tables
+    within itself."""
     from specrt.runtime.batch import family
 
     monkeypatch.setattr(family, "CALIBRATION_DECAY", 1.0)
     monkeypatch.setattr(sched.chooser, "calibration", {"fused": 1.0, "packed": 1.0})
     monkeypatch.setattr(sched.chooser, "spec_calibration", {"fused": 1.0, "packed": 1.0})
-    saved, sched.costs = sched.costs, table
+    saved = sched.costs
+    monkeypatch.setattr(sched, "costs", table)
     return saved
 
 

@@ -33,9 +33,8 @@ def batch(target_only_bundle):
 def cheap_rows(batch, monkeypatch):
     """CHEAP as the scheduler's costs (own passes pay), without calibration against realized steps."""
     sched = batch[1].scheduler
-    saved = fixed_costs(sched, monkeypatch, CHEAP)
-    yield sched
-    sched.costs = saved
+    fixed_costs(sched, monkeypatch, CHEAP)  # monkeypatch restores the table after the test
+    return sched
 
 
 @pytest.fixture()

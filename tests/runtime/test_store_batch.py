@@ -39,9 +39,8 @@ def store_batch(target_only_bundle, tmp_path_factory):
 def cheap_rows(store_batch, monkeypatch):
     """CHEAP as the scheduler's costs (trees pay), without calibration against realized steps."""
     sched = store_batch[1].scheduler
-    saved = fixed_costs(sched, monkeypatch, CHEAP)
-    yield sched
-    sched.costs = saved
+    fixed_costs(sched, monkeypatch, CHEAP)  # monkeypatch restores the table after the test
+    return sched
 
 
 @pytest.fixture()
