@@ -39,9 +39,9 @@ SAMPLE_TEMPERATURE = 0.8
 
 def default_prompts_path() -> Path:
     """The prompt set shipped in the package (specrt/assets/head/prompts.txt)."""
-    from importlib.resources import files
+    from specrt.runtime.proposers.store_sources import builtin_prompts_path
 
-    return Path(str(files("specrt.assets.head") / "prompts.txt"))
+    return builtin_prompts_path()
 
 
 def read_prompts(path: Path | None) -> list[str]:

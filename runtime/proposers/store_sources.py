@@ -38,12 +38,25 @@ FRESH_SHARD_S = 120  # a shard's meta.json younger than this is still being writ
 Exclude = Path | Sequence[Path] | None
 
 
-def builtin_prompts() -> list[str]:
-    """The prompt set shipped with specrt (specrt/assets/head/prompts.txt: `specrt train-head`'s default prompts and
-    `specrt store --answers builtin`'s), one per line, `#` lines skipped, `\\n` a newline."""
+BUILTIN = "builtin"  # `specrt store --answers builtin`, `specrt compile --store builtin`: the packaged prompt set
+
+
+def is_builtin(path: str | Path | None) -> bool:
+    """Whether an option's value names the packaged prompt set (a file of that name wins)."""
+    return path is not None and str(path) == BUILTIN and not Path(path).exists()
+
+
+def builtin_prompts_path() -> Path:
+    """The prompt set shipped with specrt: specrt/assets/head/prompts.txt (`specrt train-head`'s default prompts and
+    `--answers builtin`'s)."""
     from importlib.resources import files
 
-    return prompt_lines((files("specrt.assets.head") / "prompts.txt").read_text(encoding="utf-8"))
+    return Path(str(files("specrt.assets.head") / "prompts.txt"))
+
+
+def builtin_prompts() -> list[str]:
+    """The packaged prompt set's prompts (`prompt_lines`)."""
+    return prompt_lines(builtin_prompts_path().read_text(encoding="utf-8"))
 
 
 def prompt_lines(text: str) -> list[str]:

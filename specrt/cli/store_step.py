@@ -13,13 +13,14 @@ from typing import Callable
 
 from specrt.core.errors import InvalidArgument
 
-BUILTIN = "builtin"
 BUILTIN_ANSWER_TOKENS = 256  # per answer (SmolLM2-135M: 519 answers, ~99k tokens, ~12 minutes on 2 cores)
 
 
 def store_step(source: Path) -> Callable:
     """A compile step (tmp, manifest draft) -> None writing tmp/store/corpus.npy and order.npy."""
-    builtin = str(source) == BUILTIN and not Path(source).exists()
+    from specrt.runtime.proposers.store_sources import is_builtin
+
+    builtin = is_builtin(source)
     if not builtin and not Path(source).exists():
         raise InvalidArgument(f"--store {source}: no such file or directory")
 

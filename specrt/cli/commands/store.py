@@ -34,16 +34,16 @@ ANSWER_TOKENS = 128
 def store_cmd(bundle, source, answers, max_new_tokens, exclude, threads, as_json):
     """Add a datastore of the target's own text to BUNDLE (replacing any): `--method auto` then drafts from it.
     Nothing in BUNDLE changes unless the whole datastore is written."""
-    from specrt.cli.store_step import BUILTIN
     from specrt.runtime import load
-    from specrt.runtime.proposers.store_sources import answer_prompts, build_store, read_source
+    from specrt.runtime.proposers.store_sources import (answer_prompts, build_store, builtin_prompts, is_builtin,
+                                                        read_source)
     from specrt.runtime.proposers.store_write import add_to_bundle
 
     if source is None and answers is None:
         raise InvalidArgument("give --from SOURCE, --answers PROMPTS_FILE, or both")
     if max_new_tokens < 1:
         raise InvalidArgument(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
-    builtin = answers is not None and str(answers) == BUILTIN and not answers.exists()
+    builtin = is_builtin(answers)
     for name, path in (("--from", source), ("--answers", None if builtin else answers),
                        *(("--exclude", e) for e in exclude)):
         if path is not None and not path.exists():
@@ -52,7 +52,6 @@ def store_cmd(bundle, source, answers, max_new_tokens, exclude, threads, as_json
     with load(bundle, backend="ort", threads=threads, warmup=False) as gen:
         if answers is not None:
             from specrt.cli.generate_batch import read_prompts
-            from specrt.runtime.proposers.store_sources import builtin_prompts
 
             got, note = answer_prompts(gen, builtin_prompts() if builtin else read_prompts(answers), max_new_tokens,
                                        exclude, skip_long=builtin)
