@@ -44,6 +44,7 @@ METHODS = {"fp32": "ngram,recycle,auto", "int4": "ngram,recycle,auto", "self": "
            "head": "ngram,auto[-head],auto",  # head: auto without its draft head and with it (issue #52)
            "store": "ngram,auto[-store],auto",  # store: auto without its datastore and with it (issue #51)
            "store_int4": "ngram,auto[-store],auto"}
+KEPT = "# kept from an earlier run"  # a --resume run's log line for a file it did not measure again
 EXTRA = ("head", "store", "store_int4")  # bundles measured on Spec-Bench only (no free-rows run, no cost curve)
 
 
@@ -52,7 +53,7 @@ def run(cmd: list[str], log: list[str], done: Path | None = None) -> None:
     line = " ".join(shlex.quote(str(c)) for c in cmd)
     if done is not None and done.is_file():
         print(f"== kept {done} (--resume)", file=sys.stderr, flush=True)
-        log.append(f"{line}  # kept from an earlier run")
+        log.append(f"{line}  {KEPT}")
         return
     print(f"== {line}", file=sys.stderr, flush=True)
     t0 = time.time()
@@ -89,9 +90,8 @@ def row_costs(bundles: dict[str, str], past: int = 300) -> dict:
 def carried_over(meta: dict, before: dict) -> dict:
     """With --resume: a kept file's run keeps the time the earlier run recorded for it, the minutes are those of
     every run, and when nothing was measured now the date and load average stay the earlier run's."""
-    kept = " # kept from an earlier run"
-    timed = {line.rsplit("  #", 1)[0]: line for line in before.get("runs", []) if not line.endswith(kept.strip())}
-    runs = [timed.get(line.rsplit("  #", 1)[0], line) if line.endswith(kept.strip()) else line for line in meta["runs"]]
+    timed = {line.rsplit("  #", 1)[0]: line for line in before.get("runs", []) if not line.endswith(KEPT)}
+    runs = [timed.get(line.rsplit("  #", 1)[0], line) if line.endswith(KEPT) else line for line in meta["runs"]]
     seconds = sum(float(line.rsplit("# ", 1)[1].split()[0]) for line in runs if line.endswith(" s"))
     fresh = any(line.endswith(" s") and line not in before.get("runs", []) for line in meta["runs"])
     out = dict(meta, runs=runs, minutes=seconds / 60)
