@@ -29,16 +29,24 @@ class DecoderOutput(NamedTuple):
 
 
 class Decoder(nn.Module):
-    """Base class: subclasses define `forward` with the contract above."""
+    """Base class: subclasses define `forward` with the contract above, an `lm_head` (nn.Linear) and
+    `input_embedding()`; a config with tie_word_embeddings shares the embedding's weight with the head."""
 
     config: DecoderConfig
+    lm_head: nn.Linear
+
+    def input_embedding(self) -> nn.Embedding:
+        raise NotImplementedError
 
     def lm_head_weight(self) -> torch.Tensor:  # [V, hidden]
-        raise NotImplementedError
+        return self.lm_head.weight
 
     def hf_state_dict_keys(self) -> set[str]:
         """Checkpoint keys this module expects (tied lm_head excluded)."""
-        return set(self.state_dict().keys())
+        keys = set(self.state_dict().keys())
+        if self.config.tie_word_embeddings:
+            keys.discard("lm_head.weight")
+        return keys
 
     def load_hf_state_dict(self, tensors: dict[str, torch.Tensor]) -> None:
         """Load Hugging Face-named tensors; missing keys or wrong shapes are an error the caller reports (other keys
@@ -67,7 +75,8 @@ class Decoder(nn.Module):
                     "\"tie_word_embeddings\": false in config.json, or remove lm_head.weight if it is stale")
 
     def tie_weights(self) -> None:
-        pass
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.input_embedding().weight
 
 
 def empty_past(config: DecoderConfig, past_len: int = 0, dtype=torch.float32, device="cpu"):

@@ -175,18 +175,8 @@ class Gemma3Decoder(Decoder):
         self.rotary_local = Rotary(config.local_rope or config.rope, config.head_dim)
         self.tie_weights()
 
-    def tie_weights(self) -> None:
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
-
-    def hf_state_dict_keys(self) -> set[str]:
-        keys = set(self.state_dict().keys())
-        if self.config.tie_word_embeddings:
-            keys.discard("lm_head.weight")
-        return keys
-
-    def lm_head_weight(self) -> torch.Tensor:
-        return self.lm_head.weight
+    def input_embedding(self) -> nn.Embedding:
+        return self.model.embed_tokens
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:  # [B, S] -> [B, S, hidden]
         x = self.model.embed_tokens(input_ids)

@@ -109,15 +109,8 @@ class GPT2Decoder(Decoder):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_weights()
 
-    def tie_weights(self) -> None:
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.transformer.wte.weight
-
-    def hf_state_dict_keys(self) -> set[str]:
-        keys = set(self.state_dict().keys())
-        if self.config.tie_word_embeddings:
-            keys.discard("lm_head.weight")
-        return keys
+    def input_embedding(self) -> nn.Embedding:
+        return self.transformer.wte
 
     def load_hf_state_dict(self, tensors: dict[str, torch.Tensor]) -> None:
         # Original GPT-2 checkpoints store the body without the "transformer." prefix.
@@ -129,9 +122,6 @@ class GPT2Decoder(Decoder):
                 name = "transformer." + name
             renamed[name] = value
         super().load_hf_state_dict(renamed)
-
-    def lm_head_weight(self) -> torch.Tensor:
-        return self.lm_head.weight
 
     def forward(self, input_ids, position_ids, past_keys, past_values, past_lengths=None,
                 tree_mask=None) -> DecoderOutput:
