@@ -25,6 +25,7 @@ from specrt.runtime import constraint_limits
 from specrt.runtime.constraint_limits import ConstraintError  # noqa: F401 - its public home is this module
 from specrt.core.text import flat_line  # llguidance's parser errors dump the grammar; regex errors draw carets
 from specrt.runtime.constraint_pool import COMPILE_POOL, COMPILED, TOKENIZERS
+from specrt.runtime.schema_rewrite import rewrite_text
 
 KINDS = ("json_schema", "json_object", "regex", "grammar")
 # compact JSON: no free whitespace between tokens (a model could otherwise emit spaces forever), and more
@@ -93,14 +94,22 @@ def grammar_text(spec: ConstraintSpec) -> str:
 
     try:
         if spec.kind == "json_schema":
-            return llguidance.LLMatcher.grammar_from_json_schema(spec.text, defaults=JSON_OPTIONS)
+            return llguidance.LLMatcher.grammar_from_json_schema(rewrite_text(spec.text), defaults=JSON_OPTIONS)
         if spec.kind == "json_object":
             return llguidance.LLMatcher.grammar_from_json_schema('{"type": "object"}', defaults=JSON_OPTIONS)
         if spec.kind == "regex":
             return llguidance.LLMatcher.grammar_from_regex(spec.text)
         return llguidance.grammar_from("grammar", spec.text)  # Lark as is; GBNF converted to Lark
     except ValueError as exc:
-        raise ConstraintError(f"cannot compile the {spec.kind}: {flat_line(exc)}") from None
+        raise ConstraintError(f"cannot compile the {spec.kind}: {_reworded(flat_line(exc))}") from None
+
+
+def _reworded(message: str) -> str:
+    """llguidance's message, where it names an option of its own that a user cannot set, said in schema terms."""
+    if "coerce_one_of" in message:
+        return ("oneOf is supported only where its alternatives cannot match the same value (e.g. objects told "
+                "apart by a const or enum property); these can overlap: use anyOf, or make them exclusive")
+    return message
 
 
 class ConstraintCompiler:
@@ -133,7 +142,7 @@ class ConstraintCompiler:
 
         matcher = llguidance.LLMatcher(self.tokenizer, grammar_text(spec), log_level=0)
         if matcher.is_error():
-            raise ConstraintError(f"cannot compile the {spec.kind}: {flat_line(matcher.get_error())}")
+            raise ConstraintError(f"cannot compile the {spec.kind}: {_reworded(flat_line(matcher.get_error()))}")
         Constraint(matcher, self.vocab_size, spec).masks([])  # the first mask (it consumes nothing, and builds
         return matcher  # the lexer, which may take long): e.g. {"$ref": "#"} has none
 
