@@ -12,8 +12,7 @@ can honour exactly or by a narrower schema (every output of the rewritten schema
 - A numeric bound beyond +-1e18 (Java's Double.MAX_VALUE, `maximum: 1e20`) is tightened to +-1e18 where the other
   bound allows it: llguidance cannot build its number pattern past ~1e18 and refuses the schema.
 
-The walk covers every subschema (properties, items, $defs, anyOf, ...): a dict seen as a value under a keyword
-that takes schemas. Schema text nests at most 128 levels (constraint_limits), so recursion is safe here.
+Schema text nests at most 128 levels (constraint_limits, checked first), so the recursive walk is safe here.
 """
 
 from __future__ import annotations
@@ -28,11 +27,8 @@ NARROWER_FORMAT = {"uri-reference": "uri", "iri": "uri", "iri-reference": "uri",
 REFUSED_FORMATS = frozenset({"regex", "json-pointer", "relative-json-pointer", "uri-template"})
 BOUND = 1e18  # llguidance builds number ranges up to here ("Failed to generate regex for float range" past it)
 
-# keywords whose value is a schema, a list of schemas, or a map of name -> schema
-_ONE = ("additionalProperties", "items", "additionalItems", "not", "if", "then", "else", "contains",
-        "propertyNames", "unevaluatedItems", "unevaluatedProperties")
-_MANY = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
-_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")  # name -> schema
+_DATA = ("enum", "const", "default", "examples")  # JSON values, not schemas
 
 
 def rewrite_text(text: str) -> str:
@@ -42,21 +38,19 @@ def rewrite_text(text: str) -> str:
 
 
 def rewrite(schema: Any) -> bool:
-    """Rewrite `schema` and its subschemas in place; True when something changed."""
+    """Rewrite `schema` and every object in it that can be a subschema, in place; True when something changed.
+    Any keyword's object is walked (a `$ref` may point anywhere: `#/components/schemas/Pet`), except the values
+    of `enum`, `const`, `default` and `examples`, and the names of a `properties`-like map."""
+    if isinstance(schema, list):
+        return any([rewrite(item) for item in schema])
     if not isinstance(schema, dict):
         return False
     changed = _rewrite_node(schema)
-    for key in _ONE:
-        if isinstance(schema.get(key), dict):
-            changed |= rewrite(schema[key])
-    for key in _MANY:
-        if isinstance(schema.get(key), list):
-            for sub in schema[key]:
-                changed |= rewrite(sub)
-    for key in _MAP:
-        if isinstance(schema.get(key), dict):
-            for sub in schema[key].values():
-                changed |= rewrite(sub)
+    for key, value in schema.items():
+        if key in _MAP and isinstance(value, dict):
+            changed |= any([rewrite(sub) for sub in value.values()])
+        elif key not in _DATA:
+            changed |= rewrite(value)
     return changed
 
 

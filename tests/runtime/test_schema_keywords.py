@@ -23,6 +23,9 @@ ACCEPTED = {
                                        "pw": {"type": "string", "format": "password", "maxLength": 4},
                                        "blob": {"type": "string", "format": "binary", "maxLength": 4}}},
     "application format": {"type": "string", "format": "phone", "maxLength": 6},
+    "ref into components": {"$ref": "#/components/schemas/Pin", "components": {"schemas": {"Pin": {
+        "type": "object", "additionalProperties": False, "required": ["pin"],
+        "properties": {"pin": {"type": "string", "format": "password", "maxLength": 4}}}}}},
     # standard formats llguidance lacks, decoded as a narrower one it has (a uri is a uri-reference)
     "wider formats": {"type": "array", "maxItems": 2,
                       "items": {"type": "string", "format": "uri-reference", "maxLength": 12}},
@@ -73,3 +76,15 @@ def test_unenforceable_schema_is_refused_naming_it(pair_generator, schema, messa
     with pytest.raises(ConstraintError, match=message) as info:
         pair_generator.generate(PROMPT, 5, constraint=ConstraintSpec.json_schema(schema))
     assert "\n" not in str(info.value) and "coerce_one_of" not in str(info.value)
+
+
+def test_rewrite_reaches_subschemas_anywhere_a_ref_can_point_but_not_data():
+    schema = {"$ref": "#/components/schemas/Pet",
+              "components": {"schemas": {"Pet": {"type": "object", "properties": {
+                  "name": {"type": "string", "format": "password"},
+                  "uniqueItems": False,  # a property named uniqueItems that must be absent: kept
+                  "tags": {"type": "array", "uniqueItems": False, "default": [{"format": "phone"}]}}}}}}
+    assert rewrite(schema)
+    pet = schema["components"]["schemas"]["Pet"]["properties"]
+    assert pet["name"] == {"type": "string"} and pet["uniqueItems"] is False
+    assert pet["tags"] == {"type": "array", "default": [{"format": "phone"}]}
