@@ -50,6 +50,8 @@ def test_json_object_streamed(client):
     ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strin"}}}, "strin"),
     ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(a"}}}, "regex"),
     ({"type": "json_schema"}, "needs a 'json_schema'"),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": True}}},
+     "uniqueItems"),  # a keyword a grammar cannot enforce: refused by name, not ignored
 ])
 def test_uncompilable_schema_is_400(client, fmt, message):
     with pytest.raises(openai.BadRequestError) as info:
@@ -74,6 +76,19 @@ def test_a_schema_past_the_parsers_limits_is_400_not_500(client):
         assert err["code"] == "invalid_response_format" and err["param"] == "response_format"
         assert len(err["message"]) < 400 and "\n" not in err["message"]
     assert client.completions.create(model="tiny", prompt="x", max_tokens=2).choices  # still serving
+
+
+def test_openapi_schema_is_decoded(client):
+    # OpenAPI formats are annotations (llguidance refused `password`), uniqueItems false asks for nothing
+    schema = {"type": "object", "additionalProperties": False, "required": ["n", "pw"],
+              "properties": {"n": {"type": "integer", "format": "int32", "minimum": 0, "maximum": 9},
+                             "pw": {"type": "array", "uniqueItems": False, "maxItems": 2,
+                                    "items": {"type": "string", "format": "password", "maxLength": 3}}}}
+    resp = client.chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=40, temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}})
+    assert resp.choices[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(resp.choices[0].message.content), schema)
 
 
 def test_unknown_format_type_is_400(client):
