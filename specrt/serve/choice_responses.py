@@ -1,10 +1,11 @@
 """OpenAI responses of requests with several choices or with tools (choices.py runs them).
 
 Non-streamed: one `choices` entry per choice index, `usage` summed over the choices (prompt tokens once per prompt),
-`speculative_stats` summed over the decoded sequences. Streamed: chunks carry their choice's `index`; each choice
-ends with its own chunk carrying `finish_reason` and that sequence's `speculative_stats`. With tools the answer is
-parsed once complete (tool_format.py), so a streamed tool request sends its content or its `tool_calls` in one chunk
-at the end (then the finish chunk).
+`speculative_stats` summed over the decoded sequences, and with `logprobs` each choice its own sequence's (copies of
+one greedy sequence: the same). Streamed: chunks carry their choice's `index` (and a step's logprobs, as the one-choice
+stream); each choice ends with its own chunk carrying `finish_reason` and that sequence's `speculative_stats`. With
+tools the answer is parsed once complete (tool_format.py), so a streamed tool request sends its content or its
+`tool_calls` in one chunk at the end (with its logprobs, then the finish chunk).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 
 from specrt.serve.choices import ChoiceRun, job_view
 from specrt.serve.errors import error_body
+from specrt.serve.logprobs import shaped
 from specrt.serve.sse import DONE, EventStream, sse
 from specrt.serve.worker import Done
 
@@ -47,11 +49,17 @@ def _answer(prep: Any, text: str, finish: str) -> tuple[dict[str, Any], str]:
     return {"content": content, "tool_calls": calls}, "tool_calls"
 
 
-def final_body(service: Any, prep: Any, texts: dict[int, str], dones: dict[int, Done]) -> dict[str, Any]:
+def _wants_logprobs(prep: Any) -> bool:
+    return prep.job.request.logprobs is not None
+
+
+def final_body(service: Any, prep: Any, texts: dict[int, str], dones: dict[int, Done],
+               logprobs: dict[int, list]) -> dict[str, Any]:
     choices = []
     for c, j in enumerate(prep.choice_jobs):
         finish = dones[j].finish_reason
-        choice: dict[str, Any] = {"index": c, "logprobs": None}
+        choice: dict[str, Any] = {"index": c,
+                                  "logprobs": shaped(logprobs.get(j, []), prep.chat) if _wants_logprobs(prep) else None}
         if prep.chat:
             fields, finish = _answer(prep, texts[j], finish)
             choice["message"] = {"role": "assistant", **fields}
@@ -67,8 +75,8 @@ def final_body(service: Any, prep: Any, texts: dict[int, str], dones: dict[int, 
 
 
 def _chunk(service: Any, prep: Any, index: int, delta: Optional[dict[str, Any]] = None, text: str = "",
-           finish: Optional[str] = None) -> dict[str, Any]:
-    choice: dict[str, Any] = {"index": index, "logprobs": None, "finish_reason": finish}
+           finish: Optional[str] = None, logprobs: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": index, "logprobs": logprobs, "finish_reason": finish}
     if prep.chat:
         choice["delta"] = delta or {}
     else:
@@ -90,6 +98,8 @@ async def _events(service: Any, run: ChoiceRun, first: tuple[int, Any], prep: An
     for c, j in enumerate(prep.choice_jobs):
         choices_of.setdefault(j, []).append(c)
     held: dict[int, list[str]] = {}  # with tools: each sequence's text until it is complete
+    held_lp: dict[int, list] = {}  # with tools and logprobs: each sequence's entries, sent with its answer
+    offsets: dict[int, int] = {}  # /v1/completions' text_offset: each sequence's token text so far
     completion = 0
     j, event = first
     while True:
@@ -107,7 +117,9 @@ async def _events(service: Any, run: ChoiceRun, first: tuple[int, Any], prep: An
                     fields, finish = _answer(prep, "".join(held.get(j, [])), finish)
                     if fields.get("tool_calls"):
                         fields["tool_calls"] = [{"index": k, **call} for k, call in enumerate(fields["tool_calls"])]
-                    yield sse(_chunk(service, prep, c, {k: v for k, v in fields.items() if v is not None}))
+                    lp = shaped(held_lp.get(j, []), prep.chat) if _wants_logprobs(prep) else None
+                    yield sse(_chunk(service, prep, c, {k: v for k, v in fields.items() if v is not None},
+                                     logprobs=lp))
                 last = _chunk(service, prep, c, None, "", finish)
                 last["speculative_stats"] = merged_stats([event.stats])
                 yield sse(last)
@@ -116,18 +128,23 @@ async def _events(service: Any, run: ChoiceRun, first: tuple[int, Any], prep: An
                     yield sse({**service._head(prep, chunk=True), "choices": [],
                                "usage": usage(prep.prompt_tokens, completion)})
                 break
-        elif event.text:
+        elif event.text or event.logprobs:
             if prep.tools is not None:
                 held.setdefault(j, []).append(event.text)
-            else:
+                held_lp.setdefault(j, []).extend(event.logprobs)
+            else:  # as the one-choice stream: a step's logprobs in its chunk, even while a stop string holds text
+                lp = shaped(event.logprobs, prep.chat, offsets.get(j, 0)) if event.logprobs else None
+                offsets[j] = offsets.get(j, 0) + sum(len(e["token"]) for e in event.logprobs)
                 for c in choices_of[j]:
-                    yield sse(_chunk(service, prep, c, {"content": event.text}, event.text))
+                    yield sse(_chunk(service, prep, c, {"content": event.text}, event.text, logprobs=lp))
         j, event = await run.next()
     yield DONE
 
 
-async def _collect(run: ChoiceRun, first: tuple[int, Any]) -> tuple[dict[int, str], dict[int, Done]]:
+async def _collect(run: ChoiceRun, first: tuple[int, Any]) -> tuple[dict[int, str], dict[int, Done],
+                                                                     dict[int, list]]:
     parts: dict[int, list[str]] = {}
+    logprobs: dict[int, list] = {}
     dones: dict[int, Done] = {}
     j, event = first
     while True:
@@ -137,8 +154,9 @@ async def _collect(run: ChoiceRun, first: tuple[int, Any]) -> tuple[dict[int, st
                 break
         else:
             parts.setdefault(j, []).append(event.text)
+            logprobs.setdefault(j, []).extend(event.logprobs)
         j, event = await run.next()
-    return {j: "".join(parts.get(j, [])) for j in dones}, dones
+    return {j: "".join(parts.get(j, [])) for j in dones}, dones, logprobs
 
 
 async def respond_choices(service: Any, request: Request, prep: Any, arrived: float, endpoint: str) -> Response:
@@ -162,10 +180,10 @@ async def respond_choices(service: Any, request: Request, prep: Any, arrived: fl
     done, collected = await collect_or_gone(request, _collect(run, first), run.stop)
     if not done:
         return Response(status_code=499)
-    texts, dones = collected
+    texts, dones, logprobs = collected
     failed = next((d for d in dones.values() if d.error is not None), None)
     if failed is not None:
         run.stop()
         raise failure(failed)
     state["completion_tokens"] = sum(dones[j].completion_tokens for j in prep.choice_jobs)
-    return JSONResponse(final_body(service, prep, texts, dones))
+    return JSONResponse(final_body(service, prep, texts, dones, logprobs))

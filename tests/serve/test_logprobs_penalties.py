@@ -93,3 +93,43 @@ def test_with_max_batch_such_requests_run_beside_the_batch(pair_bundle, pair_gen
         assert srv.server.config.app.state.engine is not None  # the server does batch
     assert resp.choices[0].text == ref.text
     assert resp.choices[0].logprobs.token_logprobs == pytest.approx([t.logprob for t in ref.logprobs], abs=1e-4)
+
+
+def _ref_logprobs(gen, prompt, n_tokens, **kw):
+    ref = gen.generate(prompt, n_tokens, method="draft", num_speculative_tokens=3, logprobs=2, **kw)
+    return [gen.tokenizer.decode([t], skip_special_tokens=False) for t in ref.token_ids], [t.logprob for t in ref.logprobs]
+
+
+def test_every_choice_of_n_and_of_several_prompts_has_its_logprobs(client, pair_generator):
+    """n > 1 and several prompts: each choice carries its own sequence's logprobs (they were null)."""
+    wants = [_ref_logprobs(pair_generator, PROMPT, 8, temperature=1.0, seed=5 + i) for i in range(2)]
+    assert wants[0] != wants[1]  # two seeds, two samples: each choice must get its own
+    resp = client.completions.create(model="tiny", prompt=PROMPT, n=2, max_tokens=8, temperature=1.0, seed=5,
+                                     logprobs=2, extra_body=SPEC)
+    for choice, (tokens, logprobs) in zip(resp.choices, wants, strict=True):
+        assert choice.logprobs.tokens == tokens
+        assert choice.logprobs.token_logprobs == pytest.approx(logprobs, abs=1e-4)
+        assert all(len(top) <= 2 for top in choice.logprobs.top_logprobs)
+    other = "import os\n"
+    wants = [_ref_logprobs(pair_generator, p, 6, temperature=0) for p in (PROMPT, other)]
+    resp = client.completions.create(model="tiny", prompt=[PROMPT, other], n=2, max_tokens=6, temperature=0,
+                                     logprobs=2, extra_body=SPEC)
+    for choice, (tokens, logprobs) in zip(resp.choices, [wants[0]] * 2 + [wants[1]] * 2, strict=True):
+        assert choice.logprobs.tokens == tokens  # greedy copies of one sequence: the same entries
+        assert choice.logprobs.token_logprobs == pytest.approx(logprobs, abs=1e-4)
+        assert choice.logprobs.text_offset[0] == 0
+
+
+def test_streamed_choices_carry_their_logprobs(client):
+    kw = dict(model="tiny", messages=MESSAGES, max_tokens=8, temperature=0.9, seed=3, n=2, logprobs=True,
+              top_logprobs=1, extra_body=SPEC)
+    whole = client.chat.completions.create(**kw).choices
+    assert [len(c.logprobs.content) for c in whole] == [8, 8]
+    streamed: dict[int, list] = {0: [], 1: []}
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        for c in chunk.choices:
+            if c.logprobs is not None:
+                streamed[c.index] += c.logprobs.content
+    for c in whole:
+        assert [i.token for i in streamed[c.index]] == [i.token for i in c.logprobs.content]
+        assert [i.logprob for i in streamed[c.index]] == pytest.approx([i.logprob for i in c.logprobs.content])
