@@ -97,7 +97,8 @@ def test_with_max_batch_such_requests_run_beside_the_batch(pair_bundle, pair_gen
 
 def _ref_logprobs(gen, prompt, n_tokens, **kw):
     ref = gen.generate(prompt, n_tokens, method="draft", num_speculative_tokens=3, logprobs=2, **kw)
-    return [gen.tokenizer.decode([t], skip_special_tokens=False) for t in ref.token_ids], [t.logprob for t in ref.logprobs]
+    tokens = [gen.tokenizer.decode([t], skip_special_tokens=False) for t in ref.token_ids]
+    return tokens, [t.logprob for t in ref.logprobs]
 
 
 def test_every_choice_of_n_and_of_several_prompts_has_its_logprobs(client, pair_generator):
