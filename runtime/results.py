@@ -35,11 +35,14 @@ def collect(steps, stops: tuple[str, ...], tokenizer) -> GenerationResult:
     parts: list[str] = []
     with contextlib.closing(steps):
         for chunk, prompt_ids, stats in steps:
-            ids.extend(chunk)
-            if stage is not None:
-                parts.append(stage.push(chunk))
-                if stage.stopped:  # the generation ends with this step (no tokens after it)
-                    break
+            if stage is None:
+                ids.extend(chunk)
+                continue
+            parts.append(stage.push(chunk))
+            ids.extend(chunk[:stage.kept])
+            if stage.stopped:  # the generation ends with this step's token that completed the stop string
+                drop_past_stop(stats, len(chunk) - stage.kept)
+                break
     if stage is None:
         text = tokenizer.decode(ids)
     else:
@@ -47,9 +50,16 @@ def collect(steps, stops: tuple[str, ...], tokenizer) -> GenerationResult:
         if stage.stopped:
             stats.finish_reason = "stop"
     logprobs = list(stats.token_logprobs) if stats.token_logprobs else None
-    if logprobs is not None and stage is not None and stage.stopped:
-        logprobs = logprobs[:len(ids)]  # the steps after the stop string's are not run
     return GenerationResult(text, ids, prompt_ids, stats, stats.finish_reason, logprobs)
+
+
+def drop_past_stop(stats: GenerationStats, dropped: int) -> None:
+    """The stop step's tokens after the one that completed the stop string are not output: not counted, no
+    logprobs (the token counts then do not depend on how speculation grouped the tokens into steps)."""
+    if dropped > 0:
+        stats.new_tokens -= dropped
+        if stats.token_logprobs:
+            del stats.token_logprobs[len(stats.token_logprobs) - dropped:]
 
 
 def text_pieces(steps, stops: tuple[str, ...], tokenizer) -> Iterator[str]:
@@ -60,6 +70,7 @@ def text_pieces(steps, stops: tuple[str, ...], tokenizer) -> Iterator[str]:
             piece = stage.push(chunk)
             if stage.stopped:
                 stats.finish_reason = "stop"
+                drop_past_stop(stats, len(chunk) - stage.kept)
             if piece:
                 yield piece
             if stage.stopped:
@@ -80,6 +91,8 @@ def token_steps(steps, stops: tuple[str, ...], tokenizer) -> Iterator[tuple[list
                 stage.push(chunk)
                 if stage.stopped:
                     stats.finish_reason = "stop"
+                    drop_past_stop(stats, len(chunk) - stage.kept)
+                    chunk = chunk[:stage.kept]
             yield chunk, stats
             if stage is not None and stage.stopped:
                 return

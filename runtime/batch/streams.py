@@ -39,6 +39,7 @@ class RequestOutput:
         self.decode = text or bool(stops)  # without either, nothing is decoded on the engine's thread
         self.deliver = deliver
         self.seq: Any = None  # the request's BatchSequence, once it has emitted
+        self.tokens = 0  # the ids delivered: its output's length
 
     def __call__(self, chunk: Any, seq: Any, t: float | None = None) -> None:
         """On the engine thread (or the thread that closes it), or on the thread the caller hands it to (with `t`,
@@ -51,13 +52,17 @@ class RequestOutput:
             if self.stage.stopped:  # a step after the stop (none once the request has left): not its output
                 return
             text = self.stage.push(chunk) if self.decode else ""
+            ids = list(chunk)
             if self.stage.stopped:
                 seq.cancel.set()  # retired at the end of this step (of the step in progress, from another thread)
-            self.deliver(Step(t, list(chunk), text, self.stage.stopped))
+                ids = ids[:self.stage.kept]  # the step's tokens past the one that completed the stop string: dropped
+            self.tokens += len(ids)
+            self.deliver(Step(t, ids, text, self.stage.stopped))
         else:
             tail = self.stage.finish() if self.decode else ""
             if self.stage.stopped:
                 seq.stats.finish_reason = "stop"  # after the scheduler's "cancelled"
+                seq.stats.new_tokens = self.tokens  # not the steps' tokens past the stop string (nor a step after)
             if tail:
                 self.deliver(Step(t, [], tail, self.stage.stopped))
             self.deliver(END)

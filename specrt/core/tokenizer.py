@@ -98,19 +98,35 @@ class StopText:
 class TextStage:
     """The one detokenize + stop-string stage of every front end (Generator.generate / stream / stream_tokens,
     BatchEngine.generate_batch / stream_tokens, the server's worker): token ids in, text out, cut before the first
-    stop string. `stopped` turns True on the step whose text reaches one; nothing is emitted after it."""
+    stop string. `stopped` turns True on the step whose text reaches one; nothing is emitted after it.
+
+    With stop strings the tokens are read one at a time, so the output ends at the token whose text completes the
+    first stop string (as vLLM's per-token check), however a speculative step grouped the tokens: `kept` is how many
+    of the last step's ids belong to the output (the rest of that step, past the stop, is dropped by every front end
+    from its ids, token counts and logprobs)."""
 
     def __init__(self, tokenizer: Tokenizer, stops: Sequence[str] = ()) -> None:
         self.dec = IncrementalDecoder(tokenizer)
         self.stopper = StopText(stops)
         self.stopped = False
+        self.kept = 0
 
     def push(self, ids: list[int]) -> str:
         """The text of one step's new tokens that is safe to emit now ("" after the stop)."""
         if self.stopped:
+            self.kept = 0
             return ""
-        piece, self.stopped = self.stopper.push(self.dec.push(ids))
-        return piece
+        self.kept = len(ids)
+        if not self.stopper.stops:
+            return self.dec.push(ids)
+        parts = []
+        for i, token in enumerate(ids):
+            piece, self.stopped = self.stopper.push(self.dec.push([int(token)]))
+            parts.append(piece)
+            if self.stopped:
+                self.kept = i + 1
+                break
+        return "".join(parts)
 
     def finish(self) -> str:
         """The rest of the text once the generation has ended (held-back tails, cut at a stop string)."""

@@ -61,11 +61,12 @@ def run_job(gen: Any, job: Job, cancel: threading.Event, emit: Callable[[Any], N
         steps = gen.stream_tokens(job.prepared.without_stop())
         try:
             for ids, stats in steps:
-                tokens += len(ids)
                 text = stage.push(ids)
-                lp = entries(gen.tokenizer, stats.token_logprobs[tokens - len(ids):tokens], names) \
+                n = stage.kept  # the step's tokens up to the one that completed a stop string
+                lp = entries(gen.tokenizer, stats.token_logprobs[tokens:tokens + n], names) \
                     if job.request.logprobs is not None else []
-                emit(Delta(text, len(ids), time.perf_counter(), lp))
+                tokens += n
+                emit(Delta(text, n, time.perf_counter(), lp))
                 if stage.stopped:
                     finish = "stop"
                     break

@@ -19,10 +19,15 @@ LENGTHS = [12, 20, 7, 16, 9, 24, 5, 14]
 
 @pytest.fixture(scope="module")
 def int4_bundle(workdir, llama_target, llama_draft):
+    """Compiled once a session: pytest may set a module fixture up twice when it regroups parametrized tests of
+    several modules (the second time the bundle is there)."""
     from specrt.compiler import CompileSpec, QuantizeSpec, compile_bundle
 
-    return compile_bundle(CompileSpec(llama_target, workdir / "bundles" / "pair-int4", llama_draft, max_seq_len=128,
-                                      max_draft_tokens=8, quantize=QuantizeSpec("int4", accuracy_level=4)))
+    out = workdir / "bundles" / "pair-int4"
+    if (out / "manifest.json").exists():
+        return out
+    return compile_bundle(CompileSpec(llama_target, out, llama_draft, max_seq_len=128, max_draft_tokens=8,
+                                      quantize=QuantizeSpec("int4", accuracy_level=4)))
 
 
 @pytest.fixture(scope="module")
