@@ -181,6 +181,8 @@ def _job(body: Any, gen: Any, config: ServeConfig, prompts: list[list[int]], max
     tool_spec = tool_constraint(tools, gen) if tools is not None else None
     request = _request(body, gen, config, max_tokens, chat, tool_spec)
     jobs, choice_jobs = plan_jobs(_prepare(gen, prompts, request), n)
+    if body.stream_options is not None and not body.stream:  # as OpenAI and vLLM
+        raise bad_request("stream_options is only allowed when stream is true", "stream_options")
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     return Prepared(jobs[0], chat, body.stream, include_usage, rid, int(time.time()), jobs, choice_jobs,

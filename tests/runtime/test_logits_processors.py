@@ -67,6 +67,8 @@ def test_token_logprobs_are_log_softmax_with_sorted_top():
     (dict(presence_penalty=2.5), "presence_penalty"), (dict(frequency_penalty=float("nan")), "frequency_penalty"),
     (dict(repetition_penalty=0), "repetition_penalty"), (dict(logit_bias={"x": 1}), "logit_bias"),
     (dict(logit_bias={1: 101}), "logit_bias"), (dict(logit_bias={-1: 1}), "logit_bias"),
+    (dict(logit_bias={"01": 1}), "logit_bias"), (dict(logit_bias={" 1": 1}), "logit_bias"),
+    (dict(logit_bias={"\u0661": 1}), "logit_bias"), (dict(logit_bias={"1": 1, 1: 2}), "logit_bias"),
     (dict(logprobs=21), "logprobs"), (dict(logprobs=True), "logprobs"),
 ])
 def test_out_of_range_values_name_the_field(kw, field):

@@ -38,7 +38,9 @@ def test_lone_surrogates_are_400(server, path, body, param):
                                           ("logprobs", 6), ("logprobs", -1), ("logprobs", True), ("echo", True),
                                           ("best_of", 2), ("frequency_penalty", 2.5), ("presence_penalty", -3),
                                           ("repetition_penalty", 0), ("logit_bias", {"1": 200}),
-                                          ("logit_bias", {"99999999": 1}), ("logit_bias", {"x": 1}), ("n", 17)])
+                                          ("logit_bias", {"99999999": 1}), ("logit_bias", {"x": 1}), ("n", 17),
+                                          ("logit_bias", {"1": 5, "01": -100}),
+                                          ("stream_options", {"include_usage": True})])
 def test_unsupported_or_out_of_range_fields_are_400_naming_the_field(server, field, value):
     r = httpx.post(f"{server.url}/v1/completions", json=COMPLETION | {field: value}, timeout=30)
     assert r.status_code == 400, r.text
