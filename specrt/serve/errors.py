@@ -55,6 +55,10 @@ EXPECTED = {
 }
 
 
+FASTAPI_BODY_ERROR = "There was an error parsing the body"  # FastAPI's words where json.loads raised other than
+# a JSONDecodeError (invalid UTF-8, a RecursionError on deep nesting)
+
+
 def _is_type_tag(part: object) -> bool:  # pydantic names the union member it tried: 'str', 'list[int]'...
     return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part)
 
@@ -70,6 +74,8 @@ def validation_error(exc: RequestValidationError) -> APIError:
         detail = (first.get("ctx") or {}).get("error", "")
         return bad_request(f"the request body is not valid JSON ({detail})".replace(" ()", ""))
     if not loc:
+        if first.get("type") == "missing":  # no body at all
+            return bad_request("the request body is empty: send a JSON object (Content-Type: application/json)")
         if isinstance(first.get("input"), (bytes, str)):
             return bad_request("the request body must be a JSON object (send Content-Type: application/json)")
         return bad_request(f"the request body must be a JSON object: {first.get('msg')}")
@@ -96,7 +102,10 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(exc.status_code)
-        return error_response(APIError(exc.status_code, str(exc.detail), code=code,
+        detail = str(exc.detail)
+        if exc.status_code == 400 and detail == FASTAPI_BODY_ERROR:  # the body could not be decoded at all
+            detail = "the request body is not valid JSON: not UTF-8, or nested too deeply"
+        return error_response(APIError(exc.status_code, detail, code=code,
                                        headers=getattr(exc, "headers", None)))
 
     @app.exception_handler(Exception)
