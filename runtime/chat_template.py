@@ -69,11 +69,14 @@ def _bounded_environment(bounds: RenderBounds) -> Any:
                 check_format(bounds, method.__self__, args)
             return check_result(bounds, super().call(__context, __obj, *args, **kwargs))
 
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):  # transformers' filter
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
     def raise_exception(message: str) -> None:
         raise TemplateError(message)
 
     env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.filters["tojson"] = tojson
     env.filters = {name: bounded_filter(bounds, fn) for name, fn in env.filters.items()}
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)

@@ -81,3 +81,28 @@ def test_the_tokenizer_refuses_a_lone_surrogate_in_one_line(tokenizer_path):
     with pytest.raises(InvalidArgument, match=r"lone surrogate \(U\+DCFF at character 3\)"):
         tok.encode("def\udcff")
     assert tok.encode("def")  # valid text unaffected
+
+
+TRANSFORMERS_LIKE = [  # the constructs real checkpoints' templates use, rendered as transformers renders them
+    "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<|a|>{% endif %}",
+    "{% if tools %}{{ tools | tojson(indent=2) }}{% endif %}{% for m in messages %}{{ m | tojson }}{% endfor %}",
+    "{% if tools %}{% for t in tools %}{{ t.function | tojson(separators=(',', ':'), sort_keys=True) }}\n"
+    "{% endfor %}{% endif %}{% for m in messages %}{{ m.content | tojson(ensure_ascii=True) }}{% endfor %}",
+    "{{ bos_token }}{% for m in messages %}{% if loop.index0 == 2 %}{% break %}{% endif %}{{ m['content'] | trim }}"
+    "{{ eos_token }}{% endfor %}",
+]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Wetter für eine Stadt",
+                                          "parameters": {"type": "object", "required": ["city"],
+                                                         "properties": {"city": {"type": "string"}}}}}]
+MESSAGES = [{"role": "system", "content": "Sei kurz."}, {"role": "user", "content": " Wie ist das Wetter in Köln? "},
+            {"role": "assistant", "content": "Sonnig."}]
+
+
+@pytest.mark.parametrize("template", TRANSFORMERS_LIKE)
+def test_templates_render_as_transformers_renders_them(template, tokenizer_path):
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_path), bos_token="<s>", eos_token="</s>")
+    want = hf.apply_chat_template(MESSAGES, tools=TOOLS, chat_template=template, tokenize=False,
+                                  add_generation_prompt=True)
+    text, _ = ChatFormatter(template, "<s>", "</s>").render(MESSAGES, tools=TOOLS)
+    assert text == want
