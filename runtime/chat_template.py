@@ -49,6 +49,23 @@ def _pick_template(raw: Any, name: str = "default") -> Optional[str]:
     return None
 
 
+def _generation_tag() -> Any:
+    """transformers' `{% generation %} ... {% endgeneration %}` (it marks the assistant's tokens for training
+    masks): rendered as its body, as apply_chat_template renders it."""
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+
+    class GenerationTag(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.Scope(body, lineno=lineno)
+
+    return GenerationTag
+
+
 def _bounded_environment(bounds: RenderBounds) -> Any:
     """The sandboxed Jinja environment of transformers' `apply_chat_template`, with size checks."""
     from jinja2.exceptions import TemplateError
@@ -75,7 +92,8 @@ def _bounded_environment(bounds: RenderBounds) -> Any:
     def raise_exception(message: str) -> None:
         raise TemplateError(message)
 
-    env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                             extensions=["jinja2.ext.loopcontrols", _generation_tag()])
     env.filters["tojson"] = tojson
     env.filters = {name: bounded_filter(bounds, fn) for name, fn in env.filters.items()}
     env.globals["raise_exception"] = raise_exception

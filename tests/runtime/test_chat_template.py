@@ -90,6 +90,8 @@ TRANSFORMERS_LIKE = [  # the constructs real checkpoints' templates use, rendere
     "{% endfor %}{% endif %}{% for m in messages %}{{ m.content | tojson(ensure_ascii=True) }}{% endfor %}",
     "{{ bos_token }}{% for m in messages %}{% if loop.index0 == 2 %}{% break %}{% endif %}{{ m['content'] | trim }}"
     "{{ eos_token }}{% endfor %}",
+    "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{{ eos_token }}"
+    "{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}",  # transformers' training-mask tag
 ]
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Wetter für eine Stadt",
                                           "parameters": {"type": "object", "required": ["city"],
