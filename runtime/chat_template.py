@@ -37,6 +37,9 @@ def _token_text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+RESERVED = frozenset({"messages", "tools", "bos_token", "eos_token"})  # set by render itself
+
+
 def _pick_template(raw: Any, name: str = "default") -> Optional[str]:
     """The named template of a checkpoint that has several (`tool_use`: None when it has no such one)."""
     if isinstance(raw, str):
@@ -177,10 +180,15 @@ class ChatFormatter:
         formatter = cls(template, _token_text(cfg.get("bos_token")), _token_text(cfg.get("eos_token")))
         return cls._with_tool_template(formatter, cfg) if not where.endswith(".jinja") else formatter
 
-    def render(self, messages: Sequence[dict[str, Any]], tools: Optional[list[dict[str, Any]]] = None
-               ) -> tuple[str, bool]:
+    def render(self, messages: Sequence[dict[str, Any]], tools: Optional[list[dict[str, Any]]] = None,
+               variables: Optional[dict[str, Any]] = None) -> tuple[str, bool]:
         """`tools` (OpenAI tool definitions) reach the template as its `tools` variable, as in transformers'
-        `apply_chat_template(..., tools=...)`; the plain template ignores them."""
+        `apply_chat_template(..., tools=...)`; `variables` are further template variables, as transformers'
+        extra keyword arguments (e.g. Qwen3's `enable_thinking`; never messages, tools or the special tokens:
+        `RESERVED`). The plain template ignores both."""
+        reserved = RESERVED & set(variables or ())
+        if reserved:
+            raise InvalidArgument(f"template variables cannot set {', '.join(sorted(reserved))}")
         if not messages:
             raise InvalidArgument("messages must hold at least one message")
         for i, m in enumerate(messages):
@@ -194,8 +202,8 @@ class ChatFormatter:
 
         try:
             text = render_bounded(self.bounds, self._compiled.generate(
-                messages=list(messages), add_generation_prompt=True, bos_token=self.bos_token,
-                eos_token=self.eos_token, **({"tools": list(tools)} if tools else {})))
+                **{"add_generation_prompt": True, **(variables or {})}, messages=list(messages),
+                bos_token=self.bos_token, eos_token=self.eos_token, **({"tools": list(tools)} if tools else {})))
         except TemplateBoundExceeded:
             raise
         except (TemplateError, OverflowError, MemoryError, RecursionError) as exc:

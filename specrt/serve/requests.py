@@ -16,7 +16,7 @@ import uuid
 from typing import Any, Optional
 
 from specrt.core.errors import InvalidArgument
-from specrt.runtime.chat_template import ChatFormatter
+from specrt.runtime.chat_template import RESERVED, ChatFormatter
 from specrt.serve.config import ServeConfig
 from specrt.runtime.prepared import ContextExceeded, PreparedRequest, prepare_prompt
 from specrt.runtime.request import MAX_CHOICES, GenerationRequest
@@ -225,8 +225,15 @@ def prepare_chat(body: Any, gen: Any, config: ServeConfig, formatter: ChatFormat
     rendered_tools = plan.tools if plan is not None and "tools" in features else None
     if rendered_tools:
         check_text(json.dumps(rendered_tools, ensure_ascii=False), "tools")
+    variables = body.chat_template_kwargs
+    if variables:
+        check_text(json.dumps(variables, ensure_ascii=False), "chat_template_kwargs")
+        reserved = RESERVED & set(variables)
+        if reserved:
+            raise bad_request(f"chat_template_kwargs cannot set {', '.join(sorted(reserved))} (the request's own "
+                              "fields and the tokenizer's special tokens set them)", "chat_template_kwargs")
     try:
-        text, add_special = formatter.render(messages, tools=rendered_tools)
+        text, add_special = formatter.render(messages, tools=rendered_tools, variables=variables)
     except InvalidArgument as exc:
         raise bad_request(str(exc), "messages") from None
     ids = _encode(gen, text, add_special)

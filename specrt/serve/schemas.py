@@ -117,6 +117,7 @@ class ChatRequest(SamplingFields):
     max_completion_tokens: Optional[StrictInt] = None  # newer OpenAI name of max_tokens
     logprobs: Optional[StrictBool] = None
     top_logprobs: Optional[StrictInt] = None  # [0, 20], with logprobs true
+    chat_template_kwargs: Optional[dict[StrictStr, Any]] = None  # vLLM extension: more template variables
 
 
 def request_models(methods: Sequence[str]) -> tuple[type[CompletionRequest], type[ChatRequest]]:
