@@ -76,6 +76,10 @@ class DecoderConfig:
     query_pre_attn_scalar: float | None = None  # attention scale = this ** -0.5 (None: head_dim ** -0.5)
     attn_logit_softcapping: float | None = None  # scores -> cap * tanh(scores / cap)
     final_logit_softcapping: float | None = None  # logits -> cap * tanh(logits / cap)
+    # GPT-2: scores scaled by head_dim ** -0.5 (`scale_attn_weights`, False: unscaled), further divided by
+    # layer index + 1 (`scale_attn_by_inverse_layer_idx`)
+    scale_attn_weights: bool = True
+    scale_attn_by_inverse_layer_idx: bool = False
 
     def __post_init__(self) -> None:
         # a manifest gives lists and dicts back: restore tuples and RopeConfigs (the dataclass is frozen)

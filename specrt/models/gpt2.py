@@ -17,8 +17,6 @@ def parse_config(raw: dict[str, Any], architecture: str) -> DecoderConfig:
     act = raw.get("activation_function", "gelu_new")
     if act not in ACTIVATIONS:
         raise CheckpointError(f"unsupported activation_function {act!r}")
-    if raw.get("scale_attn_by_inverse_layer_idx", False):
-        raise CheckpointError("GPT-2 scale_attn_by_inverse_layer_idx=true is not supported")
     hidden = raw["n_embd"]
     heads = raw["n_head"]
     return DecoderConfig(
@@ -35,7 +33,15 @@ def parse_config(raw: dict[str, Any], architecture: str) -> DecoderConfig:
         max_position_embeddings=raw.get("n_positions", 1024),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", True)),
         hidden_act=act,
+        scale_attn_weights=bool(raw.get("scale_attn_weights", True)),
+        scale_attn_by_inverse_layer_idx=bool(raw.get("scale_attn_by_inverse_layer_idx", False)),
     )
+
+
+def attention_scale(c: DecoderConfig, layer: int) -> float:
+    """The factor on layer `layer`'s attention scores, as transformers' GPT2Attention computes it."""
+    scale = c.head_dim**-0.5 if c.scale_attn_weights else 1.0
+    return scale / (layer + 1) if c.scale_attn_by_inverse_layer_idx else scale
 
 
 class Conv1D(nn.Module):
@@ -51,11 +57,12 @@ class Conv1D(nn.Module):
 
 
 class _Attn(nn.Module):
-    def __init__(self, c: DecoderConfig) -> None:
+    def __init__(self, c: DecoderConfig, layer: int) -> None:
         super().__init__()
         self.c_attn = Conv1D(c.hidden_size, 3 * c.hidden_size)
         self.c_proj = Conv1D(c.hidden_size, c.hidden_size)
         self.c = c
+        self.scale = attention_scale(c, layer)
 
     def forward(self, x, k_past, v_past, past_lengths=None, tree_mask=None):
         b, s, _ = x.shape
@@ -63,7 +70,7 @@ class _Attn(nn.Module):
         q, k, v = self.c_attn(x).split(c.hidden_size, dim=-1)
         shape = (b, s, c.num_heads, c.head_dim)
         q, k, v = q.reshape(shape), k.reshape(shape), v.reshape(shape)
-        out = attend(q, k_past, v_past, k, v, c.head_dim**-0.5, past_lengths=past_lengths, tree_mask=tree_mask)
+        out = attend(q, k_past, v_past, k, v, self.scale, past_lengths=past_lengths, tree_mask=tree_mask)
         return self.c_proj(out), k, v
 
 
@@ -79,10 +86,10 @@ class _MLP(nn.Module):
 
 
 class _Block(nn.Module):
-    def __init__(self, c: DecoderConfig) -> None:
+    def __init__(self, c: DecoderConfig, layer: int) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(c.hidden_size, eps=c.norm_eps)
-        self.attn = _Attn(c)
+        self.attn = _Attn(c, layer)
         self.ln_2 = nn.LayerNorm(c.hidden_size, eps=c.norm_eps)
         self.mlp = _MLP(c)
 
@@ -97,7 +104,7 @@ class _Transformer(nn.Module):
         super().__init__()
         self.wte = nn.Embedding(c.vocab_size, c.hidden_size)
         self.wpe = nn.Embedding(c.max_position_embeddings, c.hidden_size)
-        self.h = nn.ModuleList(_Block(c) for _ in range(c.num_layers))
+        self.h = nn.ModuleList(_Block(c, i) for i in range(c.num_layers))
         self.ln_f = nn.LayerNorm(c.hidden_size, eps=c.norm_eps)
 
 
