@@ -30,7 +30,7 @@ import torch
 
 from specrt.models import Decoder
 from specrt.models.config import DecoderConfig
-from specrt.models.layers import rope_inv_freq
+from specrt.models.layers import rope_cos_sin, rope_inv_freq
 from specrt.bundle import graph_io
 from specrt.bundle.graph_io import (LM_HEAD_FULL, LOGIT_POSITIONS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH, present_key,
                                     present_value)
@@ -84,9 +84,10 @@ def fused_io(c: DecoderConfig, screen: bool = False, feature_layers: tuple[int, 
 def rope_caches(c: DecoderConfig, max_seq_len: int, rope=None) -> tuple[np.ndarray, np.ndarray]:
     """cos, sin [max_seq_len, D/2] of `rope` (default c.rope), computed exactly as the PyTorch reference does
     (float32)."""
-    inv_freq = rope_inv_freq(rope or c.rope, c.head_dim)
-    freqs = torch.arange(max_seq_len).float()[:, None] * inv_freq
-    return as_numpy(freqs.cos()), as_numpy(freqs.sin())
+    rope = rope or c.rope
+    freqs = torch.arange(max_seq_len).float()[:, None] * rope_inv_freq(rope, c.head_dim)
+    cos, sin = rope_cos_sin(rope, freqs)
+    return as_numpy(cos), as_numpy(sin)
 
 
 def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False, tree: bool = True,

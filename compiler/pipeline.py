@@ -53,6 +53,12 @@ def check_context(ck: Checkpoint, max_seq_len: int, role: str) -> None:
             f"--max-seq-len {max_seq_len} exceeds the {role}'s learned positions (n_positions="
             f"{c.max_position_embeddings})"
         )
+    ropes = [r for r in (c.rope, c.local_rope) if r is not None]
+    if any(r.rope_type == "dynamic" for r in ropes) and max_seq_len > c.max_position_embeddings:
+        raise CheckpointError(
+            f"{role} uses dynamic (NTK) rope scaling, which rescales past max_position_embeddings="
+            f"{c.max_position_embeddings}: pass --max-seq-len <= {c.max_position_embeddings}"
+        )
     if c.sliding_window and not c.windowed and max_seq_len > c.sliding_window:  # Gemma 3 masks in the graph
         raise CheckpointError(
             f"{role} uses sliding-window attention ({c.sliding_window}); --max-seq-len {max_seq_len} beyond "

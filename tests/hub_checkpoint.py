@@ -54,3 +54,10 @@ def llama_config(vocab: int, **over) -> dict:
             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": vocab,
             "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
             "initializer_range": 0.1, "bos_token_id": None, "eos_token_id": 0, "tie_word_embeddings": False, **over}
+
+
+def qwen2_config(vocab: int, **over) -> dict:
+    """Qwen2.5 as published: tied, sliding_window set but use_sliding_window false (full attention)."""
+    return {**llama_config(vocab), "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+            "rope_theta": 1000000.0, "sliding_window": 131072, "use_sliding_window": False, "max_window_layers": 21,
+            "tie_word_embeddings": True, **over}

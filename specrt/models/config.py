@@ -7,13 +7,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from specrt.core.errors import CheckpointError
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
+# rope types whose frequencies depend on the pretraining length (transformers' default for it, when a config omits
+# `original_max_position_embeddings`, is `max_position_embeddings`)
+USES_ORIGINAL_LENGTH = ("llama3", "yarn", "longrope")
 LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's attention temperature factor, 0.1 * mscale * ln(scale) + 1 (1 for scale <= 1)."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,9 +33,18 @@ class RopeConfig:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
+    # yarn: cos and sin are multiplied by `attention_factor`; the ramp between interpolated and extrapolated
+    # frequencies runs over the dimensions that turn beta_fast .. beta_slow times in the original length
+    attention_factor: float = 1.0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    truncate: bool = True
 
     @classmethod
     def from_hf(cls, raw: dict[str, Any]) -> "RopeConfig":
+        """From a config's `rope_parameters`, or the older top-level `rope_theta` + `rope_scaling`. `dynamic` (NTK)
+        scaling changes nothing within `max_position_embeddings` (transformers rescales only beyond it): it is
+        read as the default rope, and compile bounds --max-seq-len by `max_position_embeddings`."""
         params = raw.get("rope_parameters")
         if params is None:  # older form: rope_theta + rope_scaling at the top level
             params = dict(raw.get("rope_scaling") or {})
@@ -36,14 +54,36 @@ class RopeConfig:
             raise CheckpointError(
                 f"unsupported rope scaling type {rope_type!r}; supported: {', '.join(SUPPORTED_ROPE_TYPES)}"
             )
+        original = 8192
+        if rope_type in USES_ORIGINAL_LENGTH:  # transformers: a top-level value (Phi-3's layout) wins
+            original = raw.get("original_max_position_embeddings") or params.get(
+                "original_max_position_embeddings") or raw.get("max_position_embeddings") or original
+        factor = params.get("factor")
+        if factor is None and rope_type == "yarn" and raw.get("max_position_embeddings"):
+            factor = raw["max_position_embeddings"] / original
+        factor = float(1.0 if factor is None else factor)
         return cls(
             theta=float(params.get("rope_theta", raw.get("rope_theta", 10000.0))),
             rope_type=rope_type,
-            factor=float(params.get("factor", 1.0)),
+            factor=factor,
             low_freq_factor=float(params.get("low_freq_factor", 1.0)),
             high_freq_factor=float(params.get("high_freq_factor", 4.0)),
-            original_max_position_embeddings=int(params.get("original_max_position_embeddings", 8192)),
+            original_max_position_embeddings=int(original),
+            attention_factor=_yarn_attention_factor(params, factor) if rope_type == "yarn" else 1.0,
+            beta_fast=float(params.get("beta_fast") or 32.0),
+            beta_slow=float(params.get("beta_slow") or 1.0),
+            truncate=bool(params.get("truncate", True)),
         )
+
+
+def _yarn_attention_factor(params: dict[str, Any], factor: float) -> float:
+    """`attention_factor` as given, else from `mscale` / `mscale_all_dim` when both are set, else from `factor`."""
+    if params.get("attention_factor") is not None:
+        return float(params["attention_factor"])
+    mscale, mscale_all_dim = params.get("mscale"), params.get("mscale_all_dim")
+    if mscale and mscale_all_dim:
+        return yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+    return yarn_mscale(factor)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +172,21 @@ class DecoderConfig:
         return self.sliding_window if self.layer_types and self.layer_types[i] == "sliding_attention" else None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The manifest's `decoder_config`; fields added after format version 1 shipped are written only where they
+        differ from their defaults, so a manifest written before them reads back and writes out key for key."""
+        out = _without_later_defaults(dataclasses.asdict(self), LATER_DECODER_DEFAULTS)
+        for name in ("rope", "local_rope"):
+            if out[name] is not None:
+                out[name] = _without_later_defaults(out[name], LATER_ROPE_DEFAULTS)
+        return out
+
+
+LATER_DECODER_DEFAULTS = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False}
+LATER_ROPE_DEFAULTS = {"attention_factor": 1.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}
+
+
+def _without_later_defaults(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if k not in defaults or v != defaults[k]}
 
 
 def _ids(value: Any) -> tuple[int, ...]:

@@ -58,7 +58,9 @@ def _ropes(raw: dict[str, Any]) -> tuple[RopeConfig, RopeConfig]:
             local["rope_theta"] = raw["rope_local_base_freq"]
     full.setdefault("rope_theta", DEFAULT_GLOBAL_THETA)
     local.setdefault("rope_theta", DEFAULT_LOCAL_THETA)
-    return RopeConfig.from_hf({"rope_parameters": full}), RopeConfig.from_hf({"rope_parameters": local})
+    length = {"max_position_embeddings": raw.get("max_position_embeddings", 131_072)}
+    return (RopeConfig.from_hf({"rope_parameters": full, **length}),
+            RopeConfig.from_hf({"rope_parameters": local, **length}))
 
 
 def parse_config(raw: dict[str, Any], architecture: str) -> DecoderConfig:

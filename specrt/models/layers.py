@@ -30,9 +30,12 @@ class RMSNorm(nn.Module):
 
 
 def rope_inv_freq(rope: RopeConfig, head_dim: int) -> torch.Tensor:
-    """Inverse frequencies [head_dim // 2], with `linear` or `llama3` scaling applied."""
+    """Inverse frequencies [head_dim // 2], with `linear`, `llama3` or `yarn` scaling applied (`dynamic`: none
+    within max_position_embeddings, see RopeConfig.from_hf)."""
     inv_freq = 1.0 / (rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
-    if rope.rope_type == "linear":
+    if rope.rope_type == "yarn":
+        inv_freq = yarn_inv_freq(rope, head_dim, inv_freq)
+    elif rope.rope_type == "linear":
         inv_freq = inv_freq / rope.factor
     elif rope.rope_type == "llama3":
         low_wavelen = rope.original_max_position_embeddings / rope.low_freq_factor
@@ -48,18 +51,44 @@ def rope_inv_freq(rope: RopeConfig, head_dim: int) -> torch.Tensor:
     return inv_freq.float()
 
 
+def yarn_inv_freq(rope: RopeConfig, head_dim: int, inv_freq: torch.Tensor) -> torch.Tensor:
+    """YaRN (Peng et al.): frequencies that turn fewer than `beta_slow` times over the original length are
+    interpolated (divided by `factor`), those turning more than `beta_fast` times kept, a linear ramp between."""
+    def dim_of(rotations: float) -> float:  # the dimension that turns `rotations` times in the original length
+        return head_dim * math.log(rope.original_max_position_embeddings / (rotations * 2 * math.pi)) / (
+            2 * math.log(rope.theta))
+
+    low, high = dim_of(rope.beta_fast), dim_of(rope.beta_slow)
+    if rope.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp  # 1: extrapolated (the original frequency), 0: interpolated
+    return inv_freq / rope.factor * (1 - keep) + inv_freq * keep
+
+
+def rope_cos_sin(rope: RopeConfig, freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotation angles, times yarn's `attention_factor` (1 for every other rope type)."""
+    if rope.attention_factor == 1.0:
+        return freqs.cos(), freqs.sin()
+    return freqs.cos() * rope.attention_factor, freqs.sin() * rope.attention_factor
+
+
 class Rotary(nn.Module):
     """Rotary position embedding (the non-interleaved "rotate half" layout used by Llama/Qwen)."""
 
     def __init__(self, rope: RopeConfig, head_dim: int) -> None:
         super().__init__()
         self.register_buffer("inv_freq", rope_inv_freq(rope, head_dim), persistent=False)
+        self.rope = rope
 
     def cos_sin(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # position_ids: [B, S] -> cos, sin: [B, S, 1, head_dim]
         freqs = position_ids.float()[..., None] * self.inv_freq  # [B, S, head_dim/2]
         emb = torch.cat((freqs, freqs), dim=-1)[:, :, None, :]
-        return emb.cos(), emb.sin()
+        return rope_cos_sin(self.rope, emb)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
