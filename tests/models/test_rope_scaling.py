@@ -37,6 +37,9 @@ CASES = {
                                                                      "factor": 2.0,
                                                                      "original_max_position_embeddings": 64}},
     "dynamic": {"rope_scaling": {"type": "dynamic", "factor": 2.0}},
+    # a top-level original_max_position_embeddings (Phi-3's layout) wins over the one inside rope_scaling
+    "yarn_top_level_original": {"original_max_position_embeddings": 32,
+                                "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}},
 }
 
 
