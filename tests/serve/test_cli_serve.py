@@ -21,6 +21,7 @@ SPECRT = str(Path(sys.executable).with_name("specrt"))
 def test_serve_help_and_bad_bundle(tmp_path):
     out = subprocess.run([SPECRT, "serve", "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "--max-concurrency" in out.stdout and "--api-key" in out.stdout
+    assert "Default drafting method (default: auto," in " ".join(out.stdout.split())  # what the server uses (below)
     out = subprocess.run([SPECRT, "serve", str(tmp_path / "missing")], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "does not exist" in out.stderr and "Traceback" not in out.stderr
 
@@ -47,6 +48,7 @@ def test_serve_subprocess(pair_bundle, pair_generator):
         resp = client.completions.create(model="demo", prompt="import os", max_tokens=8, temperature=0)
         ref = pair_generator.generate("import os", 8, temperature=0, method="draft", num_speculative_tokens=K)
         assert resp.choices[0].text == ref.text
+        assert resp.model_extra["speculative_stats"]["method"] == "auto"  # no `speculative`: the --help's default
         # one log line per request at the default level: method, path, status, tokens, duration
         logged, deadline = [], time.monotonic() + 10
         while time.monotonic() < deadline and not any("POST /v1/completions" in x for x in logged):

@@ -14,7 +14,7 @@ from specrt.cli.options import BatchSize, backend_option, method_option, prefix_
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
-@method_option(help_text="Default drafting method (default: draft when the bundle has one, else ngram).")
+@method_option(help_text="Default drafting method (default: auto, every source the bundle has in one tree).")
 @click.option("--num-speculative-tokens", "k", default="auto", show_default=True, type=KType(),
               help="Default tokens drafted per step, or 'auto' (adaptive).")
 @click.option("--max-concurrency", default=1, show_default=True, type=click.IntRange(min=1),
