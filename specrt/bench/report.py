@@ -56,6 +56,7 @@ def natural_width(console, table) -> int:
 
 
 def suite_table(result: dict[str, Any], suite: str, columns: tuple[str, ...], compact: bool) -> Any:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"suite: {suite}", title_justify="left", box=None if compact else table_box())
@@ -66,7 +67,7 @@ def suite_table(result: dict[str, Any], suite: str, columns: tuple[str, ...], co
     for row in result["results"]:
         if row["suite"] == suite:
             cells = row_cells(row)
-            table.add_row(*(cells[i] for i in keep))
+            table.add_row(*(escape(cells[i]) for i in keep))  # `auto[ngram]` is a label, not rich markup
     return table
 
 

@@ -71,3 +71,13 @@ def test_tables_at_exactly_100_columns_cut_nothing(pair_bundle):
         assert proc.returncode == 0, proc.stderr
         assert "…" not in proc.stdout, proc.stdout
         assert all(len(line) <= columns for line in proc.stdout.splitlines()), proc.stdout
+
+
+def test_auto_source_labels_show_in_the_terminal_table(pair_bundle):
+    """`--methods 'auto[ngram],auto'`: each row names its sources (rich read `[ngram]` as markup and dropped it,
+    so both rows read `auto k=auto`)."""
+    args = [*SMALL[:-4], "--methods", "auto[ngram],auto[ngram,recycle],auto", "--k", "auto"]
+    proc, _ = run([pair_bundle, *args], columns=120)
+    assert proc.returncode == 0, proc.stderr
+    configs = [line.split()[0] for line in proc.stdout.splitlines() if line.strip().startswith("auto")]
+    assert configs == ["auto[ngram]", "auto[ngram,recycle]", "auto"] * 2, proc.stdout  # suite code, then overall
