@@ -226,3 +226,28 @@ def test_answers_from_a_bundle_equal_the_reference_path(tmp_path, llama_target, 
     other = open_checkpoint(llama_draft).config  # one layer: not the bundle's target
     with pytest.raises(InvalidArgument, match="not compiled from this target"):
         answers_from_bundle(target_only_bundle, other, encode, prompts, tmp_path / "o", max_new=4, samples=0)
+
+
+def test_the_printed_next_command_compiles(tmp_path, llama_target, monkeypatch):
+    """`specrt train-head ... -o artifacts/my-head` (docs/draft-head.md) prints a `next: specrt compile` line that
+    runs as printed: its bundle is not the head's own directory (it was `-o artifacts/my-head`: exit 2)."""
+    import shlex
+
+    from specrt.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompts.txt").write_text(PROMPTS)
+    runner = CliRunner()
+    res = runner.invoke(main, ["train-head", "--target", str(llama_target), "-o", "artifacts/my-head", "--prompts",
+                               "prompts.txt", "--draft-vocab", "64", "--answer-tokens", "10", "--steps", "1",
+                               "--batch-size", "2", "--max-rows", "16"])
+    assert res.exit_code == 0, res.output
+    (line,) = [x for x in res.output.splitlines() if x.startswith("next: ")]
+    args = shlex.split(line.removeprefix("next: specrt "))
+    assert args[args.index("-o") + 1] == "artifacts/my-bundle"
+    res = runner.invoke(main, [*args, "--max-seq-len", "64", "--max-draft-tokens", "4"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "artifacts" / "my-bundle" / "manifest.json").is_file()
+    from specrt.cli.commands.train_head import next_compile_line
+
+    assert next_compile_line("t", "artifacts/my-bundle").endswith(" -o artifacts/my-bundle-bundle")

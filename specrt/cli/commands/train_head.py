@@ -84,7 +84,16 @@ def train_head_cmd(target, output, prompts, draft_vocab, answer_tokens, samples,
         echo_json({"output": str(output), "heldout_acceptance": acc, "draft_vocab_size": metrics["draft_vocab_size"]})
     else:
         click.echo(f"wrote head {output}; held-out acceptance per draft position (k=3): {acc['per_position']}")
-        click.echo(f"next: specrt compile --target {target} --draft head:{output} -o artifacts/my-head")
+        click.echo(next_compile_line(target, output))
+
+
+def next_compile_line(target, output) -> str:
+    """The compile command to run next; its bundle path is never the head's own directory (docs/draft-head.md's
+    `-o artifacts/my-head` made the old fixed `-o artifacts/my-head` a command compile refuses)."""
+    bundle = Path("artifacts/my-bundle")
+    if bundle.resolve() == Path(output).resolve():
+        bundle = Path(f"{output}-bundle")
+    return f"next: specrt compile --target {target} --draft head:{output} -o {bundle}"
 
 
 def _fused(target, output, prompts, draft_vocab, answer_tokens, samples, steps, max_minutes, batch_size, max_rows, lr,
