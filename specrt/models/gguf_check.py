@@ -51,7 +51,42 @@ def _reader(path: Path) -> Any:
     try:
         return gguf.GGUFReader(str(path))
     except Exception as exc:  # the gguf package raises ValueError / struct / numpy errors on corrupt files
-        raise CheckpointError(f"cannot read GGUF file {path.name}: {exc}") from None
+        raise CheckpointError(f"cannot read GGUF file {path.name}: {_why_unreadable(path, exc)}") from None
+
+
+def _why_unreadable(path: Path, exc: Exception) -> str:
+    """Say what is wrong with a file the `gguf` reader refused: its own message for a cut-short file is a numpy
+    reshape/mmap error ("cannot reshape array of size 5360 into shape (128,68)"). Re-read only the header and
+    compare the bytes its tensor table needs with the file's size."""
+    import gguf
+    import numpy as np
+
+    size = path.stat().st_size
+    if size == 0:
+        return "the file is empty"
+    if str(exc) == "GGUF magic invalid":
+        with open(path, "rb") as f:
+            if f.read(64).startswith(b"version https://git-lfs"):
+                return "a Git LFS pointer, not the model file (fetch the file itself: git lfs pull)"
+        return "not a GGUF file (it does not start with the GGUF magic bytes)"
+
+    class HeaderOnly(gguf.GGUFReader):  # parses header, metadata and tensor table; maps no tensor data
+        def _build_tensors(self, start: int, fields: list) -> None:
+            ends = [0]
+            for f in fields:
+                dims, raw_type, offset = f.parts[3], f.parts[4], f.parts[5]
+                block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(raw_type[0]))]
+                ends.append(start + int(offset[0]) + int(np.prod(dims.astype(np.uint64))) * type_size // block)
+            self.needed = max(ends)
+
+    try:
+        needed = HeaderOnly(str(path)).needed
+    except Exception:  # noqa: BLE001  (the header itself does not parse)
+        return f"the file is truncated or corrupt: its header and metadata do not parse ({size:,} bytes; {exc})"
+    if needed > size:
+        return (f"the file is truncated: its tensor table needs {needed:,} bytes, the file has {size:,} (an "
+                "interrupted download or copy?)")
+    return str(exc)
 
 
 def _value(reader: Any, key: str, kinds: set[str], path: Path) -> Any:

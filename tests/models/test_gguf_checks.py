@@ -76,3 +76,26 @@ def test_zip_bomb_is_refused_before_extracting(tmp_path):
     with pytest.raises(CheckpointError, match="refusing to extract"):
         prepare_gguf(bomb, tmp_path / "scratch")
     assert not list((tmp_path / "scratch").rglob("*.gguf"))
+
+
+UNREADABLE = {
+    "half the file": (lambda d: d[: len(d) // 2], r"truncated: its tensor table needs [\d,]+ bytes, the file has"),
+    "last 7 bytes missing": (lambda d: d[:-7], r"truncated: its tensor table needs"),
+    "cut inside the header": (lambda d: d[:200], r"truncated or corrupt: its header and metadata do not parse"),
+    "empty": (lambda d: b"", "the file is empty"),
+    "text": (lambda d: b"hello, this is not a model\n" * 4, "not a GGUF file"),
+    "git lfs pointer": (lambda d: b"version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 9\n", "git lfs pull"),
+}
+
+
+@pytest.mark.parametrize("case", UNREADABLE)
+def test_unreadable_file_says_what_is_wrong(tmp_path, good, case):
+    """The gguf reader's own message for a cut-short file is a numpy reshape error; the file's size against
+    what its tensor table needs is what the user can act on."""
+    cut, words = UNREADABLE[case]
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(cut(good.read_bytes()))
+    with pytest.raises(CheckpointError, match=words) as exc:
+        prepare_gguf(bad, tmp_path / "scratch")
+    assert str(exc.value).startswith("cannot read GGUF file model.gguf: ") and "\n" not in str(exc.value)
+    assert "reshape" not in str(exc.value)
