@@ -82,9 +82,14 @@ def _convert(name: str, t: np.ndarray, model_type: str, cfg: dict) -> np.ndarray
 
 
 def write_gguf(checkpoint: Path, out: Path, qtype: str = "F32", chat_template: str | None = None,
-               name: str | None = None, drop=(), meta: dict | None = None, tensor_hook=None) -> Path:
+               name: str | None = None, drop=(), meta: dict | None = None, tensor_hook=None,
+               types: dict | None = None, tokenizer: str = "gpt2") -> Path:
     """checkpoint: a transformers directory (config.json, model.safetensors, tokenizer.json) of a model_type in
-    GGUF_ARCH. qtype: F32, Q8_0 or Q4_0 (matrices only; norms and biases stay F32, as llama.cpp writes them).
+    GGUF_ARCH. qtype: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K or Q6_K (matrices only; norms and
+    biases stay F32, as llama.cpp writes them; K-quants need rows of a multiple of 256 values).
+    types: {GGUF tensor name: qtype} overrides per tensor (mixed files: llama.cpp's Q4_K_M keeps
+    token_embd/output in Q6_K). tokenizer: "gpt2" (byte-level BPE) or "llama" (SentencePiece pieces with
+    byte fallback, built from the checkpoint's vocabulary).
     name: general.name (llama.cpp writes the model's name there).
     For hostile files: `drop` GGUF tensor names to leave out ("*" for all), `meta` {key: (value, GGUFValueType)}
     written instead of the key's usual value, `tensor_hook(gguf_name, array) -> array` edits weights."""
@@ -99,8 +104,8 @@ def write_gguf(checkpoint: Path, out: Path, qtype: str = "F32", chat_template: s
     if name is not None:
         w.add_name(name)
     _metadata(w, cfg, model_type)
-    w.add_file_type({"F32": 0, "Q8_0": 7, "Q4_0": 2}[qtype])
-    _add_tokenizer(w, tok, cfg, chat_template)
+    w.add_file_type(FILE_TYPES[qtype])
+    (_add_llama_tokenizer if tokenizer == "llama" else _add_tokenizer)(w, tok, cfg, chat_template)
     for key, (value, vtype) in (meta or {}).items():
         for kv in w.kv_data:
             kv.pop(key, None)
@@ -111,7 +116,7 @@ def write_gguf(checkpoint: Path, out: Path, qtype: str = "F32", chat_template: s
         gname = _gguf_tensor_name(names, name)
         if gname in drop or "*" in drop:
             continue
-        _add_tensor(w, gname, tensor_hook(gname, t) if tensor_hook else t, qtype)
+        _add_tensor(w, gname, tensor_hook(gname, t) if tensor_hook else t, (types or {}).get(gname, qtype))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -124,14 +129,25 @@ def write_llama_gguf(checkpoint: Path, out: Path, qtype: str = "F32", chat_templ
     return write_gguf(checkpoint, out, qtype, chat_template)
 
 
+# general.file_type (llama.cpp's LlamaFileType) of a file whose matrices are mostly `qtype`
+FILE_TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q6_K": 18, "Q4_K": 15,
+              "BF16": 32}
+
+
 def _add_tensor(w, name: str, t: np.ndarray, qtype: str) -> None:
     import gguf
+
+    from gguf_kquants import ENCODERS, encode
 
     if qtype == "F32" or t.ndim < 2:  # norms stay F32, as llama.cpp writes them
         w.add_tensor(name, t)
         return
+    if qtype == "F16":
+        w.add_tensor(name, t.astype(np.float16))
+        return
     kind = getattr(gguf.GGMLQuantizationType, qtype)
-    w.add_tensor(name, gguf.quants.quantize(t, kind), raw_dtype=kind)
+    data = encode(t, qtype) if qtype in ENCODERS else gguf.quants.quantize(t, kind)
+    w.add_tensor(name, data, raw_dtype=kind)
 
 
 def _add_tokenizer(w, tok: dict, cfg: dict, chat_template: str | None) -> None:
@@ -147,5 +163,36 @@ def _add_tokenizer(w, tok: dict, cfg: dict, chat_template: str | None) -> None:
     w.add_token_merges(merges)
     w.add_eos_token_id(int(cfg["eos_token_id"]))
     w.add_add_bos_token(False)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
+
+
+def _add_llama_tokenizer(w, tok: dict, cfg: dict, chat_template: str | None) -> None:
+    """tokenizer.ggml.model = llama (SentencePiece): <unk>, <s>, </s>, the 256 byte-fallback pieces <0xXX>,
+    then the checkpoint's BPE tokens as pieces ("Ġ" -> "▁"), scored by rank, up to the model's vocab size."""
+    size = cfg["vocab_size"]
+    tokens, types = ["<unk>", "<s>", "</s>"], [2, 3, 3]  # 2: unknown, 3: control, 6: byte, 1: normal
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [6] * 256
+    seen = set(tokens)
+    for piece, _ in sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1]):
+        piece = piece.replace("\u0120", "\u2581")
+        if len(tokens) >= size:
+            break
+        if piece not in seen and not piece.startswith("<"):
+            seen.add(piece)
+            tokens.append(piece)
+            types.append(1)
+    while len(tokens) < size:
+        tokens.append(f"<extra_{len(tokens)}>")
+        types.append(4)  # user-defined
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([-float(i) for i in range(len(tokens))])
+    w.add_token_types(types)
+    w.add_unk_token_id(0)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(True)
     if chat_template is not None:
         w.add_chat_template(chat_template)
