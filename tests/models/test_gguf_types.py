@@ -5,6 +5,7 @@ tests/gguf_kquants.py encodes them; its blocks are first checked against the pac
 
 import numpy as np
 import pytest
+from gguf import GGUFValueType as T
 
 from gguf_kquants import encode
 from gguf_writer import write_gguf
@@ -15,9 +16,11 @@ from specrt.compiler import CompileSpec, compile_bundle
 
 PROMPTS = ("import os\ndef main(", "    parser.add_argument(")
 K_MIXED = {"token_embd.weight": "Q6_K", "output.weight": "Q6_K", "blk.0.ffn_down.weight": "Q6_K"}  # like Q4_K_M
+EXTRA_META = {"general.tags": (["a", "b"], T.ARRAY), "quantize.imatrix.file": ("x.dat", T.STRING),
+              "llama.unknown.key": (3, T.UINT32), "tokenizer.ggml.eot_token_id": (5, T.UINT32)}  # ignored
 CASES = {  # name: (checkpoint hidden size, write_gguf options, quantization recorded in the manifest)
     "F16": (64, dict(qtype="F16"), "F16"),
-    "BF16": (64, dict(qtype="BF16"), "BF16"),
+    "BF16": (64, dict(qtype="BF16", meta=EXTRA_META), "BF16"),
     "Q4_1": (64, dict(qtype="Q4_1"), "Q4_1"),
     "Q5_0": (64, dict(qtype="Q5_0"), "Q5_0"),
     "Q5_1": (64, dict(qtype="Q5_1"), "Q5_1"),
