@@ -33,6 +33,7 @@ def assert_greedy_matches(checkpoint, bundle_dir, new_tokens: int = 24, methods=
             assert got == expected, f"{checkpoint.name} {method}: {got} != {expected}"
 
 
+@pytest.mark.slow  # a compile and a generation through the CLI (~10 s)
 def test_gpt2_unscaled_and_layer_scaled_attention(tmp_path, tokenizer_path):
     """scale_attn_weights false (scores not divided by sqrt(head_dim)) with scale_attn_by_inverse_layer_idx (divided
     by layer index + 1, as in Stanford CRFM's GPT-2s): compiled before as plain GPT-2 (wrong output) / refused."""
@@ -40,6 +41,7 @@ def test_gpt2_unscaled_and_layer_scaled_attention(tmp_path, tokenizer_path):
     assert_greedy_matches(hub_checkpoint(tmp_path / "gpt2", raw, tokenizer_path), tmp_path / "bundle")
 
 
+@pytest.mark.slow  # a compile and a generation through the CLI (~6 s)
 def test_qwen25_with_yarn_in_bf16(tmp_path, tokenizer_path):
     """Qwen2.5's documented long-context setting (rope_scaling yarn, factor 4) on a bf16 checkpoint: the yarn
     frequencies and attention factor reach both graphs (the fused graph's rope caches too); was refused."""
