@@ -165,8 +165,8 @@ class Generator:
                             target's own successor table, Token Recycling: runtime/proposers/recycle.py)
           num_speculative_tokens   k, an int in [0, max_draft_tokens] or "auto" (adaptive; the default)
           ngram_min, ngram_max     n-gram match lengths for methods "ngram" (default 1, 3) and "hybrid" (2, 3)
-          stop              stop strings: the text is cut before the first one, the generation ends with the step
-                            that reached it (finish_reason "stop"; token_ids hold that step's tokens)
+          stop              stop strings: the text is cut before the first one, the output ends with the token
+                            that completed it (finish_reason "stop"; token_ids end with that token)
           strict            refuse a prompt + max_new_tokens beyond the context (default: stop at it)
           presence_penalty, frequency_penalty (OpenAI, [-2, 2]), repetition_penalty (vLLM, (0, 2]), logit_bias
                             ({token id: [-100, 100]}): applied to every verified position (docs/requests.md)
@@ -192,8 +192,8 @@ class Generator:
     def stream_tokens(self, prompt: str | Sequence[int], max_new_tokens: int | None = None, *,
                       request: GenerationRequest | None = None, **options: Any):
         """Yield (new token ids, stats) per step; the stats object is complete after the last step.
-        Arguments as `generate`; with stop strings the generation ends with the step whose text reaches one
-        (finish_reason "stop"; the ids are not cut: a caller that wants the cut text runs a `TextStage`)."""
+        Arguments as `generate`; with stop strings the last step's ids end with the token that completed one
+        (finish_reason "stop"; the text is not cut from them: a caller that wants the cut text runs a `TextStage`)."""
         yield from token_steps(*start(self, "stream_tokens", prompt, max_new_tokens, request, options), self.tokenizer)
 
     def close(self) -> None:

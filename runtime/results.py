@@ -1,5 +1,5 @@
 """What `Generator.generate`, `stream` and `stream_tokens` make of the decode steps: a `GenerationResult`, text
-pieces, or (ids, stats) per step, each ending with the step whose text reaches a stop string (`TextStage`).
+pieces, or (ids, stats) per step, each ending with the token whose text completes a stop string (`TextStage`).
 
 `steps` yields (new token ids, prompt ids, stats) per step (Generator's run); closing it ends the generation.
 """
@@ -83,7 +83,7 @@ def text_pieces(steps, stops: tuple[str, ...], tokenizer) -> Iterator[str]:
 
 
 def token_steps(steps, stops: tuple[str, ...], tokenizer) -> Iterator[tuple[list[int], GenerationStats]]:
-    """(new token ids, stats) per step; with stop strings, ends with the step whose text reaches one."""
+    """(new token ids, stats) per step; with stop strings, ends with the token whose text completes one."""
     stage = TextStage(tokenizer, stops) if stops else None
     with contextlib.closing(steps):
         for chunk, _, stats in steps:

@@ -154,8 +154,8 @@ class BatchEngine:
 
     def stream_tokens(self, prompt, max_new_tokens: int | None = None, *, request: GenerationRequest | None = None,
                       **options: Any) -> Iterator[tuple[list[int], GenerationStats]]:
-        """Like `Generator.stream_tokens`: (new token ids, stats) per step, ending with the step whose text reaches a
-        stop string (finish_reason "stop"). Closing the iterator cancels. `prompt` may be a PreparedRequest.
+        """Like `Generator.stream_tokens`: (new token ids, stats) per step, ending with the token whose text completes
+        a stop string (finish_reason "stop"). Closing the iterator cancels. `prompt` may be a PreparedRequest.
         A request the batch does not run (a constraint, penalties or logprobs, a method such as medusa) runs on the
         Generator's one-request loop instead, beside the batch (one at a time among themselves)."""
         prepared = self._prepared("stream_tokens", prompt, max_new_tokens, request, options)

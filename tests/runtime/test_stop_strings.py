@@ -1,6 +1,6 @@
 """Issue 49 #6: stop strings are honoured wherever a request takes them (Generator.generate / stream /
-stream_tokens, BatchEngine.generate_batch): the text is cut before the first one, the generation ends with the step
-that reached it, finish_reason "stop"."""
+stream_tokens, BatchEngine.generate_batch): the text is cut before the first one, the output ends with the token
+that completed it (not the rest of its speculative step), finish_reason "stop"."""
 
 import numpy as np
 import pytest
