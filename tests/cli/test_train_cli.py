@@ -51,6 +51,7 @@ def test_train_medusa_then_compile(tmp_path, llama_target, text_dir):
     proc = specrt("compile", "--target", llama_target, "--medusa", out, "-o", bundle, "--max-seq-len", 64,
                   "--max-draft-tokens", 4)
     assert proc.returncode == 0, proc.stderr
+    assert "(target, 2 Medusa heads;" in proc.stdout  # the closing line names what the bundle holds
     proc = specrt("generate", bundle, "--prompt", "import os", "--max-new-tokens", 8, "--method", "medusa",
                   "--num-speculative-tokens", 2, "--json")
     assert proc.returncode == 0, proc.stderr

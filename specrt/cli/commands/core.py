@@ -95,7 +95,12 @@ def compile_cmd(target, draft, medusa, output, max_seq_len, max_draft_tokens, fo
     else:
         from specrt.cli.describe import human_size
 
-        click.echo(f"wrote bundle {out} ({', '.join(summary['models'])}; max_seq_len={max_seq_len}, "
+        parts = list(summary["models"])
+        if summary["medusa"] is not None:
+            parts.append(f"{summary['medusa']['num_heads']} Medusa heads")
+        if summary["draft_head"] is not None:
+            parts.append("draft head")
+        click.echo(f"wrote bundle {out} ({', '.join(parts)}; max_seq_len={max_seq_len}, "
                    f"max_draft_tokens={max_draft_tokens}; {human_size(summary['bytes'])} in {summary['files']} "
                    "files: `specrt inspect` lists them)")
 
