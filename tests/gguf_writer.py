@@ -1,5 +1,6 @@
 """Write GGUF files (llama.cpp layout) from tiny transformers checkpoints, with the `gguf` package: Llama,
-Mistral, Qwen2, Qwen3 and Gemma 3.
+Mistral, Qwen2, Qwen3 and Gemma 3; and read one back with transformers (`transformers_greedy`, the reference the
+GGUF tests compare bundles with).
 
 Test-only: real GGUF files come from llama.cpp's converter; this writes the same keys and tensor names.
 Tensor names come from the `gguf` package's own name map (`get_tensor_name_map`, the table llama.cpp's
@@ -196,3 +197,16 @@ def _add_llama_tokenizer(w, tok: dict, cfg: dict, chat_template: str | None) -> 
     w.add_add_bos_token(True)
     if chat_template is not None:
         w.add_chat_template(chat_template)
+
+
+def transformers_greedy(gguf_file, prompt_ids, n):
+    """transformers' own greedy continuation (n tokens, EOS not stopping) of `prompt_ids`, reading the GGUF file."""
+    import torch
+    import transformers as tf
+
+    model = tf.AutoModelForCausalLM.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name,
+                                                    dtype=torch.float32).eval()
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=n, do_sample=False, eos_token_id=None,
+                             pad_token_id=0)
+    return out[0, len(prompt_ids):].tolist()

@@ -8,7 +8,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from gguf_writer import write_llama_gguf
+from gguf_writer import transformers_greedy, write_llama_gguf
 from helpers import run_cli
 
 from specrt.bundle.manifest import read_manifest
@@ -30,18 +30,6 @@ def gguf_files(tmp_path_factory, llama_target):
 def gguf_bundles(tmp_path_factory, gguf_files):
     d = tmp_path_factory.mktemp("gguf-bundles")
     return {q: compile_bundle(CompileSpec(f, d / q, max_seq_len=96, max_draft_tokens=4)) for q, f in gguf_files.items()}
-
-
-def transformers_greedy(gguf_file, prompt_ids, n):
-    import torch
-    import transformers as tf
-
-    model = tf.AutoModelForCausalLM.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name,
-                                                    dtype=torch.float32).eval()
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=n, do_sample=False, eos_token_id=None,
-                             pad_token_id=0)
-    return out[0, len(prompt_ids):].tolist()
 
 
 @pytest.mark.parametrize("qtype", ["F32", "Q8_0"])

@@ -8,7 +8,7 @@ import pytest
 from gguf import GGUFValueType as T
 
 from gguf_kquants import encode
-from gguf_writer import write_gguf
+from gguf_writer import transformers_greedy, write_gguf
 from helpers import make_checkpoint
 
 from specrt.bundle.manifest import read_manifest
@@ -49,18 +49,6 @@ def typed(tmp_path_factory, tokenizer_path, llama_target):
         f = write_gguf(wide if hidden == 256 else llama_target, d / f"{name}.gguf", **kw)
         out[name] = (f, compile_bundle(CompileSpec(f, d / f"{name}-bundle", max_seq_len=96, max_draft_tokens=4)))
     return out
-
-
-def transformers_greedy(gguf_file, ids, n):
-    import torch
-    import transformers as tf
-
-    model = tf.AutoModelForCausalLM.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name,
-                                                    dtype=torch.float32).eval()
-    with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, eos_token_id=None,
-                             pad_token_id=0)
-    return out[0, len(ids):].tolist()
 
 
 @pytest.mark.slow  # seven GGUF compiles (module fixture)
