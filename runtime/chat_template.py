@@ -40,6 +40,14 @@ def _token_text(value: Any) -> str:
 RESERVED = frozenset({"messages", "tools", "bos_token", "eos_token"})  # set by render itself
 
 
+def check_variables(variables: Optional[dict[str, Any]]) -> None:
+    """Template variables a caller adds (the server's `chat_template_kwargs`) never set what render sets itself."""
+    reserved = RESERVED & set(variables or ())
+    if reserved:
+        raise InvalidArgument(f"template variables cannot set {', '.join(sorted(reserved))} (the request's own "
+                              "fields and the tokenizer's special tokens set them)")
+
+
 def _pick_template(raw: Any, name: str = "default") -> Optional[str]:
     """The named template of a checkpoint that has several (`tool_use`: None when it has no such one)."""
     if isinstance(raw, str):
@@ -185,10 +193,8 @@ class ChatFormatter:
         """`tools` (OpenAI tool definitions) reach the template as its `tools` variable, as in transformers'
         `apply_chat_template(..., tools=...)`; `variables` are further template variables, as transformers'
         extra keyword arguments (e.g. Qwen3's `enable_thinking`; never messages, tools or the special tokens:
-        `RESERVED`). The plain template ignores both."""
-        reserved = RESERVED & set(variables or ())
-        if reserved:
-            raise InvalidArgument(f"template variables cannot set {', '.join(sorted(reserved))}")
+        `check_variables`). The plain template ignores both."""
+        check_variables(variables)
         if not messages:
             raise InvalidArgument("messages must hold at least one message")
         for i, m in enumerate(messages):

@@ -16,7 +16,7 @@ import uuid
 from typing import Any, Optional
 
 from specrt.core.errors import InvalidArgument
-from specrt.runtime.chat_template import RESERVED, ChatFormatter
+from specrt.runtime.chat_template import ChatFormatter, check_variables
 from specrt.serve.config import ServeConfig
 from specrt.runtime.prepared import ContextExceeded, PreparedRequest, prepare_prompt
 from specrt.runtime.request import MAX_CHOICES, GenerationRequest
@@ -228,10 +228,10 @@ def prepare_chat(body: Any, gen: Any, config: ServeConfig, formatter: ChatFormat
     variables = body.chat_template_kwargs
     if variables:
         check_text(json.dumps(variables, ensure_ascii=False), "chat_template_kwargs")
-        reserved = RESERVED & set(variables)
-        if reserved:
-            raise bad_request(f"chat_template_kwargs cannot set {', '.join(sorted(reserved))} (the request's own "
-                              "fields and the tokenizer's special tokens set them)", "chat_template_kwargs")
+        try:
+            check_variables(variables)  # render's own rule, checked first to name the field
+        except InvalidArgument as exc:
+            raise bad_request(str(exc), "chat_template_kwargs") from None
     try:
         text, add_special = formatter.render(messages, tools=rendered_tools, variables=variables)
     except InvalidArgument as exc:
