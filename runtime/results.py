@@ -35,14 +35,12 @@ def collect(steps, stops: tuple[str, ...], tokenizer) -> GenerationResult:
     parts: list[str] = []
     with contextlib.closing(steps):
         for chunk, prompt_ids, stats in steps:
-            if stage is None:
-                ids.extend(chunk)
-                continue
-            parts.append(stage.push(chunk))
-            ids.extend(chunk[:stage.kept])
-            if stage.stopped:  # the generation ends with this step's token that completed the stop string
-                drop_past_stop(stats, len(chunk) - stage.kept)
-                break
+            if stage is not None:
+                parts.append(stage.push(chunk))
+                if stage.stopped:  # the generation ends with this step's token that completed the stop string
+                    ids.extend(end_at_stop(stats, chunk, stage))
+                    break
+            ids.extend(chunk)
     if stage is None:
         text = tokenizer.decode(ids)
     else:
@@ -53,13 +51,17 @@ def collect(steps, stops: tuple[str, ...], tokenizer) -> GenerationResult:
     return GenerationResult(text, ids, prompt_ids, stats, stats.finish_reason, logprobs)
 
 
-def drop_past_stop(stats: GenerationStats, dropped: int) -> None:
-    """The stop step's tokens after the one that completed the stop string are not output: not counted, no
-    logprobs (the token counts then do not depend on how speculation grouped the tokens into steps)."""
+def end_at_stop(stats: GenerationStats, chunk: list[int], stage: TextStage) -> list[int]:
+    """The stop step's tokens up to the one that completed the stop string (finish_reason "stop"); those after it
+    are not output: not counted, no logprobs (the token counts then do not depend on how speculation grouped the
+    tokens into steps)."""
+    stats.finish_reason = "stop"
+    dropped = len(chunk) - stage.kept
     if dropped > 0:
         stats.new_tokens -= dropped
         if stats.token_logprobs:
             del stats.token_logprobs[len(stats.token_logprobs) - dropped:]
+    return chunk[:stage.kept]
 
 
 def text_pieces(steps, stops: tuple[str, ...], tokenizer) -> Iterator[str]:
@@ -69,8 +71,7 @@ def text_pieces(steps, stops: tuple[str, ...], tokenizer) -> Iterator[str]:
         for chunk, _, stats in steps:
             piece = stage.push(chunk)
             if stage.stopped:
-                stats.finish_reason = "stop"
-                drop_past_stop(stats, len(chunk) - stage.kept)
+                end_at_stop(stats, chunk, stage)
             if piece:
                 yield piece
             if stage.stopped:
@@ -90,9 +91,7 @@ def token_steps(steps, stops: tuple[str, ...], tokenizer) -> Iterator[tuple[list
             if stage is not None:
                 stage.push(chunk)
                 if stage.stopped:
-                    stats.finish_reason = "stop"
-                    drop_past_stop(stats, len(chunk) - stage.kept)
-                    chunk = chunk[:stage.kept]
+                    chunk = end_at_stop(stats, chunk, stage)
             yield chunk, stats
             if stage is not None and stage.stopped:
                 return
