@@ -53,8 +53,7 @@ def check_bias(bias: Any) -> tuple[tuple[int, float], ...]:
         for tid, b in items:
             # a string key is the decimal digits of one id, as OpenAI's JSON keys are ("01", " 1" or another
             # script's digits are not an id: they would name the same token as "1" and one would be lost)
-            key = int(tid) if isinstance(tid, str) and tid.isascii() and tid.isdigit() and (tid == "0" or tid[0] != "0") \
-                else tid
+            key = int(tid) if isinstance(tid, str) and tid.isascii() and tid.isdigit() and str(int(tid)) == tid else tid
             if isinstance(key, bool) or not isinstance(key, (int, np.integer)) or key < 0:
                 raise _FieldError("logit_bias", f"logit_bias keys must be token ids (integers >= 0), got {tid!r}")
             if int(key) in out:

@@ -65,8 +65,7 @@ def yarn_inv_freq(rope: RopeConfig, head_dim: int, inv_freq: torch.Tensor) -> to
     if low == high:
         high += 0.001
     ramp = ((torch.arange(head_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
-    keep = 1 - ramp  # 1: extrapolated (the original frequency), 0: interpolated
-    return inv_freq / rope.factor * (1 - keep) + inv_freq * keep
+    return inv_freq / rope.factor * ramp + inv_freq * (1 - ramp)  # ramp 0: the original frequency, 1: interpolated
 
 
 def rope_cos_sin(rope: RopeConfig, freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
