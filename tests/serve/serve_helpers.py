@@ -42,11 +42,18 @@ class ServerThread:
 
 
 @contextlib.contextmanager
-def serving(generators: Any, **kwargs: Any) -> Iterator[ServerThread]:
+def serving(generators: Any, chat_template: str | None = None, **kwargs: Any) -> Iterator[ServerThread]:
+    """A server on `generators`; `chat_template`: a checkpoint template it renders chat with instead of the
+    bundle's."""
     from specrt.serve import create_app
 
     kwargs.setdefault("num_speculative_tokens", K)
-    server = ServerThread(create_app(generators, **kwargs)).start()
+    app = create_app(generators, **kwargs)
+    if chat_template is not None:
+        from specrt.runtime.chat_template import ChatFormatter
+
+        app.state.service.chat = ChatFormatter(chat_template)
+    server = ServerThread(app).start()
     try:
         yield server
     finally:

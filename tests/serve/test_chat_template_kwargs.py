@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from serve_helpers import ServerThread, openai_client
+from serve_helpers import openai_client, serving
 
 USER = [{"role": "user", "content": "hi"}]
 TEMPLATE = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant: "
@@ -15,14 +15,8 @@ TEMPLATE = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}a
 
 @pytest.fixture(scope="module")
 def kw_server(slot_generators):
-    from specrt.runtime.chat_template import ChatFormatter
-    from specrt.serve import create_app
-
-    app = create_app(slot_generators, served_model_name="tiny", num_speculative_tokens=3)
-    app.state.service.chat = ChatFormatter(TEMPLATE)
-    server = ServerThread(app).start()
-    yield server
-    server.stop()
+    with serving(slot_generators, chat_template=TEMPLATE, served_model_name="tiny", num_speculative_tokens=3) as srv:
+        yield srv
 
 
 @pytest.mark.parametrize("kwargs, rendered", [

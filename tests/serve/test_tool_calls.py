@@ -11,7 +11,7 @@ import jsonschema
 import openai
 import pytest
 
-from serve_helpers import ServerThread, openai_client
+from serve_helpers import openai_client, serving
 
 USER = [{"role": "user", "content": "hi"}]
 PICK = {"type": "object", "additionalProperties": False, "required": ["tool"],
@@ -39,14 +39,8 @@ def constrained(gen, text, schema, n):
 @pytest.fixture(scope="module")
 def tool_server(slot_generators):
     """The pair bundle with a checkpoint template that renders tools (the bundle itself has none)."""
-    from specrt.runtime.chat_template import ChatFormatter
-    from specrt.serve import create_app
-
-    app = create_app(slot_generators, served_model_name="tiny", num_speculative_tokens=3)
-    app.state.service.chat = ChatFormatter(TEMPLATE)
-    server = ServerThread(app).start()
-    yield server
-    server.stop()
+    with serving(slot_generators, chat_template=TEMPLATE, served_model_name="tiny", num_speculative_tokens=3) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
