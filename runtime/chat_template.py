@@ -222,11 +222,13 @@ class ChatFormatter:
 
 
 def chat_prompt_ids(gen: Any, message: str, system: Optional[str] = None,
-                    formatter: Optional[ChatFormatter] = None) -> list[int]:
-    """One user message (and an optional system message) -> prompt token ids for `gen.generate`."""
+                    formatter: Optional[ChatFormatter] = None,
+                    variables: Optional[dict[str, Any]] = None) -> list[int]:
+    """One user message (and an optional system message) -> prompt token ids for `gen.generate`; `variables`:
+    further template variables (`ChatFormatter.render`)."""
     if not message:
         raise InvalidArgument("--chat message must not be empty")
     formatter = formatter or ChatFormatter.from_manifest(gen.manifest)
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": message}]
-    text, add_special = formatter.render(messages)
+    text, add_special = formatter.render(messages, variables=variables)
     return gen.tokenizer.encode(text, add_special_tokens=add_special)

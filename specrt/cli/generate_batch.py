@@ -73,11 +73,12 @@ def _entry(value: Any, where: str) -> Any:
 
 
 def run_file(gen, prompts: list[Any], max_batch, max_new_tokens: int, options: Any,
-             wheres: list[str] | None = None, prefix_cache_mb: float | None = None) -> tuple[list, float, int]:
+             wheres: list[str] | None = None, prefix_cache_mb: float | None = None,
+             variables: dict | None = None) -> tuple[list, float, int]:
     """(results in order, seconds, the batch size used: 0 = one at a time). `options`: the command's
     GenerationRequest (or its fields as a dict). Every prompt is prepared (checked) once, before any runs; an error
     names the prompt's place (`wheres`, "FILE:LINE"). `prefix_cache_mb`: the batch engine's prefix cache (None: its
-    default; 0: off)."""
+    default; 0: off). `variables`: chat template variables for the chat lines (--chat-template-kwargs)."""
     from specrt.runtime.arguments import check_text
     from specrt.runtime.prepared import prepare_prompt
 
@@ -98,7 +99,7 @@ def run_file(gen, prompts: list[Any], max_batch, max_new_tokens: int, options: A
                 check_text(p["chat"], "chat")
                 if p["system"] is not None:
                     check_text(p["system"], "system")
-                p = chat_prompt_ids(gen, p["chat"], p["system"], formatter)
+                p = chat_prompt_ids(gen, p["chat"], p["system"], formatter, variables)
             rendered.append(prepare_prompt(gen, p, request))
         except InvalidArgument as exc:
             raise InvalidArgument(f"{where}: {exc}") from None

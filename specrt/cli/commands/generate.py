@@ -24,6 +24,9 @@ from specrt.cli.options import BatchSize, backend_option, method_option, prefix_
 @prefix_cache_options
 @click.option("--chat", "chat", default=None, help="A user message, rendered with the bundle's chat template.")
 @click.option("--system", default=None, help="A system message for --chat.")
+@click.option("--chat-template-kwargs", "template_kwargs", default=None, metavar="JSON",
+              help="Chat template variables as a JSON object, e.g. '{\"enable_thinking\": false}' (Qwen3), for --chat "
+                   "and --prompts-file's chat lines: the server's chat_template_kwargs.")
 @click.option("--max-new-tokens", default=128, show_default=True, type=int)
 @click.option("--temperature", default=None, type=float,
               help="0 = greedy (default: the bundle's generation_config, else 0).")
@@ -58,7 +61,7 @@ from specrt.cli.options import BatchSize, backend_option, method_option, prefix_
               help="Constrain the output to this grammar (a file: Lark / llguidance EBNF, or GBNF).")
 @handle_errors
 def generate_cmd(bundle, prompt, prompts_file, max_batch, prefix_cache_mb, no_prefix_cache, chat, system,
-                 max_new_tokens, temperature, top_k, top_p, seed,
+                 template_kwargs, max_new_tokens, temperature, top_k, top_p, seed,
                  presence_penalty, frequency_penalty, repetition_penalty, method, k, auto_sources, ngram_min, ngram_max, backend, target_device, draft_device, threads, stream, strict, as_json,
                  json_schema, json_object, regex, grammar):
     """Generate text from BUNDLE with speculative decoding."""
@@ -74,6 +77,7 @@ def generate_cmd(bundle, prompt, prompts_file, max_batch, prefix_cache_mb, no_pr
                               "per line ({\"chat\": ..., \"system\": ...}); results print as JSON lines")
     if system is not None and chat is None:
         raise InvalidArgument("--system needs --chat")
+    variables = template_variables(template_kwargs, prompt is not None)
     from specrt.cli.constraint_options import constraint_from_options
     from specrt.runtime.request import GenerationRequest
 
@@ -88,7 +92,7 @@ def generate_cmd(bundle, prompt, prompts_file, max_batch, prefix_cache_mb, no_pr
 
     if prompts_file is not None:
         return _generate_file(bundle, prompts_file, max_batch, backend, threads, target_device, draft_device, request,
-                              prefix_cache_budget(prefix_cache_mb, no_prefix_cache))
+                              prefix_cache_budget(prefix_cache_mb, no_prefix_cache), variables)
     from specrt.runtime.arguments import check_text
 
     for flag, text in (("--chat", chat), ("--system", system)):
@@ -104,7 +108,7 @@ def generate_cmd(bundle, prompt, prompts_file, max_batch, prefix_cache_mb, no_pr
         formatter = ChatFormatter.from_manifest(gen.manifest)
         if formatter.kind == "plain":
             click.echo("note: the bundle has no chat template: using the plain 'role: content' format", err=True)
-        prompt = chat_prompt_ids(gen, chat, system, formatter)
+        prompt = chat_prompt_ids(gen, chat, system, formatter, variables)
     if stream and not as_json:
         dec, stats = IncrementalDecoder(gen.tokenizer), None
         for chunk, stats in gen.stream_tokens(prompt, request=req):
@@ -128,8 +132,34 @@ def generate_cmd(bundle, prompt, prompts_file, max_batch, prefix_cache_mb, no_pr
     exit_fast_when_done()
 
 
+def template_variables(text: str | None, plain_prompt: bool) -> dict | None:
+    """--chat-template-kwargs: a JSON object of template variables (checked as the server checks
+    chat_template_kwargs), or None."""
+    import json
+
+    from specrt.core.errors import InvalidArgument
+    from specrt.runtime.chat_template import check_variables
+
+    if text is None:
+        return None
+    if plain_prompt:
+        raise InvalidArgument("--chat-template-kwargs needs --chat or --prompts-file (--prompt is not rendered with "
+                              "the chat template)")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"--chat-template-kwargs is not JSON: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument("--chat-template-kwargs must be a JSON object, e.g. '{\"enable_thinking\": false}'")
+    try:
+        check_variables(value)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"--chat-template-kwargs: {exc}") from None
+    return value
+
+
 def _generate_file(bundle, prompts_file, max_batch, backend, threads, target_device, draft_device, request,
-                   prefix_cache_mb):
+                   prefix_cache_mb, variables=None):
     """--prompts-file: every prompt on the batching scheduler, one JSON line each (specrt/cli/generate_batch.py).
     `request()` builds the command's one GenerationRequest (after the file is read)."""
     from specrt.cli.generate_batch import read_located, result_line, run_file
@@ -146,7 +176,8 @@ def _generate_file(bundle, prompts_file, max_batch, backend, threads, target_dev
         share_thread_pool(threads)  # the engine's sessions on one pool, as `specrt serve` (threads.py)
     with loading_status(bundle):
         gen = load(bundle, backend=backend, threads=threads, target_device=target_device, draft_device=draft_device)
-    results, seconds, batch = run_file(gen, prompts, max_batch, max_new_tokens, req, wheres, prefix_cache_mb)
+    results, seconds, batch = run_file(gen, prompts, max_batch, max_new_tokens, req, wheres, prefix_cache_mb,
+                                       variables)
     for i, res in enumerate(results):
         click.echo(result_line(i, res))
     for where, res in zip(wheres, results):
