@@ -59,6 +59,9 @@ def hf_config(arch: str, vocab: int, layers: int = 2, hidden: int = 64, seed_var
         return tf.Qwen3Config(head_dim=32, **kw)
     if arch.startswith("gemma3"):
         return gemma3_config(arch, kw)
+    if arch == "gemma2":  # transformers' default layer_types (every other layer sliding), scores soft-capped
+        return tf.Gemma2Config(head_dim=32, sliding_window=GEMMA3_WINDOW, query_pre_attn_scalar=24,
+                               attn_logit_softcapping=1.5, final_logit_softcapping=8.0, **kw)
     raise ValueError(arch)
 
 
@@ -111,7 +114,7 @@ def make_checkpoint(path: Path, arch: str, tokenizer: Path, layers: int = 2, hid
     torch.manual_seed(seed)
     config = hf_config(arch, vocab, layers, hidden)
     model = tf.AutoModelForCausalLM.from_config(config).eval()
-    if arch.startswith("gemma3"):  # transformers starts Gemma's (1 + w) norms at w = 0: make them matter
+    if arch.startswith("gemma"):  # transformers starts Gemma's (1 + w) norms at w = 0: make them matter
         import torch
 
         with torch.no_grad():

@@ -21,7 +21,7 @@ _LAZY = {"Decoder": "specrt.models.base", "DecoderOutput": "specrt.models.base",
 
 def _architectures() -> dict[str, tuple[Callable[[dict[str, Any], str], DecoderConfig], type]]:
     """architecture name in config.json -> (config parser, module class); imports the torch decoders."""
-    from specrt.models import gemma3, gpt2, llama, qwen
+    from specrt.models import gemma2, gemma3, gpt2, llama, qwen
 
     return {
         "LlamaForCausalLM": (llama.parse_config, llama.LlamaDecoder),
@@ -30,6 +30,7 @@ def _architectures() -> dict[str, tuple[Callable[[dict[str, Any], str], DecoderC
         "Qwen3ForCausalLM": (qwen.parse_config, qwen.QwenDecoder),
         "GPT2LMHeadModel": (gpt2.parse_config, gpt2.GPT2Decoder),
         "Gemma3ForCausalLM": (gemma3.parse_config, gemma3.Gemma3Decoder),
+        "Gemma2ForCausalLM": (gemma2.parse_config, gemma3.Gemma3Decoder),
     }
 
 

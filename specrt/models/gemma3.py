@@ -1,4 +1,4 @@
-"""Gemma 3 text (Gemma3ForCausalLM, model_type `gemma3_text`).
+"""Gemma 3 text (Gemma3ForCausalLM, model_type `gemma3_text`); Gemma 2 (gemma2.py) is this module without q / k norms.
 
 Differences from Llama, each a few lines here: sliding-window layers interleaved with global layers
 (`layer_types`), a rope per layer type, RMSNorm on q and k, four norms per block (pre/post attention,
@@ -123,8 +123,9 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
         self.v_proj = nn.Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
         self.o_proj = nn.Linear(c.num_heads * c.head_dim, c.hidden_size, bias=c.o_bias)
-        self.q_norm = GemmaRMSNorm(c.head_dim, c.norm_eps)
-        self.k_norm = GemmaRMSNorm(c.head_dim, c.norm_eps)
+        if c.qk_norm:  # Gemma 3 (Gemma 2 has none: gemma2.py)
+            self.q_norm = GemmaRMSNorm(c.head_dim, c.norm_eps)
+            self.k_norm = GemmaRMSNorm(c.head_dim, c.norm_eps)
         self.c = c
         self.window = c.layer_window(layer)
         self.scale = (c.query_pre_attn_scalar or c.head_dim) ** -0.5
@@ -133,9 +134,11 @@ class Attention(nn.Module):
         # x: [B, S, hidden]; cos, sin: [B, S, 1, D]; k_past, v_past: [B, P, Hkv, D]; past_lengths: [B] or None
         b, s, _ = x.shape
         c = self.c
-        q = self.q_norm(self.q_proj(x).view(b, s, c.num_heads, c.head_dim))
-        k = self.k_norm(self.k_proj(x).view(b, s, c.num_kv_heads, c.head_dim))
+        q = self.q_proj(x).view(b, s, c.num_heads, c.head_dim)
+        k = self.k_proj(x).view(b, s, c.num_kv_heads, c.head_dim)
         v = self.v_proj(x).view(b, s, c.num_kv_heads, c.head_dim)
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         out = attend(q, k_past, v_past, k, v, self.scale, window=self.window, softcap=c.attn_logit_softcapping,
                      past_lengths=past_lengths, tree_mask=tree_mask)
