@@ -59,6 +59,12 @@ def check_context(ck: Checkpoint, max_seq_len: int, role: str) -> None:
             f"{role} uses dynamic (NTK) rope scaling, which rescales past max_position_embeddings="
             f"{c.max_position_embeddings}: pass --max-seq-len <= {c.max_position_embeddings}"
         )
+    longrope = next((r for r in ropes if r.rope_type == "longrope"), None)
+    if longrope is not None and max_seq_len > longrope.original_max_position_embeddings:
+        n = longrope.original_max_position_embeddings
+        raise CheckpointError(
+            f"{role} uses longrope scaling, which transformers switches to its long factors (other frequencies for "
+            f"the whole sequence) past original_max_position_embeddings={n}: pass --max-seq-len <= {n}")
     if c.sliding_window and not c.windowed and max_seq_len > c.sliding_window:  # Gemma 3 masks in the graph
         raise CheckpointError(
             f"{role} uses sliding-window attention ({c.sliding_window}); --max-seq-len {max_seq_len} beyond "

@@ -59,6 +59,13 @@ def hf_config(arch: str, vocab: int, layers: int = 2, hidden: int = 64, seed_var
         return tf.Qwen3Config(head_dim=32, **kw)
     if arch.startswith("gemma3"):
         return gemma3_config(arch, kw)
+    if arch == "phi3":  # qkv_proj / gate_up_proj in the checkpoint
+        return tf.Phi3Config(**kw)
+    if arch == "phi3_longrope":  # Phi-3 128k's rope: per-dimension short / long factors, attention factor from 512 / 64
+        half = kw["hidden_size"] // kw["num_attention_heads"] // 2
+        rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0 + 0.25 * i for i in range(half)],
+                "long_factor": [2.0 + i for i in range(half)], "original_max_position_embeddings": 64}
+        return tf.Phi3Config(rope_parameters=rope, original_max_position_embeddings=64, **kw)
     if arch == "gemma2":  # transformers' default layer_types (every other layer sliding), scores soft-capped
         return tf.Gemma2Config(head_dim=32, sliding_window=GEMMA3_WINDOW, query_pre_attn_scalar=24,
                                attn_logit_softcapping=1.5, final_logit_softcapping=8.0, **kw)

@@ -21,7 +21,7 @@ _LAZY = {"Decoder": "specrt.models.base", "DecoderOutput": "specrt.models.base",
 
 def _architectures() -> dict[str, tuple[Callable[[dict[str, Any], str], DecoderConfig], type]]:
     """architecture name in config.json -> (config parser, module class); imports the torch decoders."""
-    from specrt.models import gemma2, gemma3, gpt2, llama, qwen
+    from specrt.models import gemma2, gemma3, gpt2, llama, phi3, qwen
 
     return {
         "LlamaForCausalLM": (llama.parse_config, llama.LlamaDecoder),
@@ -31,6 +31,7 @@ def _architectures() -> dict[str, tuple[Callable[[dict[str, Any], str], DecoderC
         "GPT2LMHeadModel": (gpt2.parse_config, gpt2.GPT2Decoder),
         "Gemma3ForCausalLM": (gemma3.parse_config, gemma3.Gemma3Decoder),
         "Gemma2ForCausalLM": (gemma2.parse_config, gemma3.Gemma3Decoder),
+        "Phi3ForCausalLM": (phi3.parse_config, phi3.Phi3Decoder),
     }
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from specrt.core.errors import CheckpointError
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic", "longrope")
 # rope types whose frequencies depend on the pretraining length (transformers' default for it, when a config omits
 # `original_max_position_embeddings`, is `max_position_embeddings`)
 USES_ORIGINAL_LENGTH = ("llama3", "yarn", "longrope")
@@ -39,6 +39,13 @@ class RopeConfig:
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     truncate: bool = True
+    # longrope (Phi-3): frequencies divided by these per-dimension factors (the short ones: transformers switches to
+    # `long_factor` only past original_max_position_embeddings, which compile refuses), cos and sin times
+    # `attention_factor`
+    short_factor: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "short_factor", tuple(float(x) for x in self.short_factor))  # a manifest's list
 
     @classmethod
     def from_hf(cls, raw: dict[str, Any]) -> "RopeConfig":
@@ -59,9 +66,11 @@ class RopeConfig:
             original = raw.get("original_max_position_embeddings") or params.get(
                 "original_max_position_embeddings") or raw.get("max_position_embeddings") or original
         factor = params.get("factor")
-        if factor is None and rope_type == "yarn" and raw.get("max_position_embeddings"):
+        if factor is None and rope_type in ("yarn", "longrope") and raw.get("max_position_embeddings"):
             factor = raw["max_position_embeddings"] / original
         factor = float(1.0 if factor is None else factor)
+        attention_factor = (_yarn_attention_factor(params, factor) if rope_type == "yarn" else
+                            _longrope_attention_factor(params, factor, original) if rope_type == "longrope" else 1.0)
         return cls(
             theta=float(params.get("rope_theta", raw.get("rope_theta", 10000.0))),
             rope_type=rope_type,
@@ -69,11 +78,20 @@ class RopeConfig:
             low_freq_factor=float(params.get("low_freq_factor", 1.0)),
             high_freq_factor=float(params.get("high_freq_factor", 4.0)),
             original_max_position_embeddings=int(original),
-            attention_factor=_yarn_attention_factor(params, factor) if rope_type == "yarn" else 1.0,
+            attention_factor=attention_factor,
             beta_fast=float(params.get("beta_fast") or 32.0),
             beta_slow=float(params.get("beta_slow") or 1.0),
             truncate=bool(params.get("truncate", True)),
+            short_factor=tuple(params["short_factor"]) if rope_type == "longrope" else (),
         )
+
+
+def _longrope_attention_factor(params: dict[str, Any], factor: float, original: int) -> float:
+    """`attention_factor` as given, else sqrt(1 + ln(factor) / ln(original length)) (1 for factor <= 1), as
+    transformers computes it for longrope."""
+    if params.get("attention_factor") is not None:
+        return float(params["attention_factor"])
+    return 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
 
 
 def _yarn_attention_factor(params: dict[str, Any], factor: float) -> float:
@@ -127,6 +145,10 @@ class DecoderConfig:
             if isinstance(getattr(self, name), dict):
                 object.__setattr__(self, name, RopeConfig(**getattr(self, name)))
         object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        for rope in (self.rope, self.local_rope):
+            if rope is not None and rope.rope_type == "longrope" and len(rope.short_factor) != self.head_dim // 2:
+                raise CheckpointError(f"config.json: longrope short_factor has {len(rope.short_factor)} values, "
+                                      f"head_dim {self.head_dim} needs {self.head_dim // 2}")
         bad = sorted(set(self.layer_types) - set(LAYER_TYPES))
         if bad:
             raise CheckpointError(f"config.json: unsupported layer_types {bad}; supported: {', '.join(LAYER_TYPES)}")
@@ -182,7 +204,8 @@ class DecoderConfig:
 
 
 LATER_DECODER_DEFAULTS = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False}
-LATER_ROPE_DEFAULTS = {"attention_factor": 1.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}
+LATER_ROPE_DEFAULTS = {"attention_factor": 1.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True,
+                       "short_factor": ()}
 
 
 def _without_later_defaults(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:

@@ -30,13 +30,15 @@ class RMSNorm(nn.Module):
 
 
 def rope_inv_freq(rope: RopeConfig, head_dim: int) -> torch.Tensor:
-    """Inverse frequencies [head_dim // 2], with `linear`, `llama3` or `yarn` scaling applied (`dynamic`: none
-    within max_position_embeddings, see RopeConfig.from_hf)."""
+    """Inverse frequencies [head_dim // 2], with `linear`, `llama3`, `yarn` or `longrope` scaling applied (`dynamic`:
+    none within max_position_embeddings, see RopeConfig.from_hf)."""
     inv_freq = 1.0 / (rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
     if rope.rope_type == "yarn":
         inv_freq = yarn_inv_freq(rope, head_dim, inv_freq)
     elif rope.rope_type == "linear":
         inv_freq = inv_freq / rope.factor
+    elif rope.rope_type == "longrope":  # the short factors (RopeConfig.short_factor)
+        inv_freq = inv_freq / torch.tensor(rope.short_factor, dtype=torch.float64)
     elif rope.rope_type == "llama3":
         low_wavelen = rope.original_max_position_embeddings / rope.low_freq_factor
         high_wavelen = rope.original_max_position_embeddings / rope.high_freq_factor
@@ -69,7 +71,7 @@ def yarn_inv_freq(rope: RopeConfig, head_dim: int, inv_freq: torch.Tensor) -> to
 
 
 def rope_cos_sin(rope: RopeConfig, freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of the rotation angles, times yarn's `attention_factor` (1 for every other rope type)."""
+    """cos and sin of the rotation angles, times yarn's or longrope's `attention_factor` (1 for other rope types)."""
     if rope.attention_factor == 1.0:
         return freqs.cos(), freqs.sin()
     return freqs.cos() * rope.attention_factor, freqs.sin() * rope.attention_factor

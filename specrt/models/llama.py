@@ -21,8 +21,9 @@ def parse_config(raw: dict[str, Any], architecture: str, **overrides: Any) -> De
     """DecoderConfig from a Llama-style config.json (also used by Mistral and Qwen)."""
     heads = raw["num_attention_heads"]
     hidden = raw["hidden_size"]
-    if raw.get("partial_rotary_factor", 1.0) != 1.0:
-        raise CheckpointError("partial_rotary_factor != 1 is not supported")
+    partial = raw.get("partial_rotary_factor", (raw.get("rope_parameters") or {}).get("partial_rotary_factor", 1.0))
+    if partial != 1.0:  # top level, or inside rope_parameters as transformers 5 writes it
+        raise CheckpointError(f"partial_rotary_factor {partial} (rotary on part of each head) is not supported")
     act = raw.get("hidden_act", "silu")
     if act not in ACTIVATIONS:
         raise CheckpointError(f"unsupported hidden_act {act!r}; supported: {', '.join(ACTIVATIONS)}")

@@ -51,16 +51,17 @@ def test_qwen25_with_yarn_in_bf16(tmp_path, tokenizer_path):
     assert_greedy_matches(ck, tmp_path / "bundle")
 
 
-@pytest.mark.parametrize("case", ["dynamic_rope_past_its_length", "phi3", "longrope"])
+@pytest.mark.parametrize("case", ["dynamic_rope_past_its_length", "olmo", "longrope_past_its_length"])
 def test_refused_with_one_line_and_nothing_written(tmp_path, tokenizer_path, case):
     over, expected = {
         "dynamic_rope_past_its_length": ({"rope_scaling": {"type": "dynamic", "factor": 2.0},
                                           "max_position_embeddings": 64}, r"dynamic \(NTK\).*--max-seq-len <= 64"),
-        "phi3": ({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "pad_token_id": None},
-                 "unsupported architecture Phi3ForCausalLM"),
-        "longrope": ({"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8},
-                      "original_max_position_embeddings": 64, "max_position_embeddings": 256},
-                     "unsupported rope scaling type 'longrope'"),
+        "olmo": ({"architectures": ["OlmoForCausalLM"], "model_type": "olmo", "pad_token_id": None},
+                 "unsupported architecture OlmoForCausalLM"),
+        "longrope_past_its_length": ({"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 8,
+                                                       "long_factor": [2.0] * 8},
+                                      "original_max_position_embeddings": 64, "max_position_embeddings": 256},
+                                     r"longrope scaling.*long factors.*--max-seq-len <= 64"),
     }[case]
     ck = hub_checkpoint(tmp_path / "ck", llama_config(vocab(tokenizer_path), **over), tokenizer_path)
     out = tmp_path / "out"

@@ -134,7 +134,7 @@ def test_real_gemma3_configs():
     ({"layer_types": ["sliding_attention"] * 17}, "18 layers"),
     ({"layer_types": ["chunked_attention"] * 18}, "unsupported layer_types"),
     ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "keyed by layer type"),
-    ({"rope_scaling": {"rope_type": "longrope", "factor": 2.0}}, "unsupported rope scaling type 'longrope'"),
+    ({"rope_scaling": {"rope_type": "mrope", "factor": 2.0}}, "unsupported rope scaling type 'mrope'"),
 ])
 def test_bad_gemma3_configs_are_clear_errors(bad, message):
     with pytest.raises(CheckpointError, match=message):

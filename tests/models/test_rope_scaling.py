@@ -60,7 +60,7 @@ def test_cos_sin_match_transformers(tmp_path, name):
         assert c.rope.attention_factor != 1.0 and not torch.allclose(cos[:, :, 0].abs().max(), torch.tensor(1.0))
 
 
-@pytest.mark.parametrize("rope_type", ["longrope", "su", "proportional"])
+@pytest.mark.parametrize("rope_type", ["mrope", "su", "proportional"])  # longrope: Phi-3 (test_phi3.py)
 def test_other_rope_types_are_refused_by_name(rope_type):
     raw = {**BASE, "rope_scaling": {"type": rope_type, "factor": 2.0, "short_factor": [1.0] * 8,
                                     "long_factor": [2.0] * 8}}

@@ -1,0 +1,135 @@
+"""Phi-3 (Phi3ForCausalLM): released config forms parse as transformers reads them (the default rope, longrope and
+its older names, a sliding window); fused qkv_proj / gate_up_proj weights load into the Llama module; the PyTorch
+reference matches transformers (default rope and longrope); a compiled bundle reproduces transformers' greedy
+`generate` plainly and speculatively; what transformers would compute differently is refused at compile."""
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+
+from helpers import make_checkpoint
+
+from specrt.core.errors import CheckpointError
+from specrt.models import empty_past, parse_config
+from specrt.models.checkpoint import open_checkpoint
+
+CONTEXT = 40  # < the longrope case's original_max_position_embeddings (64)
+
+
+@pytest.fixture(scope="module", params=("phi3", "phi3_longrope"))
+def phi3_target(request, workdir, tokenizer_path):
+    case = request.param
+    return case, make_checkpoint(workdir / "phi3" / case, case, tokenizer_path, layers=2, seed=0)
+
+
+def _released(**overrides):
+    """Phi-3-mini-4k-instruct's config.json keys."""
+    raw = {"architectures": ["Phi3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+           "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072,
+           "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 4096,
+           "model_type": "phi3", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+           "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0,
+           "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 10000.0, "sliding_window": 2047,
+           "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 32064}
+    raw.update(overrides)
+    return raw
+
+
+def test_released_configs():
+    mini4k = parse_config(_released())
+    assert (mini4k.rope.rope_type, mini4k.sliding_window, mini4k.head_dim, mini4k.family) == ("default", 2047, 96,
+                                                                                                "llama")
+    factors = {"short_factor": [1.0 + i / 100 for i in range(48)], "long_factor": [4.0] * 48}
+    for name in ("longrope", "su", "yarn"):  # Phi-3.5 mini / Phi-3 mini 128k (older "su"; Phi3Config maps "yarn")
+        c = parse_config(_released(max_position_embeddings=131072, sliding_window=262144,
+                                   rope_scaling={"type": name, **factors}))
+        assert c.rope.rope_type == "longrope" and c.rope.short_factor == tuple(factors["short_factor"])
+        assert math.isclose(c.rope.attention_factor, math.sqrt(1 + math.log(32) / math.log(4096)))
+        assert c.rope.original_max_position_embeddings == 4096
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"partial_rotary_factor": 0.75}, "partial_rotary_factor 0.75"),  # Phi-4 mini (older form)
+    ({"rope_scaling": None, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                                "partial_rotary_factor": 0.75}}, "partial_rotary_factor 0.75"),
+    ({"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 47, "long_factor": [1.0] * 48}},
+     "short_factor has 47 values, head_dim 96 needs 48"),
+    ({"rope_scaling": {"type": "longrope", "long_factor": [1.0] * 48}}, "short_factor"),
+])
+def test_what_is_not_supported_is_one_clear_error(overrides, message):
+    with pytest.raises(CheckpointError, match=message):
+        parse_config(_released(**overrides))
+
+
+def test_config_and_weights_load_as_transformers_reads_them(phi3_target):
+    import transformers
+
+    case, path = phi3_target
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+    ours = open_checkpoint(path).load_decoder()
+    layer, theirs = ours.model.layers[0], hf.model.layers[0]
+    q, k, v = (getattr(layer.self_attn, f"{n}_proj").weight for n in "qkv")
+    assert torch.equal(torch.cat([q, k, v]), theirs.self_attn.qkv_proj.weight)
+    assert torch.equal(torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
+                       theirs.mlp.gate_up_proj.weight)
+    assert ours.config.rope.rope_type == ("longrope" if case == "phi3_longrope" else "default")
+
+
+def test_reference_matches_transformers(phi3_target):
+    import transformers
+
+    case, path = phi3_target
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+    ours = open_checkpoint(path).load_decoder()
+    ids = torch.randint(0, ours.config.vocab_size, (1, CONTEXT), generator=torch.Generator().manual_seed(1))
+    pos = torch.arange(CONTEXT)[None]
+    with torch.no_grad():
+        ref = hf(ids).logits
+        k, v = empty_past(ours.config)
+        got = ours(ids, pos, k, v).logits
+    assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4), (case, (got - ref).abs().max())
+
+
+def test_bad_fused_weight_is_one_clear_error(tmp_path, workdir, tokenizer_path):
+    from safetensors.torch import load_file, save_file
+
+    src = make_checkpoint(workdir / "phi3" / "bad_src", "phi3", tokenizer_path, layers=2, seed=0)
+    bad = shutil.copytree(src, tmp_path / "bad")
+    tensors = load_file(str(bad / "model.safetensors"))
+    name = "model.layers.1.self_attn.qkv_proj.weight"
+    tensors[name] = tensors[name][:-8]
+    save_file(tensors, str(bad / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=r"weight model.layers.1.self_attn.qkv_proj.weight has shape \(120, 64\), "
+                                              r"config.json implies \(128, 64\)"):
+        open_checkpoint(bad).load_decoder()
+
+
+@pytest.mark.slow  # two compiles (~1 min on 2 loaded cores)
+def test_greedy_matches_transformers_generate(phi3_target, tmp_path):
+    import transformers
+
+    from specrt.compiler import CompileSpec, compile_bundle
+    from specrt.runtime import load
+
+    case, path = phi3_target
+    bundle = compile_bundle(CompileSpec(path, tmp_path / "bundle", max_seq_len=64, max_draft_tokens=4))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+    for backend in ("ort", "torch"):
+        gen = load(bundle, backend=backend)
+        for prompt in ("def main(argv):\n    ", "import json\nimport json\nimport json\nimport"):
+            ids = gen.tokenizer.encode(prompt)
+            with torch.no_grad():
+                out = hf.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False, eos_token_id=0,
+                                  pad_token_id=0)
+            expected = out[0, len(ids):].tolist()
+            for method in ("none", "ngram", "auto"):
+                assert gen.generate(prompt, 24, method=method).token_ids == expected, (case, backend, method)
+    if case == "phi3_longrope":  # past original_max_position_embeddings transformers uses the long factors
+        with pytest.raises(CheckpointError, match="pass --max-seq-len <= 64"):
+            compile_bundle(CompileSpec(path, tmp_path / "long", max_seq_len=65))
+        assert not (tmp_path / "long").exists()
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["models"]["target"]["architecture"] == "Phi3ForCausalLM"
