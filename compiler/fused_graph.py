@@ -44,14 +44,19 @@ from specrt.compiler.onnx_io import save_onnx
 
 FUSED_FAMILIES = ("llama", "qwen", "gemma3")
 GQA_HEAD_DIM_MULTIPLE = 16  # ONNX Runtime's CPU GroupQueryAttention kernel requires it
+GQA_PARTIAL_ROPE_MULTIPLE = 8  # a partial rope's cos / sin cache width (ONNX Runtime 1.32: "a multiple of 8")
 
 
 def fused_unsupported_reason(c: DecoderConfig) -> str | None:
     """None when the fused graph can express `c`, else why not (the caller falls back to portable)."""
     if c.family not in FUSED_FAMILIES:
-        return f"{c.architecture} has no fused ONNX Runtime graph (only Llama, Mistral, Qwen2, Qwen3, Gemma 3)"
+        return (f"{c.architecture} has no fused ONNX Runtime graph (only Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, "
+                "Phi-3)")
     if c.head_dim % GQA_HEAD_DIM_MULTIPLE:
         return f"head_dim {c.head_dim} is not a multiple of {GQA_HEAD_DIM_MULTIPLE} (GroupQueryAttention on CPU)"
+    if c.rotary_dim < c.head_dim and (c.rotary_dim // 2) % GQA_PARTIAL_ROPE_MULTIPLE:
+        return (f"the rope turns {c.rotary_dim} of {c.head_dim} dimensions: GroupQueryAttention's partial rope needs "
+                f"a multiple of {2 * GQA_PARTIAL_ROPE_MULTIPLE}")
     if c.hidden_act not in ACTIVATION_OPS:
         return f"activation {c.hidden_act!r} has no fused form"
     return None
@@ -82,10 +87,10 @@ def fused_io(c: DecoderConfig, screen: bool = False, feature_layers: tuple[int, 
 
 
 def rope_caches(c: DecoderConfig, max_seq_len: int, rope=None) -> tuple[np.ndarray, np.ndarray]:
-    """cos, sin [max_seq_len, D/2] of `rope` (default c.rope), computed exactly as the PyTorch reference does
+    """cos, sin [max_seq_len, rotary_dim / 2] of `rope` (default c.rope), computed exactly as the PyTorch reference does
     (float32)."""
     rope = rope or c.rope
-    freqs = torch.arange(max_seq_len).float()[:, None] * rope_inv_freq(rope, c.head_dim)
+    freqs = torch.arange(max_seq_len).float()[:, None] * rope_inv_freq(rope, c.rotary_dim)
     cos, sin = rope_cos_sin(rope, freqs)
     return as_numpy(cos), as_numpy(sin)
 

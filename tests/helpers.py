@@ -66,6 +66,12 @@ def hf_config(arch: str, vocab: int, layers: int = 2, hidden: int = 64, seed_var
         rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0 + 0.25 * i for i in range(half)],
                 "long_factor": [2.0 + i for i in range(half)], "original_max_position_embeddings": 64}
         return tf.Phi3Config(rope_parameters=rope, original_max_position_embeddings=64, **kw)
+    if arch == "phi3_partial":  # Phi-4 mini's form: the rope turns part of each head (half), longrope, tied
+        half = kw["hidden_size"] // kw["num_attention_heads"] // 4
+        rope = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                "short_factor": [1.0 + 0.5 * i for i in range(half)], "long_factor": [3.0] * half,
+                "original_max_position_embeddings": 64}
+        return tf.Phi3Config(rope_parameters=rope, original_max_position_embeddings=64, tie_word_embeddings=True, **kw)
     if arch == "gemma2":  # transformers' default layer_types (every other layer sliding), scores soft-capped
         return tf.Gemma2Config(head_dim=32, sliding_window=GEMMA3_WINDOW, query_pre_attn_scalar=24,
                                attn_logit_softcapping=1.5, final_logit_softcapping=8.0, **kw)

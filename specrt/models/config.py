@@ -138,6 +138,8 @@ class DecoderConfig:
     # layer index + 1 (`scale_attn_by_inverse_layer_idx`)
     scale_attn_weights: bool = True
     scale_attn_by_inverse_layer_idx: bool = False
+    # Phi-3 family (Phi-4 mini: 0.75): the rope turns only each head's first `rotary_dim` dimensions
+    partial_rotary_factor: float = 1.0
 
     def __post_init__(self) -> None:
         # a manifest gives lists and dicts back: restore tuples and RopeConfigs (the dataclass is frozen)
@@ -145,10 +147,17 @@ class DecoderConfig:
             if isinstance(getattr(self, name), dict):
                 object.__setattr__(self, name, RopeConfig(**getattr(self, name)))
         object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        factor = self.partial_rotary_factor
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+            raise CheckpointError(f"config.json: partial_rotary_factor must be in (0, 1], got {factor!r}")
+        if isinstance(self.head_dim, int) and (self.rotary_dim < 2 or self.rotary_dim % 2):
+            raise CheckpointError(f"config.json: partial_rotary_factor {factor} turns {self.rotary_dim} of head_dim "
+                                  f"{self.head_dim}: the rope needs an even number, at least 2")
         for rope in (self.rope, self.local_rope):
-            if rope is not None and rope.rope_type == "longrope" and len(rope.short_factor) != self.head_dim // 2:
+            if rope is not None and rope.rope_type == "longrope" and len(rope.short_factor) != self.rotary_dim // 2:
+                what = f"head_dim {self.head_dim}" + ("" if factor == 1 else f" x partial_rotary_factor {factor}")
                 raise CheckpointError(f"config.json: longrope short_factor has {len(rope.short_factor)} values, "
-                                      f"head_dim {self.head_dim} needs {self.head_dim // 2}")
+                                      f"{what} needs {self.rotary_dim // 2}")
         bad = sorted(set(self.layer_types) - set(LAYER_TYPES))
         if bad:
             raise CheckpointError(f"config.json: unsupported layer_types {bad}; supported: {', '.join(LAYER_TYPES)}")
@@ -185,6 +194,11 @@ class DecoderConfig:
             )
 
     @property
+    def rotary_dim(self) -> int:
+        """The dimensions of each head the rope turns (the first ones), as transformers: int(head_dim x factor)."""
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
     def windowed(self) -> bool:
         """True when the graph itself applies `sliding_window` (per layer, through the attention mask)."""
         return "sliding_attention" in self.layer_types
@@ -203,7 +217,8 @@ class DecoderConfig:
         return out
 
 
-LATER_DECODER_DEFAULTS = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False}
+LATER_DECODER_DEFAULTS = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+                          "partial_rotary_factor": 1.0}
 LATER_ROPE_DEFAULTS = {"attention_factor": 1.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True,
                        "short_factor": ()}
 

@@ -80,20 +80,23 @@ def rope_cos_sin(rope: RopeConfig, freqs: torch.Tensor) -> tuple[torch.Tensor, t
 class Rotary(nn.Module):
     """Rotary position embedding (the non-interleaved "rotate half" layout used by Llama/Qwen)."""
 
-    def __init__(self, rope: RopeConfig, head_dim: int) -> None:
+    def __init__(self, rope: RopeConfig, head_dim: int) -> None:  # head_dim: the dimensions it turns (rotary_dim)
         super().__init__()
         self.register_buffer("inv_freq", rope_inv_freq(rope, head_dim), persistent=False)
         self.rope = rope
 
     def cos_sin(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # position_ids: [B, S] -> cos, sin: [B, S, 1, head_dim]
+        # position_ids: [B, S] -> cos, sin: [B, S, 1, rotary dims]
         freqs = position_ids.float()[..., None] * self.inv_freq  # [B, S, head_dim/2]
         emb = torch.cat((freqs, freqs), dim=-1)[:, :, None, :]
         return rope_cos_sin(self.rope, emb)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x: [B, S, H, D]
+    # x: [B, S, H, D]; cos, sin: [.., R] with R <= D: a partial rope turns the first R dimensions, keeps the rest
+    if cos.shape[-1] < x.shape[-1]:
+        r = cos.shape[-1]
+        return torch.cat((apply_rotary(x[..., :r], cos, sin), x[..., r:]), dim=-1)
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return (x * cos + rotated * sin).to(x.dtype)

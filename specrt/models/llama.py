@@ -17,13 +17,16 @@ from specrt.models.config import DecoderConfig, RopeConfig
 from specrt.models.layers import ACTIVATIONS, RMSNorm, Rotary, apply_rotary, attend
 
 
-def parse_config(raw: dict[str, Any], architecture: str, **overrides: Any) -> DecoderConfig:
-    """DecoderConfig from a Llama-style config.json (also used by Mistral and Qwen)."""
+def parse_config(raw: dict[str, Any], architecture: str, partial_rotary: bool = False,
+                 **overrides: Any) -> DecoderConfig:
+    """DecoderConfig from a Llama-style config.json (also used by Mistral, Qwen and Phi-3). `partial_rotary`: the
+    architecture turns only part of each head (transformers' Phi-3 does; its Llama, Mistral and Qwen do not)."""
     heads = raw["num_attention_heads"]
     hidden = raw["hidden_size"]
     partial = raw.get("partial_rotary_factor", (raw.get("rope_parameters") or {}).get("partial_rotary_factor", 1.0))
-    if partial != 1.0:  # top level, or inside rope_parameters as transformers 5 writes it
-        raise CheckpointError(f"partial_rotary_factor {partial} (rotary on part of each head) is not supported")
+    if partial != 1.0 and not partial_rotary:  # top level, or inside rope_parameters as transformers 5 writes it
+        raise CheckpointError(f"partial_rotary_factor {partial} (rotary on part of each head) is not supported for "
+                              f"{architecture}")
     act = raw.get("hidden_act", "silu")
     if act not in ACTIVATIONS:
         raise CheckpointError(f"unsupported hidden_act {act!r}; supported: {', '.join(ACTIVATIONS)}")
@@ -46,6 +49,7 @@ def parse_config(raw: dict[str, Any], architecture: str, **overrides: Any) -> De
         mlp_bias=bool(raw.get("mlp_bias", False)),
         sliding_window=raw.get("sliding_window"),
         rope=RopeConfig.from_hf(raw),
+        partial_rotary_factor=partial,
     )
     fields.update(overrides)
     return DecoderConfig(**fields)
@@ -118,7 +122,7 @@ class LlamaDecoder(Decoder):
         self.config = config
         self.model = _Body(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.rotary = Rotary(config.rope, config.head_dim)
+        self.rotary = Rotary(config.rope, config.rotary_dim)
         self.tie_weights()
 
     def input_embedding(self) -> nn.Embedding:

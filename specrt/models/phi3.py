@@ -5,7 +5,8 @@ The rope is the default one or `longrope` (Phi-3 128k, Phi-3.5: per-dimension sh
 on cos and sin; transformers' older names for it, `su` and Phi-3's `yarn`, read as longrope, as transformers reads
 them); compile keeps --max-seq-len within `original_max_position_embeddings` for longrope and within
 `sliding_window` (2047 in Phi-3 mini 4k), where transformers' outputs are those of the plain graph.
-`partial_rotary_factor` < 1 (Phi-4 mini) is refused, as for every Llama-family model.
+`partial_rotary_factor` < 1 (Phi-4 mini: 0.75) turns only each head's first dimensions, as transformers' Phi-3 does
+(the fused graph gives GroupQueryAttention cos / sin caches of that width).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def parse_config(raw: dict[str, Any], architecture: str) -> DecoderConfig:
         params = raw.get(key)
         if isinstance(params, dict) and params.get("rope_type", params.get("type")) in OLD_LONGROPE_NAMES:
             raw[key] = {**params, "rope_type": "longrope"}
-    return parse_llama(raw, architecture)
+    return parse_llama(raw, architecture, partial_rotary=True)
 
 
 def split_fused(tensors: dict[str, torch.Tensor], c: DecoderConfig) -> dict[str, torch.Tensor]:
