@@ -267,7 +267,7 @@ class Generator:
         def recycle():
             from specrt.runtime.proposers.recycle import make_recycle
 
-            return make_recycle(self, options)
+            return make_recycle(self, params, options)
 
         def medusa():
             from specrt.runtime.proposers.medusa import MedusaProposer

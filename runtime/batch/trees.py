@@ -111,17 +111,16 @@ def tree_proposer(gen, method: str, params, options: dict, state: "auto.AutoStat
     `make_auto`); `recycle` wrapped in `ScoredTree`. `sources`: the request's resolved auto_sources
     (runtime/proposers/auto_sources.py; here of ngram, recycle and store)."""
     from specrt.runtime.proposers.auto_sources import batch_sources
-    from specrt.runtime.proposers.recycle_table import SuccessorTable, table_for
+    from specrt.runtime.proposers.recycle_table import request_table
     from specrt.runtime.proposers.store import store_for
 
-    table = table_for(gen)
+    table = request_table(gen, params)  # seeded: a copy of the bundle's seed table, as alone
     if method == "recycle":
         from specrt.runtime.proposers.recycle import RecycleProposer
 
         return ScoredTree(RecycleProposer(table, gen.eos_ids, **options))
     if params.seed is not None and not params.greedy:
         state = auto.AutoState(fixed_costs(gen.max_draft_tokens + 1))
-        table = SuccessorTable(table.vocab_size, table.top_k, seed=table.seed)
     use = batch_sources(sources)
     return auto.AutoProposer(table, state, gen.eos_ids, getattr(gen.target, "supports_tree", False), sources=use,
                              store=store_for(gen) if "store" in use else None, **options)  # None: no datastore

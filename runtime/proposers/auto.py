@@ -265,7 +265,7 @@ def make_auto(gen, params, rng, options: dict, sources: tuple[str, ...] | None =
     with fixed costs and the bundle's seed table: the trees, hence the random numbers drawn, depend only on the
     request (the same text in every run and process). `sources`: the request's resolved auto_sources (None: all)."""
     use = frozenset(sources) if sources is not None else frozenset(("ngram", "recycle", "draft", "head", "store"))
-    from specrt.runtime.proposers.recycle_table import table_for
+    from specrt.runtime.proposers.recycle_table import request_table
 
     seeded = params.seed is not None and not params.greedy
     state = AutoState(fixed_costs(gen.max_draft_tokens + 1)) if seeded else state_for(gen)
@@ -284,9 +284,7 @@ def make_auto(gen, params, rng, options: dict, sources: tuple[str, ...] | None =
             rows = gen._load_costs[2]  # None: max k <= 2 (warmup.py)
             if rows:  # (k+1)-row call over one-row call: what a row adds (docs/trees.md, "draft model")
                 draft.row_frac = (rows / draft.cost_s - 1.0) / max(gen.max_draft_tokens - 1, 1)
-    table = table_for(gen)
-    if seeded:  # the bundle's seed table, not what earlier requests taught the shared one
-        table = SuccessorTable(table.vocab_size, table.top_k, seed=table.seed)
+    table = request_table(gen, params)  # seeded: the bundle's seed table, not what earlier requests taught
     from specrt.runtime.proposers.head_source import head_source
 
     head = head_source(gen, seeded) if "head" in use else None

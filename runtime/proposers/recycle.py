@@ -147,8 +147,9 @@ class RecycleProposer:
         return chain
 
 
-def make_recycle(gen, options: dict) -> RecycleProposer:
-    """The proposer for `gen` (a Generator): its bundle's shared successor table, the request's n-gram sizes."""
-    from specrt.runtime.proposers.recycle_table import table_for
+def make_recycle(gen, params, options: dict) -> RecycleProposer:
+    """The proposer for `gen` (a Generator): its bundle's shared successor table (seeded sampling: a fresh copy of
+    the seed table, `request_table`), the request's n-gram sizes."""
+    from specrt.runtime.proposers.recycle_table import request_table
 
-    return RecycleProposer(table_for(gen), gen.eos_ids, **options)
+    return RecycleProposer(request_table(gen, params), gen.eos_ids, **options)

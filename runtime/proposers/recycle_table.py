@@ -245,3 +245,13 @@ def table_for(gen) -> SuccessorTable:
             table = SuccessorTable(gen.vocab_size, seed=load_table(gen.manifest, gen.vocab_size))
             _TABLES[key] = table
         return table
+
+
+def request_table(gen, params) -> SuccessorTable:
+    """The table a request drafts from: the shared one (`table_for`), or for seeded sampling a fresh copy of the
+    bundle's seed table, so that its trees, hence the random numbers it draws, depend on the request alone (the
+    same text in every run and process, whatever earlier requests taught the shared table)."""
+    table = table_for(gen)
+    if params.seed is None or params.greedy:
+        return table
+    return SuccessorTable(table.vocab_size, table.top_k, seed=table.seed)

@@ -13,10 +13,11 @@ SAMPLING = dict(temperature=1.0, top_p=0.95, num_speculative_tokens="auto")
 
 @pytest.fixture
 def generators(pair_generator, medusa_generator):
-    return {"draft": pair_generator, "ngram": pair_generator, "medusa": medusa_generator}
+    return {"draft": pair_generator, "ngram": pair_generator, "medusa": medusa_generator, "recycle": pair_generator}
 
 
-@pytest.mark.parametrize("method", ["draft", "ngram", "medusa"])
+# recycle: a seeded request drafts from the bundle's seed table, not the shared table earlier calls taught
+@pytest.mark.parametrize("method", ["draft", "ngram", "medusa", "recycle"])
 def test_same_seed_same_text_five_times_with_auto(generators, method):
     gen = generators[method]
     runs = [gen.generate(PROMPT, 40, method=method, seed=7, **SAMPLING) for _ in range(5)]
