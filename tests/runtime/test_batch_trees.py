@@ -100,9 +100,10 @@ def test_dear_rows_keep_batched_tree_requests_plain(batch, cheap_rows, verified)
     assert not verified and sum(st.drafted_tokens for _, st in got) == 0
 
 
-def test_seeded_batched_trees_sample_as_alone(batch, cheap_rows, verified):
+@pytest.mark.parametrize("method", ["auto", "recycle"])  # recycle: a copy of the seed table, not the shared one
+def test_seeded_batched_trees_sample_as_alone(batch, cheap_rows, verified, method):
     gen, eng = batch
-    opts = dict(method="auto", temperature=0.9, top_k=20)
+    opts = dict(method=method, temperature=0.9, top_k=20)
     seeds = [3, 11, 29]
     alone = [gen.generate(p, 14, seed=s, **opts) for p, s in zip(PROMPTS, seeds)]
     assert sum(r.stats.tree_passes for r in alone) > 0
