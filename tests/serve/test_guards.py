@@ -40,7 +40,10 @@ def test_lone_surrogates_are_400(server, path, body, param):
                                           ("repetition_penalty", 0), ("logit_bias", {"1": 200}),
                                           ("logit_bias", {"99999999": 1}), ("logit_bias", {"x": 1}), ("n", 17),
                                           ("logit_bias", {"1": 5, "01": -100}),
-                                          ("stream_options", {"include_usage": True})])
+                                          ("stream_options", {"include_usage": True}),
+                                          # vLLM extensions not implemented: refused, never silently ignored
+                                          ("ignore_eos", True), ("stop_token_ids", [0]), ("bad_words", ["os"]),
+                                          ("skip_special_tokens", False), ("guided_choice", ["a", "b"])])
 def test_unsupported_or_out_of_range_fields_are_400_naming_the_field(server, field, value):
     r = httpx.post(f"{server.url}/v1/completions", json=COMPLETION | {field: value}, timeout=30)
     assert r.status_code == 400, r.text
@@ -69,7 +72,8 @@ def test_a_developer_message_is_rendered_as_a_system_one(server):
 
 
 @pytest.mark.parametrize("field, value", [("logprobs", None), ("echo", False), ("best_of", 1),
-                                          ("frequency_penalty", 0), ("user", "me")])
+                                          ("frequency_penalty", 0), ("user", "me"), ("ignore_eos", False),
+                                          ("stop_token_ids", []), ("skip_special_tokens", True)])
 def test_harmless_defaults_are_accepted(server, field, value):
     r = httpx.post(f"{server.url}/v1/completions", json=COMPLETION | {field: value}, timeout=60)
     assert r.status_code == 200, r.text
