@@ -146,3 +146,29 @@ def test_the_draft_model_sees_the_penalties(self_generator, penalty):
         spec = self_generator.generate(PROMPTS[0], 40, method="draft", num_speculative_tokens=4, **penalty)
     assert spec.token_ids == plain.token_ids
     assert spec.stats.acceptance_rate == 1.0 and spec.stats.drafted_tokens > 0
+
+
+@ORT_ONLY
+def test_penalties_and_logprobs_match_transformers_generate(pair_generator, llama_target):
+    """transformers' `generate` (greedy, SequenceBias then RepetitionPenalty: divide a positive logit, multiply a
+    negative one, prompt tokens counted) gives the same tokens as every method, and its processed scores' log-softmax
+    the same logprobs (docs/requests.md: specrt's logprobs come after the penalties and the bias)."""
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(llama_target).eval()
+    ids = pair_generator.tokenizer.encode(PROMPTS[0])
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False, repetition_penalty=1.4,
+                             sequence_bias={(5,): 3.0}, eos_token_id=None, pad_token_id=0, output_scores=True,
+                             return_dict_in_generate=True)
+    want = out.sequences[0, len(ids):].tolist()
+    want_lp = [float(torch.log_softmax(s[0].double(), -1)[t]) for s, t in zip(out.scores, want)]
+    with eos(pair_generator, []):
+        free = pair_generator.generate(ids, 24, method="none")
+        for method in pair_generator.methods:
+            res = pair_generator.generate(ids, 24, method=method, repetition_penalty=1.4, logit_bias={5: 3.0},
+                                          logprobs=0)
+            assert res.token_ids == want, method
+            np.testing.assert_allclose([t.logprob for t in res.logprobs], want_lp, atol=1e-4)
+    assert free.token_ids != want  # the penalty changed the output: the comparison sees it applied

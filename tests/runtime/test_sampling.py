@@ -29,3 +29,20 @@ def test_sample_follows_probs():
 def test_invalid_params(kwargs):
     with pytest.raises(InvalidArgument):
         SamplingParams(**kwargs)
+
+
+def test_warp_equals_transformers_warpers():
+    """temperature, then top-k, then top-p (the token that crosses top_p kept) as transformers' warpers, on random
+    rows without ties (with ties, which of the tied tokens top-p keeps is each library's own order)."""
+    import torch
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        x = (rng.normal(size=(1, 40)) * rng.choice([0.3, 1.0, 5.0])).astype(np.float32)
+        t, k, p = float(rng.choice([0.5, 1.0, 2.0])), int(rng.choice([0, 1, 3, 10])), float(rng.choice([1.0, 0.9, 0.3]))
+        scores = TemperatureLogitsWarper(t)(None, torch.tensor(x))
+        scores = TopKLogitsWarper(k)(None, scores) if k else scores
+        scores = TopPLogitsWarper(p)(None, scores) if p < 1 else scores
+        want = torch.softmax(scores.double(), -1).numpy()
+        np.testing.assert_allclose(warp(x, SamplingParams(temperature=t, top_k=k, top_p=p)), want, atol=1e-9)
