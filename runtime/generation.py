@@ -67,7 +67,8 @@ def run_steps(gen, prepared: PreparedRequest, steps: "weakref.ref | None" = None
         noted_off = False  # whether speculation_note describes speculation as off
         for chunk in decode(gen.target, proposer, policy, prompt_ids, max_new_tokens=max_new_tokens,
                             max_draft_tokens=gen.max_draft_tokens, params=params, rng=rng,
-                            eos_ids=gen.eos_ids, stats=stats, on_step=prepared.on_step, constraint=constraint,
+                            eos_ids=request.stop_ids(gen.eos_ids), stats=stats, on_step=prepared.on_step,
+                            constraint=constraint,
                             mask_worker=gen._constraints[1] if constraint is not None else None,
                             forced_tokens=request.forced_tokens, logits_state=logits_state):
             stats.elapsed_s = time.perf_counter() - started

@@ -120,7 +120,7 @@ def resolve_request(gen, public: str, max_new_tokens: int | None, request: Gener
     if max_new_tokens is not None:
         request = request.replace(max_new_tokens=max_new_tokens)
     request = request.with_defaults(gen.sampling_defaults)
-    request.check_for(gen.max_draft_tokens, gen.methods)
+    request.check_for(gen.max_draft_tokens, gen.methods, gen.vocab_size)
     if request.auto_sources is not None:  # explicit from here on (proposers/auto_sources.py)
         from specrt.runtime.proposers.auto_sources import available, resolve
 

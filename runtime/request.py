@@ -39,6 +39,7 @@ METHODS = ("auto", "draft", "ngram", "hybrid", "medusa", "head", "hybrid-head", 
 DEFAULT_K: int | str = "auto"
 DEFAULT_MAX_NEW_TOKENS = 128
 MAX_STOP_STRINGS = 16
+MAX_STOP_TOKEN_IDS = 64
 SAMPLING_KEYS = ("temperature", "top_k", "top_p")  # read from generation_config.json when a request omits them
 MAX_CHOICES = 16  # choices of one request (n, times the prompts of a /v1/completions batch)
 SEED_RANGE = 2**63
@@ -100,6 +101,8 @@ class GenerationRequest:
     logit_bias: Any = ()  # {token id: bias in [-100, 100]}; -100 bans; stored as sorted ((id, bias), ...)
     logprobs: int | None = None  # None = off; N in [0, 20]: each token's logprob and its top N alternatives
     auto_sources: Any = None  # method auto's sources ("ngram,recycle", "-head"; proposers/auto_sources.py); None = all
+    stop_token_ids: Any = ()  # token ids that end the generation as EOS does (vLLM); kept in token_ids, as EOS is
+    ignore_eos: bool = False  # the model's EOS ids do not end the generation (vLLM: benchmarks of fixed lengths)
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
@@ -108,6 +111,9 @@ class GenerationRequest:
             raise RequestFieldError("method", f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
         object.__setattr__(self, "num_speculative_tokens", parse_k(self.num_speculative_tokens))
         object.__setattr__(self, "stop", self._check_stop(self.stop))
+        object.__setattr__(self, "stop_token_ids", self._check_stop_ids(self.stop_token_ids))
+        if not isinstance(self.ignore_eos, bool):
+            raise RequestFieldError("ignore_eos", f"ignore_eos must be True or False, got {self.ignore_eos!r}")
         try:
             object.__setattr__(self, "auto_sources", parse_sources(self.auto_sources))
             check_method(self.auto_sources, self.method)
@@ -126,6 +132,10 @@ class GenerationRequest:
             if not isinstance(self.constraint, ConstraintSpec):
                 raise RequestFieldError("constraint", f"constraint must be a ConstraintSpec, got "
                                                       f"{type(self.constraint).__name__}")
+            if self.ignore_eos or self.stop_token_ids:
+                field = "ignore_eos" if self.ignore_eos else "stop_token_ids"
+                raise RequestFieldError(field, f"{field} cannot be combined with structured output (the constraint "
+                                               "ends the output with the model's EOS)")
         try:  # penalties, bias and logprobs: one validation, LogitsParams'
             object.__setattr__(self, "logit_bias", self.logits_params.logit_bias)
         except InvalidArgument as exc:
@@ -149,6 +159,22 @@ class GenerationRequest:
         if len(stops) > MAX_STOP_STRINGS:
             raise RequestFieldError("stop", f"at most {MAX_STOP_STRINGS} stop strings are supported, got {len(stops)}")
         return stops
+
+    @staticmethod
+    def _check_stop_ids(ids: Any) -> tuple[int, ...]:
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, (list, tuple)):
+            raise RequestFieldError("stop_token_ids", f"stop_token_ids must be a list of token ids, got {ids!r}")
+        if any(not _is_int(t) or t < 0 for t in ids):
+            raise RequestFieldError("stop_token_ids", "stop_token_ids must be token ids (integers >= 0)")
+        if len(ids) > MAX_STOP_TOKEN_IDS:
+            raise RequestFieldError("stop_token_ids", f"at most {MAX_STOP_TOKEN_IDS} stop_token_ids are supported, "
+                                                      f"got {len(ids)}")
+        return tuple(int(t) for t in ids)
+
+    def stop_ids(self, eos_ids: frozenset[int]) -> frozenset[int]:
+        """The tokens that end this request's generation: the model's EOS ids (none with ignore_eos) and
+        stop_token_ids."""
+        return (frozenset() if self.ignore_eos else frozenset(eos_ids)) | frozenset(self.stop_token_ids)
 
     @classmethod
     def fields(cls) -> tuple[str, ...]:
@@ -200,8 +226,14 @@ class GenerationRequest:
         """{"min_n", "max_n"} given by the request (the proposer's defaults for the others)."""
         return {key: v for key, v in (("min_n", self.ngram_min), ("max_n", self.ngram_max)) if v is not None}
 
-    def check_for(self, max_draft_tokens: int, methods: list[str] | None = None) -> None:
-        """Checks that need the bundle: k within its compiled maximum, the method available in it."""
+    def check_for(self, max_draft_tokens: int, methods: list[str] | None = None,
+                  vocab_size: int | None = None) -> None:
+        """Checks that need the bundle: k within its compiled maximum, the method available in it, stop_token_ids
+        within its vocabulary."""
+        outside = [t for t in self.stop_token_ids if vocab_size is not None and t >= vocab_size]
+        if outside:
+            raise RequestFieldError("stop_token_ids", f"stop_token_ids holds {outside[0]}, outside the "
+                                                      f"{vocab_size}-token vocabulary")
         k = self.num_speculative_tokens
         if k != "auto" and k > max_draft_tokens:
             raise RequestFieldError("num_speculative_tokens",

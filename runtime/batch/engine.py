@@ -145,7 +145,8 @@ class BatchEngine:
         events = None
         if output is None:
             output, events = blocking(self.gen.tokenizer, (), text=False)
-        seq = BatchSequence(next(self._ids), ids, req, prepared.method, max_k, output, stats, started=time.perf_counter())
+        seq = BatchSequence(next(self._ids), ids, req, prepared.method, max_k, output, stats, started=time.perf_counter(),
+                            stop_ids=req.stop_ids(self.gen.eos_ids))
         return seq, events
 
     def batchable(self, request: PreparedRequest) -> bool:

@@ -117,13 +117,13 @@ class Passes:
         return self._commit(s, [nxt], 0)
 
     def _commit(self, s: BatchSequence, emitted: list[int], accepted: int) -> int:
-        emitted = commit(s, emitted, accepted, self.gen.eos_ids)  # cut at EOS, truncate, the proposer observes
+        emitted = commit(s, emitted, accepted, s.stop_ids)  # cut at EOS / a stop id, truncate, the proposer observes
         self.emit(s, emitted)
         return len(emitted)
 
     def emit(self, s: BatchSequence, ids: list[int]) -> None:
         s.stats.elapsed_s = time.perf_counter() - s.started
-        if ids[-1] in self.gen.eos_ids:
+        if ids[-1] in s.stop_ids:
             s.finished = "stop"
         elif s.remaining <= 0 or s.n >= self.gen.max_seq_len:
             s.finished = "length"

@@ -243,7 +243,7 @@ class Scheduler:
         first_token = pick_token(last, seq.request.sampling, seq.rng)
         seq.tokens[seq.n] = first_token
         seq.n += 1
-        if seq.proposer is not None and first_token not in self.gen.eos_ids:
+        if seq.proposer is not None and first_token not in seq.stop_ids:
             guarded(seq, seq.proposer.start, seq.tokens, seq.n, None)
         seq.stats.new_tokens = 1
         self.prefilling.remove(seq)  # the oldest in prefill: its region is d, the first after the running ones

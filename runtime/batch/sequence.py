@@ -60,6 +60,7 @@ class BatchSequence:
     cached_tokens: int = 0
     exact_rows: int | None = None
     started: float = 0.0  # time.perf_counter() at submission
+    stop_ids: frozenset = frozenset()  # the tokens that end it: the model's EOS ids and its stop_token_ids (request)
 
     @property
     def acceptance(self) -> float:

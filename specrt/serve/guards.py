@@ -24,8 +24,8 @@ UNSUPPORTED = {
     # OpenAI's legacy function calling (tools / tool_choice are served: serve/tools.py)
     "functions": (None, []), "function_call": (None, "none"),
     "min_p": (None, 0, 0.0), "min_tokens": (None, 0), "prediction": (None,),
-    # vLLM's sampling extensions this server does not implement (vLLM clients send them: benchmarks set ignore_eos)
-    "ignore_eos": (None, False), "stop_token_ids": (None, []), "bad_words": (None, []),
+    # vLLM's sampling extensions this server does not implement (ignore_eos and stop_token_ids it serves)
+    "bad_words": (None, []),
     "allowed_token_ids": (None,), "include_stop_str_in_output": (None, False), "skip_special_tokens": (None, True),
     "use_beam_search": (None, False), "prompt_logprobs": (None,), "truncate_prompt_tokens": (None,),
     "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,), "guided_grammar": (None,),

@@ -139,6 +139,7 @@ def _request(body: Any, gen: Any, config: ServeConfig, max_tokens: int, chat: bo
     try:
         req = GenerationRequest(max_new_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
                                 top_k=body.top_k, seed=body.seed, stop=() if body.stop is None else body.stop,
+                                stop_token_ids=body.stop_token_ids or (), ignore_eos=bool(body.ignore_eos),
                                 strict=True, **_speculation(body, config), **_logits(body, chat),
                                 **({"constraint": tool_spec} if tool_spec is not None else _constraint(body, gen)))
         return gen.request("prepare", None, req.with_defaults(gen.sampling_defaults,

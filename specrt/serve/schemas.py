@@ -80,6 +80,8 @@ class SamplingFields(BaseModel):
     frequency_penalty: Optional[Number] = None  # OpenAI, [-2, 2]
     repetition_penalty: Optional[Number] = None  # vLLM extension, (0, 2]
     logit_bias: Optional[dict[str, Number]] = None  # token id (a string, as JSON keys) -> [-100, 100]
+    stop_token_ids: Optional[list[StrictInt]] = None  # vLLM extension: ids that end the output as EOS does
+    ignore_eos: Optional[StrictBool] = None  # vLLM extension: the model's EOS does not end the output
 
 
 class CompletionRequest(SamplingFields):

@@ -41,8 +41,10 @@ def test_lone_surrogates_are_400(server, path, body, param):
                                           ("logit_bias", {"99999999": 1}), ("logit_bias", {"x": 1}), ("n", 17),
                                           ("logit_bias", {"1": 5, "01": -100}),
                                           ("stream_options", {"include_usage": True}),
+                                          ("ignore_eos", "yes"), ("stop_token_ids", [-1]),
+                                          ("stop_token_ids", [99999999]), ("stop_token_ids", 3),
                                           # vLLM extensions not implemented: refused, never silently ignored
-                                          ("ignore_eos", True), ("stop_token_ids", [0]), ("bad_words", ["os"]),
+                                          ("bad_words", ["os"]),
                                           ("skip_special_tokens", False), ("guided_choice", ["a", "b"])])
 def test_unsupported_or_out_of_range_fields_are_400_naming_the_field(server, field, value):
     r = httpx.post(f"{server.url}/v1/completions", json=COMPLETION | {field: value}, timeout=30)
@@ -131,3 +133,20 @@ def test_body_shorter_than_content_length_times_out(pair_generator):
         s.close()
         assert reply.startswith("HTTP/1.1 408"), reply
         assert time.monotonic() - started < 10
+
+
+def test_stop_token_ids_and_ignore_eos_are_served(server, slot_generators):
+    """vLLM's extensions: a stop id ends the completion where greedy decoding emits it (finish_reason stop, the
+    token counted); ignore_eos is accepted (the tiny model emits no EOS here: the same completion)."""
+    gen = slot_generators[0]
+    ids = gen.generate(COMPLETION["prompt"], 12, method="none").token_ids
+    i = next(j for j in range(3, len(ids)) if ids[j] not in ids[:j])
+    body = COMPLETION | {"max_tokens": 12, "stop_token_ids": [ids[i]]}
+    r = httpx.post(f"{server.url}/v1/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    choice, usage = r.json()["choices"][0], r.json()["usage"]
+    assert choice["finish_reason"] == "stop" and usage["completion_tokens"] == i + 1, r.json()
+    assert choice["text"] == gen.generate(COMPLETION["prompt"], 12, method="none", stop_token_ids=[ids[i]]).text
+    r = httpx.post(f"{server.url}/v1/completions", json=COMPLETION | {"max_tokens": 12, "ignore_eos": True},
+                   timeout=60)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 12, r.text
