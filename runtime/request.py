@@ -40,7 +40,7 @@ DEFAULT_K: int | str = "auto"
 DEFAULT_MAX_NEW_TOKENS = 128
 MAX_STOP_STRINGS = 16
 MAX_STOP_TOKEN_IDS = 64
-SAMPLING_KEYS = ("temperature", "top_k", "top_p")  # read from generation_config.json when a request omits them
+SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")  # read from generation_config.json when a request omits them
 MAX_CHOICES = 16  # choices of one request (n, times the prompts of a /v1/completions batch)
 SEED_RANGE = 2**63
 
@@ -88,6 +88,7 @@ class GenerationRequest:
     temperature: float | None = None  # None: generation_config, else the front end's fallback; 0 = greedy
     top_k: int | None = None  # 0 = off
     top_p: float | None = None  # 1 = off
+    min_p: float | None = None  # 0 = off (vLLM / transformers / llama.cpp): tokens below min_p x the likeliest dropped
     seed: int | None = None
     ngram_min: int | None = None  # n-gram match lengths (methods ngram, hybrid, recycle); None = the method's default
     ngram_max: int | None = None
@@ -140,7 +141,7 @@ class GenerationRequest:
             object.__setattr__(self, "logit_bias", self.logits_params.logit_bias)
         except InvalidArgument as exc:
             raise RequestFieldError(getattr(exc, "field", "logit_bias"), str(exc)) from None
-        for name in ("temperature", "top_p"):
+        for name in ("temperature", "top_p", "min_p"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer))):
                 raise RequestFieldError(name, f"{name} must be a number, got {v!r}")
@@ -200,15 +201,16 @@ class GenerationRequest:
 
     def with_defaults(self, defaults: Mapping[str, Any], fallback_temperature: float = 0.0) -> "GenerationRequest":
         """Fill omitted sampling fields: the bundle's generation_config values (`defaults`), else
-        temperature `fallback_temperature`, top_k 0, top_p 1."""
-        fill = {"temperature": fallback_temperature, "top_k": 0, "top_p": 1.0}
+        temperature `fallback_temperature`, top_k 0, top_p 1, min_p 0."""
+        fill = {"temperature": fallback_temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
         changes = {k: defaults.get(k, fill[k]) for k in SAMPLING_KEYS if getattr(self, k) is None}
         return self.replace(**changes) if changes else self
 
     def _sampling(self, fallback_temperature: float) -> SamplingParams:
         t = fallback_temperature if self.temperature is None else float(self.temperature)
         return SamplingParams(temperature=t, top_k=0 if self.top_k is None else int(self.top_k),
-                              top_p=1.0 if self.top_p is None else float(self.top_p), seed=self.seed)
+                              top_p=1.0 if self.top_p is None else float(self.top_p), seed=self.seed,
+                              min_p=0.0 if self.min_p is None else float(self.min_p))
 
     @property
     def sampling(self) -> SamplingParams:

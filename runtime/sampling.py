@@ -20,6 +20,7 @@ class SamplingParams:
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
     seed: int | None = None
+    min_p: float = 0.0  # 0 = off; else tokens below min_p x the likeliest token's probability are dropped
 
     def __post_init__(self) -> None:
         if not (self.temperature == 0 or MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE):  # also NaN
@@ -29,6 +30,8 @@ class SamplingParams:
             raise InvalidArgument(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise InvalidArgument(f"top_k must be >= 0, got {self.top_k}")
+        if not (0 <= self.min_p <= 1):  # also NaN
+            raise InvalidArgument(f"min_p must be in [0, 1], got {self.min_p}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer))
                                       or not 0 <= self.seed < 2**63):
             raise InvalidArgument(f"seed must be an integer in [0, 2**63), got {self.seed!r}")
@@ -42,7 +45,8 @@ class SamplingParams:
 
 
 def warp(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """logits [N, V] -> probabilities [N, V] (float64) after temperature, top-k and top-p."""
+    """logits [N, V] -> probabilities [N, V] (float64) after temperature, top-k, top-p and min-p (transformers' and
+    vLLM's order)."""
     x = logits.astype(np.float64) / params.temperature
     v = x.shape[-1]
     if 0 < params.top_k < v:
@@ -58,6 +62,9 @@ def warp(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
         drop = np.zeros_like(probs, dtype=bool)
         np.put_along_axis(drop, order, mass_before >= params.top_p, axis=-1)
         probs = np.where(drop, 0.0, probs)
+        probs /= probs.sum(axis=-1, keepdims=True)
+    if params.min_p > 0.0:  # the likeliest token always stays (p >= min_p x p)
+        probs = np.where(probs < params.min_p * probs.max(axis=-1, keepdims=True), 0.0, probs)
         probs /= probs.sum(axis=-1, keepdims=True)
     if not np.isfinite(probs).all():  # NaN / Inf logits from a broken model: never sample from them
         raise BackendError("the model produced non-finite logits (NaN/Inf); its weights or graph are broken")

@@ -23,7 +23,7 @@ UNSUPPORTED = {
     "echo": (None, False), "best_of": (None, 1), "suffix": (None, ""),
     # OpenAI's legacy function calling (tools / tool_choice are served: serve/tools.py)
     "functions": (None, []), "function_call": (None, "none"),
-    "min_p": (None, 0, 0.0), "min_tokens": (None, 0), "prediction": (None,),
+    "min_tokens": (None, 0), "prediction": (None,),
     # vLLM's sampling extensions this server does not implement (ignore_eos and stop_token_ids it serves)
     "bad_words": (None, []),
     "allowed_token_ids": (None,), "include_stop_str_in_output": (None, False), "skip_special_tokens": (None, True),

@@ -138,7 +138,8 @@ def _request(body: Any, gen: Any, config: ServeConfig, max_tokens: int, chat: bo
     + max_tokens beyond the context is refused (400), as OpenAI does."""
     try:
         req = GenerationRequest(max_new_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
-                                top_k=body.top_k, seed=body.seed, stop=() if body.stop is None else body.stop,
+                                top_k=body.top_k, min_p=body.min_p, seed=body.seed,
+                                stop=() if body.stop is None else body.stop,
                                 stop_token_ids=body.stop_token_ids or (), ignore_eos=bool(body.ignore_eos),
                                 strict=True, **_speculation(body, config), **_logits(body, chat),
                                 **({"constraint": tool_spec} if tool_spec is not None else _constraint(body, gen)))

@@ -69,6 +69,7 @@ class SamplingFields(BaseModel):
     temperature: Optional[Number] = None  # None -> 1.0, as OpenAI
     top_p: Optional[Number] = None  # None -> 1.0
     top_k: Optional[StrictInt] = None  # vLLM extension; 0 or None = off
+    min_p: Optional[Number] = None  # vLLM extension, [0, 1]; 0 or None = off
     seed: Optional[StrictInt] = None
     stop: Stop = None
     n: StrictInt = 1

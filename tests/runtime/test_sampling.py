@@ -25,7 +25,8 @@ def test_sample_follows_probs():
 
 
 @pytest.mark.parametrize("kwargs", [dict(temperature=-0.1), dict(top_p=0.0), dict(top_p=1.5),
-                                    dict(top_k=-1), dict(temperature=float("nan"))])
+                                    dict(top_k=-1), dict(temperature=float("nan")), dict(min_p=-0.1),
+                                    dict(min_p=1.5), dict(min_p=float("nan"))])
 def test_invalid_params(kwargs):
     with pytest.raises(InvalidArgument):
         SamplingParams(**kwargs)
@@ -46,3 +47,24 @@ def test_warp_equals_transformers_warpers():
         scores = TopPLogitsWarper(p)(None, scores) if p < 1 else scores
         want = torch.softmax(scores.double(), -1).numpy()
         np.testing.assert_allclose(warp(x, SamplingParams(temperature=t, top_k=k, top_p=p)), want, atol=1e-9)
+
+
+def test_min_p_equals_transformers_warper():
+    """min-p after temperature, top-k and top-p, as transformers' MinPLogitsWarper (and vLLM) apply it: tokens below
+    min_p x the likeliest token's probability dropped, the rest renormalised."""
+    import torch
+    from transformers.generation.logits_process import MinPLogitsWarper, TemperatureLogitsWarper, TopPLogitsWarper
+
+    rng = np.random.default_rng(1)
+    dropped = 0
+    for _ in range(200):
+        x = (rng.normal(size=(1, 40)) * rng.choice([0.3, 1.0, 5.0])).astype(np.float32)
+        t, p, m = float(rng.choice([0.5, 1.0, 2.0])), float(rng.choice([1.0, 0.9])), float(rng.choice([0.05, 0.3, 1.0]))
+        scores = TemperatureLogitsWarper(t)(None, torch.tensor(x))
+        scores = TopPLogitsWarper(p)(None, scores) if p < 1 else scores
+        scores = MinPLogitsWarper(m)(None, scores)
+        want = torch.softmax(scores.double(), -1).numpy()
+        got = warp(x, SamplingParams(temperature=t, top_p=p, min_p=m))
+        np.testing.assert_allclose(got, want, atol=1e-9)
+        dropped += int((got == 0).sum() > (warp(x, SamplingParams(temperature=t, top_p=p)) == 0).sum())
+    assert dropped > 50  # min-p removed tokens in most rows

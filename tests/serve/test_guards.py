@@ -41,7 +41,7 @@ def test_lone_surrogates_are_400(server, path, body, param):
                                           ("logit_bias", {"99999999": 1}), ("logit_bias", {"x": 1}), ("n", 17),
                                           ("logit_bias", {"1": 5, "01": -100}),
                                           ("stream_options", {"include_usage": True}),
-                                          ("ignore_eos", "yes"), ("stop_token_ids", [-1]),
+                                          ("ignore_eos", "yes"), ("stop_token_ids", [-1]), ("min_p", 1.5),
                                           ("stop_token_ids", [99999999]), ("stop_token_ids", 3),
                                           # vLLM extensions not implemented: refused, never silently ignored
                                           ("bad_words", ["os"]),
@@ -75,7 +75,7 @@ def test_a_developer_message_is_rendered_as_a_system_one(server):
 
 @pytest.mark.parametrize("field, value", [("logprobs", None), ("echo", False), ("best_of", 1),
                                           ("frequency_penalty", 0), ("user", "me"), ("ignore_eos", False),
-                                          ("stop_token_ids", []), ("skip_special_tokens", True)])
+                                          ("stop_token_ids", []), ("skip_special_tokens", True), ("min_p", 0.5)])
 def test_harmless_defaults_are_accepted(server, field, value):
     r = httpx.post(f"{server.url}/v1/completions", json=COMPLETION | {field: value}, timeout=60)
     assert r.status_code == 200, r.text

@@ -37,7 +37,7 @@ def test_non_ascii_key_is_compared_as_utf8(pair_generator):
 @pytest.mark.parametrize("field, value, param", [
     ("tools", [TOOL], "tool_choice"),  # tool_choice auto (the default): the plain template has no tool-call format
     ("tool_choice", "required", "tool_choice"),  # no tools
-    ("functions", [TOOL["function"]], "functions"), ("min_p", 0.1, "min_p")])
+    ("functions", [TOOL["function"]], "functions"), ("min_tokens", 3, "min_tokens")])
 def test_tool_calls_that_cannot_be_served_are_refused(server, field, value, param):
     r = httpx.post(f"{server.url}/v1/chat/completions", json=CHAT | {field: value}, timeout=30)
     assert r.status_code == 400, r.text

@@ -32,6 +32,9 @@ from specrt.cli.options import BatchSize, backend_option, method_option, prefix_
               help="0 = greedy (default: the bundle's generation_config, else 0).")
 @click.option("--top-k", default=None, type=int, help="0 = off (default: the bundle's generation_config, else 0).")
 @click.option("--top-p", default=None, type=float, help="1 = off (default: the bundle's generation_config, else 1).")
+@click.option("--min-p", "min_p", default=None, type=float,
+              help="0 = off: drop tokens below min-p x the likeliest one's probability (default: the bundle's "
+                   "generation_config, else 0).")
 @click.option("--seed", default=None, type=int, help="Makes sampling reproducible.")
 @click.option("--presence-penalty", default=None, type=float, help="[-2, 2], over generated tokens (OpenAI).")
 @click.option("--frequency-penalty", default=None, type=float, help="[-2, 2], over generated tokens (OpenAI).")
@@ -61,7 +64,7 @@ from specrt.cli.options import BatchSize, backend_option, method_option, prefix_
               help="Constrain the output to this grammar (a file: Lark / llguidance EBNF, or GBNF).")
 @handle_errors
 def generate_cmd(bundle, prompt, prompts_file, max_batch, prefix_cache_mb, no_prefix_cache, chat, system,
-                 template_kwargs, max_new_tokens, temperature, top_k, top_p, seed,
+                 template_kwargs, max_new_tokens, temperature, top_k, top_p, min_p, seed,
                  presence_penalty, frequency_penalty, repetition_penalty, method, k, auto_sources, ngram_min, ngram_max, backend, target_device, draft_device, threads, stream, strict, as_json,
                  json_schema, json_object, regex, grammar):
     """Generate text from BUNDLE with speculative decoding."""
@@ -83,7 +86,8 @@ def generate_cmd(bundle, prompt, prompts_file, max_batch, prefix_cache_mb, no_pr
 
     def request():  # the one request of the command, built after the prompt files and flags are checked
         return GenerationRequest.from_options(
-            "generate", max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+            "generate", max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+            min_p=min_p, seed=seed,
             method=method, num_speculative_tokens=k, auto_sources=auto_sources, ngram_min=ngram_min,
             ngram_max=ngram_max, strict=strict,
             presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
