@@ -51,7 +51,7 @@ def fused_unsupported_reason(c: DecoderConfig) -> str | None:
     """None when the fused graph can express `c`, else why not (the caller falls back to portable)."""
     if c.family not in FUSED_FAMILIES:
         return (f"{c.architecture} has no fused ONNX Runtime graph (only Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, "
-                "Phi-3)")
+                "Phi-3, SmolLM3)")
     if c.head_dim % GQA_HEAD_DIM_MULTIPLE:
         return f"head_dim {c.head_dim} is not a multiple of {GQA_HEAD_DIM_MULTIPLE} (GroupQueryAttention on CPU)"
     if c.rotary_dim < c.head_dim and (c.rotary_dim // 2) % GQA_PARTIAL_ROPE_MULTIPLE:

@@ -78,7 +78,8 @@ def attention(g: GraphBuilder, x: str, attn, i: int, c: DecoderConfig) -> str:
     else:  # packed QKV straight into the op
         qkv_inputs = [qkv, "", ""]
     window = c.layer_window(i)
-    cos, sin = rope_cache_names(window is not None)
+    rope = i not in c.nope_layers  # a NoPE layer (SmolLM3): GQA without rotary, no cos / sin
+    cos, sin = rope_cache_names(window is not None) if rope else ("", "")
     extra = {"local_window_size": window} if window is not None else {}
     tree_ins = []
     if g.tree is not None:  # position_ids + attention_bias (compiler/fused_tree.py)
@@ -89,7 +90,7 @@ def attention(g: GraphBuilder, x: str, attn, i: int, c: DecoderConfig) -> str:
                qkv_inputs + [graph_io.past_key(i), graph_io.past_value(i), SEQLENS_K, TOTAL_SEQUENCE_LENGTH,
                              cos, sin] + tree_ins,
                n_out=3, domain=MS, name=f"{p}.gqa", outputs=[f"{p}/out", present_key(i), present_value(i)],
-               num_heads=c.num_heads, kv_num_heads=c.num_kv_heads, scale=attention_scale(c), do_rotary=1,
+               num_heads=c.num_heads, kv_num_heads=c.num_kv_heads, scale=attention_scale(c), do_rotary=int(rope),
                **extra)[0]
     return linear(g, out, as_numpy(attn.o_proj.weight).T, _bias(attn.o_proj), f"{p}.o_proj")
 

@@ -72,6 +72,8 @@ def hf_config(arch: str, vocab: int, layers: int = 2, hidden: int = 64, seed_var
                 "short_factor": [1.0 + 0.5 * i for i in range(half)], "long_factor": [3.0] * half,
                 "original_max_position_embeddings": 64}
         return tf.Phi3Config(rope_parameters=rope, original_max_position_embeddings=64, tie_word_embeddings=True, **kw)
+    if arch == "smollm3":  # layer 3 of 4 without rope (no_rope_layer_interval 4), tied
+        return tf.SmolLM3Config(**kw)
     if arch == "gemma2":  # transformers' default layer_types (every other layer sliding), scores soft-capped
         return tf.Gemma2Config(head_dim=32, sliding_window=GEMMA3_WINDOW, query_pre_attn_scalar=24,
                                attn_logit_softcapping=1.5, final_logit_softcapping=8.0, **kw)

@@ -140,6 +140,8 @@ class DecoderConfig:
     scale_attn_by_inverse_layer_idx: bool = False
     # Phi-3 family (Phi-4 mini: 0.75): the rope turns only each head's first `rotary_dim` dimensions
     partial_rotary_factor: float = 1.0
+    # SmolLM3: the layers (indices) whose attention has no rope at all ("NoPE": every 4th in SmolLM3-3B)
+    nope_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         # a manifest gives lists and dicts back: restore tuples and RopeConfigs (the dataclass is frozen)
@@ -147,6 +149,9 @@ class DecoderConfig:
             if isinstance(getattr(self, name), dict):
                 object.__setattr__(self, name, RopeConfig(**getattr(self, name)))
         object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        object.__setattr__(self, "nope_layers", tuple(self.nope_layers))
+        if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.num_layers for i in self.nope_layers):
+            raise CheckpointError(f"config: layers without rope must be layer indices, got {list(self.nope_layers)}")
         factor = self.partial_rotary_factor
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
             raise CheckpointError(f"config.json: partial_rotary_factor must be in (0, 1], got {factor!r}")
@@ -218,7 +223,7 @@ class DecoderConfig:
 
 
 LATER_DECODER_DEFAULTS = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
-                          "partial_rotary_factor": 1.0}
+                          "partial_rotary_factor": 1.0, "nope_layers": ()}
 LATER_ROPE_DEFAULTS = {"attention_factor": 1.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True,
                        "short_factor": ()}
 

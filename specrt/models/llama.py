@@ -56,8 +56,9 @@ def parse_config(raw: dict[str, Any], architecture: str, partial_rotary: bool = 
 
 
 class Attention(nn.Module):
-    def __init__(self, c: DecoderConfig) -> None:
+    def __init__(self, c: DecoderConfig, rope: bool = True) -> None:  # rope False: a NoPE layer (SmolLM3)
         super().__init__()
+        self.rope = rope
         self.q_proj = nn.Linear(c.hidden_size, c.num_heads * c.head_dim, bias=c.attention_bias)
         self.k_proj = nn.Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
         self.v_proj = nn.Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
@@ -76,7 +77,8 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(b, s, c.num_kv_heads, c.head_dim)
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if self.rope:
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         out = attend(q, k_past, v_past, k, v, c.head_dim**-0.5, past_lengths=past_lengths, tree_mask=tree_mask)
         return self.o_proj(out), k, v
 
@@ -94,9 +96,9 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, c: DecoderConfig) -> None:
+    def __init__(self, c: DecoderConfig, layer: int = 0) -> None:
         super().__init__()
-        self.self_attn = Attention(c)
+        self.self_attn = Attention(c, rope=layer not in c.nope_layers)
         self.mlp = MLP(c)
         self.input_layernorm = RMSNorm(c.hidden_size, c.norm_eps)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.norm_eps)
@@ -112,7 +114,7 @@ class _Body(nn.Module):
     def __init__(self, c: DecoderConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList(Block(c) for _ in range(c.num_layers))
+        self.layers = nn.ModuleList(Block(c, i) for i in range(c.num_layers))
         self.norm = RMSNorm(c.hidden_size, c.norm_eps)
 
 

@@ -1,5 +1,5 @@
 """Token trees verified in one pass (docs/trees.md): every node's logits equal those of its root-to-node path run
-as a plain chain, on the fused graph of every architecture that has one (Gemma 2: beside soft-capped scores) and on the PyTorch reference; the KV rows
+as a plain chain, on the fused graph of every architecture that has one (Gemma 2: beside soft-capped scores; SmolLM3: a layer without rope) and on the PyTorch reference; the KV rows
 of an accepted path, compacted, continue exactly like a plain sequence."""
 
 import numpy as np
@@ -30,9 +30,10 @@ def path_of(parents: np.ndarray, row: int) -> list[int]:
     return rows[::-1]
 
 
-@pytest.fixture(scope="module", params=("llama", "qwen3", "gemma3", "gemma2"))
+@pytest.fixture(scope="module", params=("llama", "qwen3", "gemma3", "gemma2", "smollm3"))
 def fused(request, workdir, tokenizer_path):
-    ckpt = make_checkpoint(workdir / "tree" / request.param, request.param, tokenizer_path, layers=2, seed=3)
+    layers = 4 if request.param == "smollm3" else 2  # SmolLM3's 4th layer has no rope
+    ckpt = make_checkpoint(workdir / "tree" / request.param, request.param, tokenizer_path, layers=layers, seed=3)
     decoder = open_checkpoint(ckpt).load_decoder()
     path = fused_onnx_from_decoder(decoder, workdir / "tree" / f"{request.param}.onnx", CAPACITY)
     return decoder, path
