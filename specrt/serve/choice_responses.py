@@ -53,6 +53,13 @@ def _wants_logprobs(prep: Any) -> bool:
     return prep.job.request.logprobs is not None
 
 
+def cached_tokens(prep: Any, stats_of: dict[int, Any]) -> int:
+    """The prompt tokens the prefix cache supplied, each prompt counted once (as its tokens are in `usage`): those of
+    its first choice's sequence (`stats_of`: job index -> its stats)."""
+    firsts = {prep.choice_jobs[i] for i in range(0, len(prep.choice_jobs), prep.n)}
+    return sum(stats_of[j].cached_tokens for j in firsts if stats_of.get(j) is not None)
+
+
 def final_body(service: Any, prep: Any, texts: dict[int, str], dones: dict[int, Done],
                logprobs: dict[int, list]) -> dict[str, Any]:
     choices = []
@@ -70,7 +77,9 @@ def final_body(service: Any, prep: Any, texts: dict[int, str], dones: dict[int, 
     from specrt.serve.service import usage
 
     completion = sum(dones[j].completion_tokens for j in prep.choice_jobs)
-    return {**service._head(prep, chunk=False), "choices": choices, "usage": usage(prep.prompt_tokens, completion),
+    cached = cached_tokens(prep, {j: d.stats for j, d in dones.items()})
+    return {**service._head(prep, chunk=False), "choices": choices,
+            "usage": usage(prep.prompt_tokens, completion, cached=cached),
             "speculative_stats": merged_stats([dones[j].stats for j in sorted(dones)])}
 
 
@@ -101,6 +110,7 @@ async def _events(service: Any, run: ChoiceRun, first: tuple[int, Any], prep: An
     held_lp: dict[int, list] = {}  # with tools and logprobs: each sequence's entries, sent with its answer
     offsets: dict[int, int] = {}  # /v1/completions' text_offset: each sequence's token text so far
     completion = 0
+    stats_of: dict[int, Any] = {}  # each finished sequence's stats (the usage's cached_tokens)
     j, event = first
     while True:
         if isinstance(event, Done):
@@ -109,6 +119,7 @@ async def _events(service: Any, run: ChoiceRun, first: tuple[int, Any], prep: An
                 err = failure(event)
                 yield sse(error_body(err.message, err.type, err.param, err.code))
                 break
+            stats_of[j] = event.stats
             for c in choices_of[j]:
                 completion += event.completion_tokens
                 state["completion_tokens"] = completion  # for the access log line
@@ -126,7 +137,8 @@ async def _events(service: Any, run: ChoiceRun, first: tuple[int, Any], prep: An
             if run.finished:
                 if prep.include_usage:
                     yield sse({**service._head(prep, chunk=True), "choices": [],
-                               "usage": usage(prep.prompt_tokens, completion)})
+                               "usage": usage(prep.prompt_tokens, completion,
+                                              cached=cached_tokens(prep, stats_of))})
                 break
         elif event.text or event.logprobs:
             if prep.tools is not None:

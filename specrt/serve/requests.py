@@ -45,6 +45,7 @@ class Prepared:
     choice_jobs: list[int] = dataclasses.field(default_factory=list)
     prompt_tokens: int = 0
     tools: Any = None  # a tools.ToolPlan: the answer is parsed for tool calls
+    n: int = 1  # choices per prompt: choice p * n is prompt p's first (its usage's cached_tokens)
 
     @property
     def several(self) -> bool:
@@ -188,7 +189,7 @@ def _job(body: Any, gen: Any, config: ServeConfig, prompts: list[list[int]], max
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     return Prepared(jobs[0], chat, body.stream, include_usage, rid, int(time.time()), jobs, choice_jobs,
-                    sum(len(p) for p in prompts), tools)
+                    sum(len(p) for p in prompts), tools, n)
 
 
 def prepare_completion(body: Any, gen: Any, config: ServeConfig) -> Prepared:

@@ -58,13 +58,16 @@ def k_used(stats: Any) -> int:
     return max(stats.k_history, default=0)
 
 
-def usage(prompt_tokens: int, completion_tokens: int, stats: Any = None) -> dict[str, Any]:
-    """OpenAI's usage object; with the request's stats, `prompt_tokens_details.cached_tokens` (the prompt tokens the
-    prefix cache supplied: runtime/batch/prefix_cache.py)."""
+def usage(prompt_tokens: int, completion_tokens: int, stats: Any = None,
+          cached: Optional[int] = None) -> dict[str, Any]:
+    """OpenAI's usage object; with the request's stats (or `cached`), `prompt_tokens_details.cached_tokens` (the
+    prompt tokens the prefix cache supplied: runtime/batch/prefix_cache.py)."""
     body: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                             "total_tokens": prompt_tokens + completion_tokens}
     if stats is not None:
-        body["prompt_tokens_details"] = {"cached_tokens": stats.cached_tokens}
+        cached = stats.cached_tokens
+    if cached is not None:
+        body["prompt_tokens_details"] = {"cached_tokens": cached}
     return body
 
 
