@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 from specrt.runtime.request import MAX_CHOICES
 from specrt.serve.errors import bad_request
-from specrt.serve.slots import QueueFull, RequestStream
+from specrt.serve.slots import QueueFull, RequestStream, ServerShuttingDown
 from specrt.serve.worker import Done, Job
 
 
@@ -94,8 +94,8 @@ class ChoiceRun:
         if slot is None:
             try:
                 slot = await pool.acquire()
-            except QueueFull:
-                return  # the lanes that have a slot decode this lane's share
+            except (QueueFull, ServerShuttingDown):
+                return  # the lanes that have a slot decode this lane's share (after a shutdown: each ends at once)
         keep = _Keep(pool)
         keep.slot = slot
         try:

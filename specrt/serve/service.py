@@ -22,16 +22,16 @@ from typing import Any, AsyncIterator, Optional
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from specrt.core.errors import InvalidArgument
 from specrt.runtime.chat_template import ChatFormatter
 from specrt.serve.config import ServeConfig
 from specrt.serve.disconnect import collect_or_gone, wait_disconnect
 from specrt.serve.errors import APIError, error_body
+from specrt.serve.failures import constraint_failure, failure, shutting_down
 from specrt.serve.logprobs import shaped
 from specrt.serve.metrics import ServerMetrics
 from specrt.serve.requests import Prepared, prepare_chat, prepare_completion
 from specrt.serve.engine_stream import Producers
-from specrt.serve.slots import AdmissionQueue, QueueFull, RequestStream
+from specrt.serve.slots import AdmissionQueue, QueueFull, RequestStream, ServerShuttingDown
 from specrt.serve.sse import DONE, EventStream, sse
 from specrt.serve.worker import Delta, Done
 
@@ -77,32 +77,6 @@ def _constrained(body: Any) -> bool:
     return body.response_format is not None and body.response_format.type != "text"
 
 
-def failure(done: Done) -> APIError:
-    from specrt.runtime.constraint import ConstraintError
-
-    return constraint_failure(done.error) if isinstance(done.error, ConstraintError) else _other_failure(done)
-
-
-def constraint_failure(error: BaseException, tools: bool = False) -> APIError:
-    """A schema that failed to compile, past the compile limits, or found while decoding to be past the parser's
-    limits: 400 naming `response_format` (or `tools`, for a forced tool call's schema); the compile threads busy:
-    503, retry."""
-    from specrt.runtime.constraint_pool import CompilerBusy
-
-    if isinstance(error, CompilerBusy):
-        return APIError(503, str(error), type="server_error", code="compiler_busy", headers={"Retry-After": "1"})
-    if tools:
-        return APIError(400, f"cannot decode under the tool parameters schema: {error}", param="tools",
-                        code="invalid_tool_schema")
-    return APIError(400, str(error), param="response_format", code="invalid_response_format")
-
-
-def _other_failure(done: Done) -> APIError:
-    if isinstance(done.error, InvalidArgument):
-        return APIError(400, str(done.error))
-    return APIError(500, f"generation failed: {type(done.error).__name__}: {done.error}", type="server_error")
-
-
 class Service:
     """`generators`: one slot each (a worker thread each); or `engine` (a BatchEngine): its max_batch slots are the
     batch's rows, its requests' streams fed by the engine's thread (engine_stream.py)."""
@@ -120,6 +94,15 @@ class Service:
         # constrained requests' checks, and waits on the compile threads (runtime/constraint_pool.py): never the
         # default executor, which tokenizes every plain request
         self.compile_pool = ThreadPoolExecutor(max_workers=COMPILE_THREADS, thread_name_prefix="specrt-compile-wait")
+        self.live: set[RequestStream] = set()  # the generations running (`shut_down` ends them)
+
+    def shut_down(self) -> None:
+        """The graceful shutdown's time is up (on the loop): every request still running or waiting for a slot ends
+        now with a 503 (an error event on a stream), and no later one starts."""
+        error = ServerShuttingDown("the server is shutting down: its grace period for running requests is over")
+        self.pool.close(error)
+        for stream in list(self.live):
+            stream.fail(error)
 
     def close(self) -> None:
         self.producers.close()
@@ -144,7 +127,11 @@ class Service:
     # -------------------------------------------------------------------------------- internals
     def start(self, pool: Any, slot: Any, job: Any, observe: Any) -> RequestStream:
         """`job` running on `slot` (taken from `pool`, given back to it when the generation is over)."""
-        stream = RequestStream(lambda: pool.release(slot), observe)
+        stream = RequestStream(lambda: (self.live.discard(stream), pool.release(slot)), observe)
+        if self.pool.closed is not None:  # a choice's next job after `shut_down`: it ends at once
+            stream.deliver(Done("error", 0, None, self.pool.closed))
+            return stream
+        self.live.add(stream)
         try:
             self.producers.start(slot, job, stream)
         except BaseException:
@@ -169,6 +156,8 @@ class Service:
             return acquire.result()
         except QueueFull as exc:
             raise self._busy(exc) from None
+        except ServerShuttingDown as exc:
+            raise shutting_down(exc) from None
 
     def _observer(self, prep: Prepared, arrived: float, endpoint: str, state: Optional[dict] = None):
         m = self.metrics
@@ -200,6 +189,8 @@ class Service:
             self.pool.admit()
         except QueueFull as exc:
             raise self._busy(exc) from None
+        except ServerShuttingDown as exc:
+            raise shutting_down(exc) from None
         try:
             await asyncio.get_running_loop().run_in_executor(self.compile_pool, self.generator.compile_constraint, spec)
         except ConstraintError as exc:

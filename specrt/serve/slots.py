@@ -6,6 +6,7 @@
     stream = RequestStream(lambda: pool.release(slot))  # fed by a producer thread (engine_stream.py)
     async for event in stream: ...    # Delta / Done events, handed over with call_soon_threadsafe
     stream.cancel()                   # the producer stops between two steps; the slot is then released
+    pool.close(err); stream.fail(err) # shutdown: no more slots (waiters get err); the stream ends with err
 
 A slot is a generator (one generation at a time each, in a worker thread) or, with `--max-batch N`, one of the N
 rows of the engine's batch: the engine admits a request the moment it is queued, so this is the only queue a
@@ -26,6 +27,10 @@ class QueueFull(Exception):
     """Every slot is busy and max_queue requests already wait."""
 
 
+class ServerShuttingDown(Exception):
+    """The server's graceful shutdown has run out of time: what still runs or waits ends with this (a 503)."""
+
+
 class AdmissionQueue:
     def __init__(self, slots: Sequence[Any], max_queue: int) -> None:
         if not slots:
@@ -37,6 +42,7 @@ class AdmissionQueue:
         self.waiting = 0  # requests waiting for a slot
         self.admitted = 0  # admitted, not yet waiting (compiling their response_format): each holds a queue place
         self._free: asyncio.Queue | None = None  # created on the serving loop
+        self.closed: Optional[ServerShuttingDown] = None  # `close`: no slot is handed out any more
 
     @property
     def size(self) -> int:
@@ -60,6 +66,8 @@ class AdmissionQueue:
     def admit(self) -> None:
         """Take a place for a request that has work to do before it needs a slot (release with `unadmit`, then
         `acquire(admitted=True)`): QueueFull when no slot and no queue place is left for it."""
+        if self.closed is not None:
+            raise self.closed
         free = self._queue().qsize() - self.waiting - self.admitted  # slots nobody is waiting for
         if free <= 0 and self.waiting + self.admitted >= self.max_queue:
             raise QueueFull(f"all {self.size} slots are busy and {self.waiting + self.admitted} requests are waiting")
@@ -72,18 +80,28 @@ class AdmissionQueue:
         """A free slot, in FIFO order; QueueFull beyond max_queue waiters (not for an `admitted` request: its place
         was taken by `admit`)."""
         free = self._queue()
+        if self.closed is not None:
+            raise self.closed
         if self.waiting == 0 and not free.empty():
             return free.get_nowait()
         if not admitted and self.waiting + self.admitted >= self.max_queue:
             raise QueueFull(f"all {self.size} slots are busy and {self.waiting + self.admitted} requests are waiting")
         self.waiting += 1
         try:
-            return await free.get()
+            slot = await free.get()
         finally:
             self.waiting -= 1
+        if self.closed is not None:  # closed while waiting: the slot goes on to the next waiter, who leaves too
+            free.put_nowait(slot)
+            raise self.closed
+        return slot
 
     def release(self, slot: Any) -> None:
         self._queue().put_nowait(slot)
+
+    def close(self, error: ServerShuttingDown) -> None:
+        """Hand out no more slots: waiting requests (as the slots come back) and later ones get `error`."""
+        self.closed = error
 
 
 class RequestStream:
@@ -98,6 +116,7 @@ class RequestStream:
         self.stop: Callable[[], None] = lambda: None  # set by the producer: stop between two steps (any thread)
         self._observe = observe
         self._release: Optional[Callable[[], None]] = release
+        self.failed: Optional[BaseException] = None  # `fail`: reported instead of the "cancelled" end
 
     def release(self) -> None:  # on the loop; once
         if self._release is not None:
@@ -109,6 +128,12 @@ class RequestStream:
         if not self.finished:
             self.stop()
 
+    def fail(self, error: BaseException) -> None:
+        """Stop the generation for `error` (the server shuts down): it ends with that error, not as cancelled."""
+        if not self.finished:
+            self.failed = error
+            self.stop()
+
     def emit(self, event: Any) -> None:  # from the producer's thread
         try:
             self.loop.call_soon_threadsafe(self.deliver, event)
@@ -117,6 +142,8 @@ class RequestStream:
 
     def deliver(self, event: Any) -> None:  # on the loop: metrics see every event, read or not
         if isinstance(event, Done):  # the slot is idle again: free it before answering
+            if self.failed is not None and event.finish_reason == "cancelled":
+                event = Done("error", event.completion_tokens, event.stats, self.failed)
             self.finished = True
             self.release()
         if self._observe is not None:

@@ -56,6 +56,9 @@ def run_job(gen: Any, job: Job, cancel: threading.Event, emit: Callable[[Any], N
     stage = TextStage(gen.tokenizer, job.stop)  # the one detokenize / stop-string stage (core/tokenizer.py)
     tokens, stats, finish = 0, None, None
     names: dict = {}  # token id -> (string, bytes), for logprobs
+    if cancel.is_set():  # stopped while it waited for the thread (the client left, the server shuts down)
+        emit(Done("cancelled"))
+        return
     try:
         # the stop strings are watched here, on the text this stage makes: not a second time by stream_tokens
         steps = gen.stream_tokens(job.prepared.without_stop())

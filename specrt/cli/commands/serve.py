@@ -33,6 +33,9 @@ from specrt.cli.options import BatchSize, backend_option, method_option, prefix_
 @click.option("--served-model-name", default=None, help="Model id in the API (default: the bundle directory name).")
 @click.option("--threads", default=None, type=click.IntRange(min=1),
               help="CPU threads in all, split over the slots (default: all cores).")
+@click.option("--shutdown-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds running and queued requests get to finish after SIGTERM or Ctrl-C; then they end with "
+                   "a 503 (streams: an error event) and the server exits.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @click.option("--ray", "use_ray", is_flag=True,
@@ -45,8 +48,8 @@ from specrt.cli.options import BatchSize, backend_option, method_option, prefix_
               help="--ray: CPUs Ray reserves per replica (and its threads unless --threads is given).")
 @handle_errors
 def serve_cmd(bundle, host, port, method, k, max_concurrency, max_batch, prefix_cache_mb, no_prefix_cache, max_queue,
-              backend, api_key, served_model_name, threads, log_level, use_ray, replicas, min_replicas, max_replicas,
-              ray_address, cpus_per_replica):
+              backend, api_key, served_model_name, threads, shutdown_timeout, log_level, use_ray, replicas, min_replicas,
+              max_replicas, ray_address, cpus_per_replica):
     """Serve BUNDLE with the OpenAI API (/v1/completions, /v1/chat/completions) on HOST:PORT.
 
     With --ray, --threads counts per replica."""
@@ -59,6 +62,8 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_batch, prefix_
                                 ("--max-replicas", max_replicas), ("--ray-address", ray_address),
                                 ("--cpus-per-replica", cpus_per_replica != 1.0)) if v]
     if use_ray:
+        if shutdown_timeout != 30.0:
+            raise click.UsageError("--shutdown-timeout does not apply with --ray (Ray Serve gives requests 30 s)")
         app_kwargs = dict(served_model_name=served_model_name, api_key=api_key, max_concurrency=max_concurrency,
                           max_queue=max_queue, method=method, num_speculative_tokens=k, backend=backend,
                           threads=threads)
@@ -90,26 +95,42 @@ def serve_cmd(bundle, host, port, method, k, max_concurrency, max_batch, prefix_
     configure(log_level)  # our per-request line (method, path, status, tokens, duration) replaces uvicorn's
     from specrt.serve.header_timeout import HeaderTimeoutH11
 
-    _Server = _server_class()
-    config = uvicorn.Config(app, host=host, port=real_port, log_level=log_level, timeout_graceful_shutdown=30,
-                            access_log=False, http=HeaderTimeoutH11)
+    _Server = _server_class(app.state.service, shutdown_timeout)
+    # uvicorn's own limit (it cancels the requests' tasks: a traceback each) only backs up the service's own, which
+    # answers them: a step in progress ends first
+    config = uvicorn.Config(app, host=host, port=real_port, log_level=log_level,
+                            timeout_graceful_shutdown=shutdown_timeout + BACKSTOP_S, access_log=False,
+                            http=HeaderTimeoutH11)
     try:
         _Server(config).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises the captured Ctrl-C after its graceful shutdown
         pass
 
 
-def _server_class():
+BACKSTOP_S = 5.0  # after --shutdown-timeout, how long uvicorn waits for the answers before it cancels the requests
+
+
+def _server_class(service, shutdown_timeout: float):
+    import asyncio
+    import signal
+
     import uvicorn
 
     class Server(uvicorn.Server):
         """uvicorn's server, but a second Ctrl-C during the graceful shutdown quits at once (exit 130): uvicorn's
         forced exit cancels every task (a traceback each) and lets the interpreter tear down while the batch
-        engine's thread is inside ONNX Runtime, which aborts the process (seen: exit 134, 'terminate called')."""
+        engine's thread is inside ONNX Runtime, which aborts the process (seen: exit 134, 'terminate called').
+        The first SIGTERM or Ctrl-C gives the requests `shutdown_timeout` seconds, then `service.shut_down` ends
+        those left with a 503 (before: uvicorn cancelled them, a traceback each, and clients got a bare 500 or a
+        cut stream); a graceful SIGTERM exits 0, as a graceful Ctrl-C does (uvicorn re-raised it: exit -15)."""
+
+        loop = None
+
+        async def serve(self, sockets=None) -> None:
+            self.loop = asyncio.get_running_loop()
+            await super().serve(sockets=sockets)
 
         def handle_exit(self, sig, frame) -> None:
-            import signal
-
             if self.should_exit and sig == signal.SIGINT:
                 import os
                 import sys
@@ -117,7 +138,13 @@ def _server_class():
                 sys.stderr.write("forced quit: requests still running were cut off\n")
                 sys.stderr.flush()
                 os._exit(130)
+            first = not self.should_exit
             super().handle_exit(sig, frame)
+            if first and self.loop is not None:
+                self.loop.call_soon_threadsafe(self.loop.call_later, shutdown_timeout, service.shut_down)
+            captured = getattr(self, "_captured_signals", None)  # uvicorn raises these again once it has stopped
+            if sig == signal.SIGTERM and captured and captured[-1] == sig:
+                captured.pop()
 
     return Server
 
