@@ -51,11 +51,11 @@ def _start(bundle, *args: str) -> tuple[subprocess.Popen, str]:
 class Client(threading.Thread):
     """One request in a thread: streamed ones signal `started` at their first chunk; `result` is what came back."""
 
-    def __init__(self, url: str, stream: bool, max_tokens: int) -> None:
+    def __init__(self, url: str, stream: bool, max_tokens: int, **extra) -> None:
         super().__init__(daemon=True)
         self.url, self.stream, self.started = url, stream, threading.Event()
         self.body = {"model": "m", "prompt": "def f(x):\n", "max_tokens": max_tokens, "temperature": 0,
-                     "speculative": {"method": "none"}, "stream": stream}
+                     "speculative": {"method": "none"}, "stream": stream, **extra}
         self.result: dict = {}
 
     def run(self) -> None:
@@ -106,20 +106,22 @@ def test_sigterm_lets_running_and_queued_requests_finish_and_exits_0(pair_bundle
 
 def test_requests_left_at_the_shutdown_timeout_end_with_503_and_the_server_exits_0(pair_bundle):
     proc, url = _start(pair_bundle, "--shutdown-timeout", "0.5")
-    streams = [Client(url, True, 100) for _ in range(2)]  # 100 steps of >= 50 ms: far beyond the timeout
-    for c in streams:
-        c.start()
-        assert c.started.wait(60)
-    queued = Client(url, False, 100)
+    stream = Client(url, True, 100)  # 100 steps of >= 50 ms: far beyond the timeout
+    stream.start()
+    assert stream.started.wait(60)
+    # three sampled choices on the other batch row: one decodes, two wait for it (the stream holds the first row)
+    choices = Client(url, False, 100, n=3, temperature=1.0, seed=1)
+    choices.start()
+    time.sleep(0.5)
+    queued = Client(url, False, 100)  # waits in the admission queue
     queued.start()
     time.sleep(0.2)
-    rc, err, took = _stop(proc, [*streams, queued])
+    rc, err, took = _stop(proc, [stream, choices, queued])
     # before: uvicorn cancelled them after its 30 s: a traceback each, a bare 'Internal Server Error' or a cut stream
     assert rc == 0 and "Traceback" not in err, err
     assert took < 20
-    for c in streams:
-        assert c.result["status"] == 200 and c.result["lines"][-1] == "data: [DONE]"
-        last = json.loads(c.result["lines"][-2][6:])
-        assert last["error"]["code"] == "server_shutting_down", last
-    assert queued.result["status"] == 503
-    assert queued.result["body"]["error"]["code"] == "server_shutting_down"
+    assert stream.result["status"] == 200 and stream.result["lines"][-1] == "data: [DONE]"
+    last = json.loads(stream.result["lines"][-2][6:])
+    assert last["error"]["code"] == "server_shutting_down", last
+    for c in (choices, queued):
+        assert c.result["status"] == 503 and c.result["body"]["error"]["code"] == "server_shutting_down", c.result
