@@ -102,7 +102,11 @@ class ChoiceRun:
             while self.pending and not self.stopped:
                 j = self.pending.popleft()
                 slot, keep.slot = keep.slot, None
-                run = self.service.start(keep, slot, self.jobs[j], self.observers[j])
+                try:
+                    run = self.service.start(keep, slot, self.jobs[j], self.observers[j])
+                except Exception as exc:  # noqa: BLE001 - it never started (its slot is back): its end is this error
+                    self.events.put_nowait((j, Done("error", 0, None, exc)))  # (before: the request waited for ever)
+                    continue
                 self.runs.append(run)
                 while True:
                     event = await run.next_event()

@@ -165,8 +165,14 @@ def test_a_request_that_fails_to_start_gives_its_slot_back(pair_bundle, monkeypa
 
     monkeypatch.setattr(Producers, "start", start)
     with serving(str(pair_bundle), max_batch=2, method="none", served_model_name="tiny", backend="ort") as server:
-        post = lambda: httpx.post(f"{server.url}/v1/completions", timeout=60, json={  # noqa: E731
-            "model": "tiny", "prompt": "x = 1\n", "max_tokens": 4, "temperature": 0}).status_code
+        post = lambda **extra: httpx.post(f"{server.url}/v1/completions", timeout=60, json={  # noqa: E731
+            "model": "tiny", "prompt": "x = 1\n", "max_tokens": 4, "temperature": 0, **extra}).status_code
         assert [post(), post()] == [500, 500]
         assert [post(), post(), post()] == [200, 200, 200]
+        # a request of several choices one of which fails to start: a 500 too (before: it waited for ever)
+        choices = dict(n=2, temperature=1.0, seed=1)
+        for stream in (False, True):
+            fails[0] = 1
+            assert post(stream=stream, **choices) == 500
+        assert post(**choices) == 200
         assert metric(server, "vllm:num_requests_running") == 0
