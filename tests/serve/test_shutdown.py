@@ -125,3 +125,11 @@ def test_requests_left_at_the_shutdown_timeout_end_with_503_and_the_server_exits
     assert last["error"]["code"] == "server_shutting_down", last
     for c in (choices, queued):
         assert c.result["status"] == 503 and c.result["body"]["error"]["code"] == "server_shutting_down", c.result
+
+
+def test_shutdown_timeout_is_refused_with_ray(pair_bundle):
+    from helpers import run_cli
+
+    r = run_cli("serve", pair_bundle, "--ray", "--shutdown-timeout", "5")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "--shutdown-timeout does not apply with --ray" in r.stderr
