@@ -283,3 +283,28 @@ def random_fused_head(decoder, layers: tuple[int, ...], seed: int = 0, scale: fl
         for p in head.trained_parameters():
             p.add_(torch.randn_like(p) * scale)
     return head
+
+
+GREEDY_PROMPTS = ("def main(argv):\n    ", "import json\nimport json\nimport json\nimport")
+
+
+def assert_greedy_matches_transformers(checkpoint: Path, bundle: Path, methods, backends=("ort",),
+                                       new_tokens: int = 24) -> None:
+    """Every method's greedy tokens from `bundle` (each backend) equal transformers' `generate` on `checkpoint`."""
+    import torch
+    import transformers
+
+    from specrt.runtime import load
+
+    hf = transformers.AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+    for backend in backends:
+        gen = load(bundle, backend=backend)
+        for prompt in GREEDY_PROMPTS:
+            ids = gen.tokenizer.encode(prompt)
+            with torch.no_grad():
+                out = hf.generate(torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False, eos_token_id=0,
+                                  pad_token_id=0)
+            expected = out[0, len(ids):].tolist()
+            for method in methods:
+                res = gen.generate(prompt, new_tokens, method=method)
+                assert res.token_ids == expected, (backend, method, prompt)

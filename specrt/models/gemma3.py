@@ -63,38 +63,35 @@ def _ropes(raw: dict[str, Any]) -> tuple[RopeConfig, RopeConfig]:
             RopeConfig.from_hf({"rope_parameters": local, **length}))
 
 
-def parse_config(raw: dict[str, Any], architecture: str) -> DecoderConfig:
+def gemma_fields(raw: dict[str, Any], architecture: str, name: str, max_positions: int) -> dict[str, Any]:
+    """The DecoderConfig fields Gemma 2 and Gemma 3 read alike (`name` for messages; `max_positions`: the default
+    max_position_embeddings)."""
     if raw.get("use_bidirectional_attention"):
-        raise CheckpointError("Gemma 3 use_bidirectional_attention=true (an encoder) is not supported")
+        raise CheckpointError(f"{name} use_bidirectional_attention=true (an encoder) is not supported")
     act = raw.get("hidden_activation") or raw.get("hidden_act") or "gelu_pytorch_tanh"
     if act not in ACTIVATIONS:
         raise CheckpointError(f"unsupported hidden_activation {act!r}; supported: {', '.join(ACTIVATIONS)}")
-    layers = raw["num_hidden_layers"]
     heads = raw["num_attention_heads"]
-    full_rope, local_rope = _ropes(raw)
     bias = bool(raw.get("attention_bias", False))
+    return dict(architecture=architecture, family="gemma3", vocab_size=raw["vocab_size"],
+                hidden_size=raw["hidden_size"], num_layers=raw["num_hidden_layers"], num_heads=heads,
+                num_kv_heads=raw.get("num_key_value_heads") or heads, head_dim=raw.get("head_dim") or 256,
+                intermediate_size=raw["intermediate_size"], norm_eps=raw.get("rms_norm_eps", 1e-6),
+                max_position_embeddings=raw.get("max_position_embeddings", max_positions),
+                tie_word_embeddings=bool(raw.get("tie_word_embeddings", True)), hidden_act=act,
+                attention_bias=bias, o_bias=bias, sliding_window=raw.get("sliding_window", 4096),
+                query_pre_attn_scalar=float(raw.get("query_pre_attn_scalar", 256)))
+
+
+def parse_config(raw: dict[str, Any], architecture: str) -> DecoderConfig:
+    fields = gemma_fields(raw, architecture, "Gemma 3", 131_072)
+    full_rope, local_rope = _ropes(raw)
     return DecoderConfig(
-        architecture=architecture,
-        family="gemma3",
-        vocab_size=raw["vocab_size"],
-        hidden_size=raw["hidden_size"],
-        num_layers=layers,
-        num_heads=heads,
-        num_kv_heads=raw.get("num_key_value_heads") or heads,
-        head_dim=raw.get("head_dim") or 256,
-        intermediate_size=raw["intermediate_size"],
-        norm_eps=raw.get("rms_norm_eps", 1e-6),
-        max_position_embeddings=raw.get("max_position_embeddings", 131_072),
-        tie_word_embeddings=bool(raw.get("tie_word_embeddings", True)),
-        hidden_act=act,
-        attention_bias=bias,
-        o_bias=bias,
+        **fields,
         qk_norm=True,
-        sliding_window=raw.get("sliding_window", 4096),
         rope=full_rope,
-        layer_types=_layer_types(raw, layers),
+        layer_types=_layer_types(raw, fields["num_layers"]),
         local_rope=local_rope,
-        query_pre_attn_scalar=float(raw.get("query_pre_attn_scalar", 256)),
         # transformers' Gemma3Attention (5.x) never passes attn_logit_softcapping to its attention function
         # (Gemma 3 replaced it by q/k norms; released configs have null): follow the reference and ignore it.
         attn_logit_softcapping=None,

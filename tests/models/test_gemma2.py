@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import GEMMA3_WINDOW, make_checkpoint
+from helpers import GEMMA3_WINDOW, assert_greedy_matches_transformers, make_checkpoint
 
 from specrt.core.errors import CheckpointError
 from specrt.models import empty_past, parse_config
@@ -109,21 +109,7 @@ def gemma2_bundle(workdir, tokenizer_path, gemma2_target):
 
 @pytest.mark.slow  # two compiles (~1 min on 2 loaded cores)
 def test_greedy_matches_transformers_generate(gemma2_target, gemma2_bundle):
-    import transformers
-
-    from specrt.runtime import load
-
-    hf = transformers.AutoModelForCausalLM.from_pretrained(gemma2_target).eval()
-    gen = load(gemma2_bundle, backend="ort")
-    for prompt in ("def main(argv):\n    ", "import json\nimport json\nimport json\nimport"):
-        ids = gen.tokenizer.encode(prompt)
-        with torch.no_grad():
-            out = hf.generate(torch.tensor([ids]), max_new_tokens=30, do_sample=False, eos_token_id=0,
-                              pad_token_id=0)
-        expected = out[0, len(ids):].tolist()
-        for method, k in (("none", 0), ("ngram", 3), ("auto", "auto"), ("draft", 3)):
-            res = gen.generate(prompt, 30, method=method, num_speculative_tokens=k)
-            assert res.token_ids == expected, f"{method} k={k}"
+    assert_greedy_matches_transformers(gemma2_target, gemma2_bundle, ("none", "ngram", "auto", "draft"), new_tokens=30)
 
 
 @pytest.mark.slow

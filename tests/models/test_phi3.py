@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from helpers import make_checkpoint
+from helpers import assert_greedy_matches_transformers, make_checkpoint
 
 from specrt.core.errors import CheckpointError
 from specrt.models import empty_past, parse_config
@@ -130,24 +130,11 @@ def test_bad_fused_weight_is_one_clear_error(tmp_path, workdir, tokenizer_path):
 
 @pytest.mark.slow  # two compiles (~1 min on 2 loaded cores)
 def test_greedy_matches_transformers_generate(phi3_target, tmp_path):
-    import transformers
-
     from specrt.compiler import CompileSpec, compile_bundle
-    from specrt.runtime import load
 
     case, path = phi3_target
     bundle = compile_bundle(CompileSpec(path, tmp_path / "bundle", max_seq_len=64, max_draft_tokens=4))
-    hf = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
-    for backend in ("ort", "torch"):
-        gen = load(bundle, backend=backend)
-        for prompt in ("def main(argv):\n    ", "import json\nimport json\nimport json\nimport"):
-            ids = gen.tokenizer.encode(prompt)
-            with torch.no_grad():
-                out = hf.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False, eos_token_id=0,
-                                  pad_token_id=0)
-            expected = out[0, len(ids):].tolist()
-            for method in ("none", "ngram", "auto"):
-                assert gen.generate(prompt, 24, method=method).token_ids == expected, (case, backend, method)
+    assert_greedy_matches_transformers(path, bundle, ("none", "ngram", "auto"), ("ort", "torch"))
     if case != "phi3":  # longrope: past original_max_position_embeddings transformers uses the long factors
         with pytest.raises(CheckpointError, match="pass --max-seq-len <= 64"):
             compile_bundle(CompileSpec(path, tmp_path / "long", max_seq_len=65))

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from helpers import make_checkpoint
+from helpers import assert_greedy_matches_transformers, make_checkpoint
 
 from specrt.core.errors import CheckpointError
 from specrt.models import empty_past, parse_config
@@ -67,22 +67,9 @@ def test_reference_matches_transformers(smollm3_target):
 
 @pytest.mark.slow  # a compile (~40 s on 2 loaded cores)
 def test_greedy_matches_transformers_generate(smollm3_target, tmp_path):
-    import transformers
-
     from specrt.compiler import CompileSpec, compile_bundle
-    from specrt.runtime import load
 
     bundle = compile_bundle(CompileSpec(smollm3_target, tmp_path / "bundle", max_seq_len=96, max_draft_tokens=4))
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert "fused" in manifest["models"]["target"]["graphs"]
-    hf = transformers.AutoModelForCausalLM.from_pretrained(smollm3_target).eval()
-    for backend in ("ort", "torch"):
-        gen = load(bundle, backend=backend)
-        for prompt in ("def main(argv):\n    ", "import json\nimport json\nimport json\nimport"):
-            ids = gen.tokenizer.encode(prompt)
-            with torch.no_grad():
-                out = hf.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False, eos_token_id=0,
-                                  pad_token_id=0)
-            expected = out[0, len(ids):].tolist()
-            for method in ("none", "ngram", "auto"):
-                assert gen.generate(prompt, 24, method=method).token_ids == expected, (backend, method)
+    assert_greedy_matches_transformers(smollm3_target, bundle, ("none", "ngram", "auto"), ("ort", "torch"))
