@@ -113,8 +113,9 @@ def ttt_layer(head: FusedDraftHead, x: torch.Tensor, position_ids: torch.Tensor,
     v = a.v_proj(h).view(b, s, c.num_kv_heads, c.head_dim)
     if c.qk_norm:
         q, k = a.q_norm(q), a.k_norm(k)
-    cos, sin = head.rotary.cos_sin(position_ids)
-    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    if a.rope:  # the copied layer's own setting: SmolLM3's last layer has no rope (as the head module runs it)
+        cos, sin = head.rotary.cos_sin(position_ids)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     keys.append(k)
     values.append(v)
     g = c.num_heads // c.num_kv_heads

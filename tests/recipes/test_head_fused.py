@@ -33,9 +33,19 @@ def test_ttt_mask_is_the_drafting_cache():
     assert m[1].tolist()[:4] == [False] * 4 and m[1, 9]  # no anchor yet: only itself
 
 
+@pytest.fixture(params=["llama", "smollm3"])
+def ttt_target(request, llama_target, workdir, tokenizer_path):
+    """The Llama target, and a SmolLM3 one whose last layer (the head's) has no rope."""
+    if request.param == "llama":
+        return llama_target
+    from helpers import make_checkpoint
+
+    return make_checkpoint(workdir / "ttt" / "smollm3", "smollm3", tokenizer_path, layers=4, seed=0)
+
+
 @torch.no_grad()
-def test_ttt_depth0_equals_the_layer(llama_target):
-    dec = _decoder(llama_target)
+def test_ttt_depth0_equals_the_layer(ttt_target):
+    dec = _decoder(ttt_target)
     head = _head(dec)
     c = dec.config
     x = torch.randn(2, 7, c.hidden_size)
