@@ -51,7 +51,7 @@ def fused_unsupported_reason(c: DecoderConfig) -> str | None:
     """None when the fused graph can express `c`, else why not (the caller falls back to portable)."""
     if c.family not in FUSED_FAMILIES:
         return (f"{c.architecture} has no fused ONNX Runtime graph (only Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, "
-                "Phi-3, SmolLM3)")
+                "Phi-3, SmolLM3, Granite)")
     if c.head_dim % GQA_HEAD_DIM_MULTIPLE:
         return f"head_dim {c.head_dim} is not a multiple of {GQA_HEAD_DIM_MULTIPLE} (GroupQueryAttention on CPU)"
     if c.rotary_dim < c.head_dim and (c.rotary_dim // 2) % GQA_PARTIAL_ROPE_MULTIPLE:
@@ -121,6 +121,9 @@ def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False, 
     body = decoder.model
     embed = g.weight("embed_tokens.weight", as_numpy(body.embed_tokens.weight))
     x = g.op("Gather", [embed, graph_io.INPUT_IDS], name="embed_tokens")
+    if c.embedding_multiplier != 1:  # Granite (the table is also a tied head: not folded into it)
+        x = g.op("Mul", [x, g.weight("embedding_multiplier", np.array(c.embedding_multiplier, np.float32))],
+                 name="embed_tokens/scale")
     if c.family == "gemma3":
         x, residual = gemma3_layers(g, x, decoder, c)
     else:
@@ -144,6 +147,9 @@ def build_fused_model(decoder: Decoder, max_seq_len: int, screen: bool = False, 
             logits2d = g.op("MatMul", [rows2d, g.weight("lm_head.weight", as_numpy(decoder.lm_head_weight()).T)],
                             name="lm_head")
         logits2d = softcap(g, logits2d, c.final_logit_softcapping, "softcap")  # on the R rows only
+    if c.logits_scaling != 1:  # Granite: logits / logits_scaling, on the R rows only
+        logits2d = g.op("Div", [logits2d, g.weight("logits_scaling", np.array(c.logits_scaling, np.float32))],
+                        name="logits_scaling")
     batch = g.op("Shape", [graph_io.INPUT_IDS], start=0, end=1, name="batch_size")  # [1] = B
     shape3 = g.op("Concat", [batch, g.const_i64("rows_vocab", [-1, c.vocab_size])], axis=0, name="logits_shape")
     g.nodes.append(helper.make_node("Reshape", [logits2d, shape3], [graph_io.LOGITS], name="logits"))  # [B, R, V]

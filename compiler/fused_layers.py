@@ -30,6 +30,15 @@ def _bias(*linears) -> np.ndarray | None:
     return np.concatenate([as_numpy(lin.bias) for lin in linears])
 
 
+def residual_linear(g: GraphBuilder, x: str, lin, c: DecoderConfig, p: str) -> str:
+    """o_proj / down_proj, whose output joins the residual stream: Granite's residual_multiplier folded into the
+    weight and bias (x (W r) + b r = (x W + b) r, to float rounding; 1 elsewhere: the weights as they are)."""
+    w, b, r = as_numpy(lin.weight).T, _bias(lin), c.residual_multiplier
+    if r != 1:
+        w, b = w * np.float32(r), None if b is None else b * np.float32(r)
+    return linear(g, x, w, b, p)
+
+
 def _silu(g: GraphBuilder, x: str, p: str) -> str:
     return g.op("Mul", [x, g.op("Sigmoid", [x], name=f"{p}/sigmoid")], name=f"{p}/silu")
 
@@ -92,11 +101,14 @@ def attention(g: GraphBuilder, x: str, attn, i: int, c: DecoderConfig) -> str:
                n_out=3, domain=MS, name=f"{p}.gqa", outputs=[f"{p}/out", present_key(i), present_value(i)],
                num_heads=c.num_heads, kv_num_heads=c.num_kv_heads, scale=attention_scale(c), do_rotary=int(rope),
                **extra)[0]
-    return linear(g, out, as_numpy(attn.o_proj.weight).T, _bias(attn.o_proj), f"{p}.o_proj")
+    return residual_linear(g, out, attn.o_proj, c, f"{p}.o_proj")
 
 
 def attention_scale(c: DecoderConfig) -> float:
-    """head_dim ** -0.5, or Gemma 3's query_pre_attn_scalar ** -0.5 (as the reference's Attention.scale)."""
+    """head_dim ** -0.5, Gemma's query_pre_attn_scalar ** -0.5 or Granite's attention_multiplier (as the reference's
+    attention scale)."""
+    if c.attention_multiplier is not None:
+        return float(c.attention_multiplier)
     return float((c.query_pre_attn_scalar or c.head_dim) ** -0.5)
 
 
@@ -113,7 +125,7 @@ def mlp(g: GraphBuilder, x: str, block, i: int, c: DecoderConfig) -> str:
     gate, up = g.op("Split", [gate_up, g.const_i64(f"{p}.split", [c.intermediate_size] * 2)], n_out=2, axis=-1,
                     name=f"{p}.split")
     h = g.op("Mul", [ACTIVATION_OPS[c.hidden_act](g, gate, p), up], name=f"{p}/mul")
-    return linear(g, h, as_numpy(block.down_proj.weight).T, _bias(block.down_proj), f"{p}.down_proj")
+    return residual_linear(g, h, block.down_proj, c, f"{p}.down_proj")
 
 
 def skip_norm(g: GraphBuilder, x: str, residual: str, norm, p: str, c: DecoderConfig | None = None) -> tuple[str, str]:

@@ -72,6 +72,9 @@ def hf_config(arch: str, vocab: int, layers: int = 2, hidden: int = 64, seed_var
                 "short_factor": [1.0 + 0.5 * i for i in range(half)], "long_factor": [3.0] * half,
                 "original_max_position_embeddings": 64}
         return tf.Phi3Config(rope_parameters=rope, original_max_position_embeddings=64, tie_word_embeddings=True, **kw)
+    if arch == "granite":  # the four scalars away from 1 (released 3.x: 12, 0.22, 1/64, 8), tied
+        return tf.GraniteConfig(embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
+                                logits_scaling=2.5, tie_word_embeddings=True, **kw)
     if arch == "smollm3":  # layer 3 of 4 without rope (no_rope_layer_interval 4), tied
         return tf.SmolLM3Config(**kw)
     if arch == "gemma2":  # transformers' default layer_types (every other layer sliding), scores soft-capped

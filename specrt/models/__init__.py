@@ -21,7 +21,7 @@ _LAZY = {"Decoder": "specrt.models.base", "DecoderOutput": "specrt.models.base",
 
 def _architectures() -> dict[str, tuple[Callable[[dict[str, Any], str], DecoderConfig], type]]:
     """architecture name in config.json -> (config parser, module class); imports the torch decoders."""
-    from specrt.models import gemma2, gemma3, gpt2, llama, phi3, qwen, smollm3
+    from specrt.models import gemma2, gemma3, gpt2, granite, llama, phi3, qwen, smollm3
 
     return {
         "LlamaForCausalLM": (llama.parse_config, llama.LlamaDecoder),
@@ -33,6 +33,7 @@ def _architectures() -> dict[str, tuple[Callable[[dict[str, Any], str], DecoderC
         "Gemma2ForCausalLM": (gemma2.parse_config, gemma3.Gemma3Decoder),
         "Phi3ForCausalLM": (phi3.parse_config, phi3.Phi3Decoder),
         "SmolLM3ForCausalLM": (smollm3.parse_config, llama.LlamaDecoder),
+        "GraniteForCausalLM": (granite.parse_config, llama.LlamaDecoder),
     }
 
 

@@ -142,6 +142,12 @@ class DecoderConfig:
     partial_rotary_factor: float = 1.0
     # SmolLM3: the layers (indices) whose attention has no rope at all ("NoPE": every 4th in SmolLM3-3B)
     nope_layers: tuple[int, ...] = ()
+    # Granite: embeddings x embedding_multiplier, each block's attention and MLP outputs x residual_multiplier before
+    # their residual add, attention scale attention_multiplier (None: head_dim ** -0.5), logits / logits_scaling
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    attention_multiplier: float | None = None
+    logits_scaling: float = 1.0
 
     def __post_init__(self) -> None:
         # a manifest gives lists and dicts back: restore tuples and RopeConfigs (the dataclass is frozen)
@@ -223,7 +229,8 @@ class DecoderConfig:
 
 
 LATER_DECODER_DEFAULTS = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
-                          "partial_rotary_factor": 1.0, "nope_layers": ()}
+                          "partial_rotary_factor": 1.0, "nope_layers": (), "embedding_multiplier": 1.0,
+                          "residual_multiplier": 1.0, "attention_multiplier": None, "logits_scaling": 1.0}
 LATER_ROPE_DEFAULTS = {"attention_factor": 1.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True,
                        "short_factor": ()}
 

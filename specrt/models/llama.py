@@ -79,7 +79,8 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        out = attend(q, k_past, v_past, k, v, c.head_dim**-0.5, past_lengths=past_lengths, tree_mask=tree_mask)
+        scale = c.head_dim**-0.5 if c.attention_multiplier is None else c.attention_multiplier  # Granite: its own
+        out = attend(q, k_past, v_past, k, v, scale, past_lengths=past_lengths, tree_mask=tree_mask)
         return self.o_proj(out), k, v
 
 
@@ -105,8 +106,10 @@ class Block(nn.Module):
 
     def forward(self, x, cos, sin, k_past, v_past, past_lengths=None, tree_mask=None):
         attn, k, v = self.self_attn(self.input_layernorm(x), cos, sin, k_past, v_past, past_lengths, tree_mask)
-        x = x + attn
-        x = x + self.mlp(self.post_attention_layernorm(x))
+        r = self.self_attn.c.residual_multiplier  # Granite; 1 elsewhere
+        x = x + (attn if r == 1 else attn * r)
+        out = self.mlp(self.post_attention_layernorm(x))
+        x = x + (out if r == 1 else out * r)
         return x, k, v
 
 
@@ -134,6 +137,8 @@ class LlamaDecoder(Decoder):
                 tree_mask=None) -> DecoderOutput:
         # input_ids, position_ids: [B, S]; past_*: L x [B, P, Hkv, D]; past_lengths: [B] (layers.attend) or None
         x = self.model.embed_tokens(input_ids)
+        if self.config.embedding_multiplier != 1:  # Granite
+            x = x * self.config.embedding_multiplier
         cos, sin = self.rotary.cos_sin(position_ids)
         new_keys, new_values = [], []
         for layer, k_past, v_past in zip(self.model.layers, past_keys, past_values):
@@ -142,4 +147,6 @@ class LlamaDecoder(Decoder):
             new_values.append(v)
         hidden = self.model.norm(x)
         logits = self.lm_head(hidden).float()
+        if self.config.logits_scaling != 1:  # Granite
+            logits = logits / self.config.logits_scaling
         return DecoderOutput(logits, hidden, tuple(new_keys), tuple(new_values))

@@ -40,7 +40,7 @@ def compile_spec(*, tolerance: str | None, trt_options: dict, quant_options: dic
 @click.option("--force", is_flag=True, help="Replace an existing bundle (or empty directory) at the output.")
 @click.option("--ort-graph", type=click.Choice(["fused", "portable", "both"]), default="fused", show_default=True,
               help="fused: also write ONNX Runtime's fused graph (GroupQueryAttention, in-place KV cache) where the "
-                   "architecture supports it (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, SmolLM3); portable: only the standard-ops graph; "
+                   "architecture supports it (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, SmolLM3, Granite); portable: only the standard-ops graph; "
                    "both: fused, and a quantized bundle keeps its quantized portable graph too (CUDA, TensorRT providers).")
 @click.option("--keep-fp32", is_flag=True,
               help="A quantized bundle keeps its fp32 graphs too (the torch backend); by default it keeps only the "
