@@ -139,13 +139,13 @@ def generate_cmd(bundle, prompt, prompts_file, max_batch, prefix_cache_mb, no_pr
 def template_variables(text: str | None, plain_prompt: bool) -> dict | None:
     """--chat-template-kwargs: a JSON object of template variables (checked as the server checks
     chat_template_kwargs), or None."""
+    if text is None:  # nothing imported: a plain --prompt call loads no template engine
+        return None
     import json
 
     from specrt.core.errors import InvalidArgument
     from specrt.runtime.chat_template import check_variables
 
-    if text is None:
-        return None
     if plain_prompt:
         raise InvalidArgument("--chat-template-kwargs needs --chat or --prompts-file (--prompt is not rendered with "
                               "the chat template)")
