@@ -91,7 +91,11 @@ def export_module(module: nn.Module, args: tuple, path: Path, input_names: list[
                                         dynamic_shapes=dynamic_shapes, optimize=False, verbose=False)
             program.save(str(tmp), external_data=True)
     except Exception as exc:  # torch's messages run over many lines: the first one, cut (SPECRT_DEBUG: all)
+        from specrt.compiler.os_errors import is_write_failure
         from specrt.core.text import one_line
+
+        if is_write_failure(exc):  # writing the graph failed (a full disk): compile names the output
+            raise
 
         raise ExportError(f"ONNX export of {what} failed: {type(exc).__name__}: {one_line(exc)}") from exc
     model = onnx.load(str(tmp), load_external_data=True)

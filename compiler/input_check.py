@@ -10,6 +10,10 @@ from specrt.core.errors import CheckpointError
 CHECKPOINT_NEEDS = ("a Hugging Face checkpoint directory needs config.json, model.safetensors (or "
                     "model.safetensors.index.json) and tokenizer.json, as written by save_pretrained")
 
+# the files a compile reads from a checkpoint directory when they exist (shards: specrt/models/checkpoint.py)
+READ_FILES = ("config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
+              "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+
 
 def check_checkpoint_dir(path: Path, flag: str) -> None:
     """Refuse `path` given as `flag` (e.g. --target) unless it looks like a Hugging Face checkpoint."""
@@ -32,5 +36,10 @@ def check_checkpoint_dir(path: Path, flag: str) -> None:
         return
     missing = [name for name in ("config.json", "tokenizer.json") if not (path / name).exists()]
     if missing:
+        gguf = sorted(p.name for p in path.glob("*.gguf"))
+        hint = f"; it holds {gguf[0]}: pass that file itself as {flag}" if gguf else ""
         raise CheckpointError(f"{flag} {path} is not a checkpoint directory ({' and '.join(missing)} missing); "
-                              f"{CHECKPOINT_NEEDS}")
+                              f"{CHECKPOINT_NEEDS}{hint}")
+    for name in READ_FILES:  # a directory (or FIFO) where a file belongs fails now, not after the export
+        if (path / name).exists() and not (path / name).is_file():
+            raise CheckpointError(f"{flag} {path}: {name} is not a regular file")

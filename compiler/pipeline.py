@@ -8,8 +8,6 @@ written into a temporary sibling directory that is renamed into place only when 
 from __future__ import annotations
 
 import dataclasses
-import errno
-import json
 import os
 import shutil
 from pathlib import Path
@@ -21,13 +19,15 @@ from specrt.bundle.entries import GraphVariant, ModelEntry, TensorSpec
 from specrt.bundle.parts import TokenizerEntry
 from specrt.bundle.writer import ManifestDraft, write_manifest
 from specrt.models.checkpoint import Checkpoint
+from specrt.models.config import read_json
 from specrt.core.errors import CheckpointError, InvalidArgument
 from specrt.bundle import graph_io
 from specrt.compiler.output_dir import staged_output
+from specrt.compiler.os_errors import compile_os_error
 from specrt.compiler.output_temp import release_temp
 from specrt.compiler.export import ONNX_IR_VERSION, ONNX_OPSET, onnx_from_decoder
 from specrt.bundle.profiles import profiles_for_model
-from specrt.compiler.tokenizer_check import check_same_vocab, load_vocab
+from specrt.compiler.tokenizer_check import check_chat_template, check_fits_model, check_same_vocab, load_vocab
 from specrt.compiler.validate import Tolerance, validate_onnx, validation_shapes, window_shapes
 from specrt.compiler.logit_rows import add_logit_start, validate_logit_start
 from specrt.compiler.input_defaults import add_past_lengths_default, graph_has_input
@@ -40,9 +40,6 @@ from specrt.compiler.preflight import preflight
 from specrt.compiler.sources import SOURCES, open_source
 from specrt.compiler.spec import CompileSpec
 
-# OS errors that mean "the output location is unusable" (exit 2 with one line, not a traceback)
-OUTPUT_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
-                 errno.EISDIR, errno.EEXIST, errno.ENOTEMPTY, errno.ENAMETOOLONG)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 
 
@@ -77,11 +74,8 @@ def chat_template_file(tokenizer_dir: Path) -> str | None:
     if (tokenizer_dir / "chat_template.jinja").is_file():
         return "tokenizer/chat_template.jinja"
     cfg = tokenizer_dir / "tokenizer_config.json"
-    try:
-        if cfg.is_file() and json.loads(cfg.read_text()).get("chat_template"):
-            return "tokenizer/tokenizer_config.json"
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"tokenizer_config.json is not valid JSON: {exc}") from None
+    if cfg.is_file() and read_json(cfg).get("chat_template"):  # checked before export: check_chat_template
+        return "tokenizer/tokenizer_config.json"
     return None
 
 
@@ -153,14 +147,17 @@ def compile_bundle(spec: CompileSpec, *, progress: Callable[[str], Callable[[], 
             else:
                 vocab_size = len(load_vocab(roles["target"].tokenizer_path))
             for role, ck in roles.items():
+                check_fits_model(ck.tokenizer_path, ck.config.vocab_size, role)
                 check_context(ck, max_seq_len, role)
+            check_chat_template(roles["target"].path)  # what the bundle's tokenizer/ will hold
             _compile_into(tmp, roles, sources, vocab_size, max_seq_len, spec.max_draft_tokens, spec.tolerance,
                           spec.ort_graph, quantization, progress, steps, spec.keep_fp32, spec.lm_head_screen,
                           plan.feature_layers)
-    except OSError as exc:
-        if exc.errno not in OUTPUT_ERRNOS:
+    except OSError as exc:  # the output's (a full disk, a read-only directory) or an input's (compiler/os_errors.py)
+        error = compile_os_error(exc, out)
+        if error is None:
             raise
-        raise InvalidArgument(f"cannot write output {out}: {exc.strerror or exc}") from None
+        raise error from None
     return out
 
 

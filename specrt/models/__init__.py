@@ -48,6 +48,9 @@ def __getattr__(name: str) -> Any:
 
 def resolve_architecture(raw: dict[str, Any]) -> str:
     names = raw.get("architectures") or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise CheckpointError(f"config.json: architectures must be a list of class names (e.g. "
+                              f"[\"LlamaForCausalLM\"]), got {names!r}")
     for name in names:
         if name in __getattr__("ARCHITECTURES"):
             return name

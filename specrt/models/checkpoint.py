@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -107,10 +106,7 @@ def _shard_path(root: Path, name: str) -> Path:
 def _weight_files(path: Path) -> tuple[Path, ...]:
     index = path / "model.safetensors.index.json"
     if index.exists():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError) as exc:
-            raise CheckpointError(f"{index} is not a valid safetensors index: {exc}") from None
+        weight_map = read_json(index).get("weight_map")  # a regular file holding a JSON object (config.py)
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise CheckpointError(f"{index}: weight_map must map tensor names to shard file names")
         files = tuple(_shard_path(path, name) for name in sorted(set(weight_map.values())))

@@ -20,6 +20,15 @@ USES_ORIGINAL_LENGTH = ("llama3", "yarn", "longrope")
 LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
+def flag(raw: dict[str, Any], key: str, default: bool) -> bool:
+    """A true/false field of config.json (absent: `default`; null, 0 and 1 as transformers reads them); a string
+    such as "false" is refused: read as a truth value it would silently mean true."""
+    value = raw.get(key, default)
+    if value is None or (isinstance(value, int) and value in (0, 1)):
+        return bool(value)
+    raise CheckpointError(f"config.json: {key} must be true or false, got {value!r}")
+
+
 def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     """YaRN's attention temperature factor, 0.1 * mscale * ln(scale) + 1 (1 for scale <= 1)."""
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
@@ -81,7 +90,7 @@ class RopeConfig:
             attention_factor=attention_factor,
             beta_fast=float(params.get("beta_fast") or 32.0),
             beta_slow=float(params.get("beta_slow") or 1.0),
-            truncate=bool(params.get("truncate", True)),
+            truncate=flag(params, "truncate", True),
             short_factor=tuple(params["short_factor"]) if rope_type == "longrope" else (),
         )
 
@@ -239,12 +248,14 @@ def _without_later_defaults(values: dict[str, Any], defaults: dict[str, Any]) ->
     return {k: v for k, v in values.items() if k not in defaults or v != defaults[k]}
 
 
-def _ids(value: Any) -> tuple[int, ...]:
+def _ids(value: Any, key: str) -> tuple[int, ...]:
+    """`eos_token_id`: an id or a list of ids (whole numbers; the vocabulary bound: DecoderConfig)."""
     if value is None:
         return ()
-    if isinstance(value, int):
-        return (value,)
-    return tuple(int(v) for v in value)
+    values = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise CheckpointError(f"config: {key} must be a token id or a list of token ids, got {value!r}")
+    return tuple(values)
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -260,9 +271,11 @@ def read_json(path: Path) -> dict[str, Any]:
 def eos_and_bos(raw: dict[str, Any], generation: dict[str, Any] | None) -> tuple[tuple[int, ...], int | None]:
     """EOS ids (one or several) and BOS id; generation_config.json wins over config.json."""
     generation = generation or {}
-    eos = _ids(generation.get("eos_token_id", raw.get("eos_token_id")))
-    bos = generation.get("bos_token_id", raw.get("bos_token_id"))
-    return eos, (int(bos) if isinstance(bos, int) else None)
+    eos = _ids(generation.get("eos_token_id", raw.get("eos_token_id")), "eos_token_id")
+    bos = _ids(generation.get("bos_token_id", raw.get("bos_token_id")), "bos_token_id")
+    if len(bos) > 1:
+        raise CheckpointError(f"config: bos_token_id must be one token id, got {list(bos)}")
+    return eos, (bos[0] if bos else None)
 
 
 def decoder_config(entry: dict[str, Any]) -> DecoderConfig:

@@ -20,7 +20,7 @@ from torch import nn
 
 from specrt.core.errors import CheckpointError
 from specrt.models.base import Decoder, DecoderOutput
-from specrt.models.config import DecoderConfig, RopeConfig
+from specrt.models.config import DecoderConfig, RopeConfig, flag
 from specrt.models.layers import ACTIVATIONS, Rotary, apply_rotary, attend
 from specrt.models.llama import MLP
 
@@ -72,13 +72,13 @@ def gemma_fields(raw: dict[str, Any], architecture: str, name: str, max_position
     if act not in ACTIVATIONS:
         raise CheckpointError(f"unsupported hidden_activation {act!r}; supported: {', '.join(ACTIVATIONS)}")
     heads = raw["num_attention_heads"]
-    bias = bool(raw.get("attention_bias", False))
+    bias = flag(raw, "attention_bias", False)
     return dict(architecture=architecture, family="gemma3", vocab_size=raw["vocab_size"],
                 hidden_size=raw["hidden_size"], num_layers=raw["num_hidden_layers"], num_heads=heads,
                 num_kv_heads=raw.get("num_key_value_heads") or heads, head_dim=raw.get("head_dim") or 256,
                 intermediate_size=raw["intermediate_size"], norm_eps=raw.get("rms_norm_eps", 1e-6),
                 max_position_embeddings=raw.get("max_position_embeddings", max_positions),
-                tie_word_embeddings=bool(raw.get("tie_word_embeddings", True)), hidden_act=act,
+                tie_word_embeddings=flag(raw, "tie_word_embeddings", True), hidden_act=act,
                 attention_bias=bias, o_bias=bias, sliding_window=raw.get("sliding_window", 4096),
                 query_pre_attn_scalar=float(raw.get("query_pre_attn_scalar", 256)))
 

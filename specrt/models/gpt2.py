@@ -9,7 +9,7 @@ from torch import nn
 
 from specrt.core.errors import CheckpointError
 from specrt.models.base import Decoder, DecoderOutput
-from specrt.models.config import DecoderConfig
+from specrt.models.config import DecoderConfig, flag
 from specrt.models.layers import ACTIVATIONS, attend
 
 
@@ -31,10 +31,10 @@ def parse_config(raw: dict[str, Any], architecture: str) -> DecoderConfig:
         intermediate_size=raw.get("n_inner") or 4 * hidden,
         norm_eps=raw.get("layer_norm_epsilon", 1e-5),
         max_position_embeddings=raw.get("n_positions", 1024),
-        tie_word_embeddings=bool(raw.get("tie_word_embeddings", True)),
+        tie_word_embeddings=flag(raw, "tie_word_embeddings", True),
         hidden_act=act,
-        scale_attn_weights=bool(raw.get("scale_attn_weights", True)),
-        scale_attn_by_inverse_layer_idx=bool(raw.get("scale_attn_by_inverse_layer_idx", False)),
+        scale_attn_weights=flag(raw, "scale_attn_weights", True),
+        scale_attn_by_inverse_layer_idx=flag(raw, "scale_attn_by_inverse_layer_idx", False),
     )
 
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from specrt.core.errors import CheckpointError
 from specrt.models.base import Decoder, DecoderOutput
-from specrt.models.config import DecoderConfig, RopeConfig
+from specrt.models.config import DecoderConfig, RopeConfig, flag
 from specrt.models.layers import ACTIVATIONS, RMSNorm, Rotary, apply_rotary, attend
 
 
@@ -42,11 +42,11 @@ def parse_config(raw: dict[str, Any], architecture: str, partial_rotary: bool = 
         intermediate_size=raw["intermediate_size"],
         norm_eps=raw.get("rms_norm_eps", 1e-6),
         max_position_embeddings=raw.get("max_position_embeddings", 2048),
-        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        tie_word_embeddings=flag(raw, "tie_word_embeddings", False),
         hidden_act=act,
-        attention_bias=bool(raw.get("attention_bias", False)),
-        o_bias=bool(raw.get("attention_bias", False)),
-        mlp_bias=bool(raw.get("mlp_bias", False)),
+        attention_bias=flag(raw, "attention_bias", False),
+        o_bias=flag(raw, "attention_bias", False),
+        mlp_bias=flag(raw, "mlp_bias", False),
         sliding_window=raw.get("sliding_window"),
         rope=RopeConfig.from_hf(raw),
         partial_rotary_factor=partial,
