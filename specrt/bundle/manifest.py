@@ -76,7 +76,8 @@ def read_manifest(bundle: str | Path, verify_checksums: bool = True) -> Manifest
     if not root.is_dir():
         make = DEMO_BUNDLES.get(root.name)  # the docs' examples name the demo's bundles
         hint = f"`{make}` makes it" if make else "create one with `specrt compile`"
-        raise BundleError(f"bundle {root} does not exist ({hint})")
+        what = "is a file, not a bundle directory" if root.exists() else "does not exist"
+        raise BundleError(f"bundle {root} {what} ({hint})")
     manifest = Manifest.from_dict(manifest_json(root), root=root, source=str(root / MANIFEST))
     for rel, meta in manifest.files.items():
         path = resolve_inside(root, check_relative(rel))

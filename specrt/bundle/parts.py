@@ -44,6 +44,8 @@ class TokenizerEntry:
     def __post_init__(self) -> None:
         check_str(self.path, "tokenizer.path")
         check_optional_str(self.config, "tokenizer.config")
+        if self.vocab_size is not None:
+            check_int(self.vocab_size, "tokenizer.vocab_size", 1)
         check_ids(self.eos_token_ids, "tokenizer.eos_token_ids")
         if self.bos_token_id is not None:
             check_int(self.bos_token_id, "tokenizer.bos_token_id", 0)

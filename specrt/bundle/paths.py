@@ -10,6 +10,8 @@ from specrt.core.errors import BundleError
 
 def check_relative(rel: str) -> str:
     """A manifest path must be relative and stay inside the bundle."""
+    if "\x00" in rel:
+        raise BundleError(f"manifest path {rel!r} contains a NUL character, which no file name holds")
     p = PurePosixPath(rel)
     if p.is_absolute() or rel.startswith(("/", "\\")) or (len(rel) > 1 and rel[1] == ":"):
         raise BundleError(f"manifest path {rel!r} is absolute; bundle paths must be relative")

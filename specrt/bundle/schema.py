@@ -95,7 +95,11 @@ class Manifest:
         if data.get("format") != FORMAT_NAME:
             raise BundleError(f"{source}: format is {data.get('format')!r}, expected {FORMAT_NAME!r}")
         version = data.get("format_version")
-        if isinstance(version, bool) or version not in READABLE_VERSIONS:
+        if isinstance(version, bool) or not isinstance(version, int):  # "1" is not version 1
+            raise VersionMismatch(f"bundle format version {version!r} is not an integer ({source}: format_version); "
+                                  f"this specrt ({__version__}) reads version {BUNDLE_FORMAT_VERSION}: recompile with "
+                                  "`specrt compile`")
+        if version not in READABLE_VERSIONS:
             raise VersionMismatch(f"bundle format version {version} but this specrt ({__version__}) reads version "
                                   f"{BUNDLE_FORMAT_VERSION}: recompile with `specrt compile`")
         for key in REQUIRED:

@@ -69,6 +69,7 @@ def test_decoder_config_must_match_the_graph(bundle):
     (lambda m: m.update(tokenizer="tok.json"), "tokenizer"),
     (lambda m: m["files"]["target/model.onnx"].update(size="big"), "size"),
     (lambda m: m.update(max_draft_tokens=-1), "max_draft_tokens"),
+    (lambda m: m["tokenizer"].update(vocab_size="320"), "tokenizer.vocab_size"),  # was accepted
 ])
 def test_malformed_manifest_values_name_the_key(bundle, tamper, key):
     edit(bundle, tamper)
@@ -109,3 +110,18 @@ def test_available_memory_is_what_psutil_reports():
     from specrt.bundle.checks import available_memory
 
     assert abs(available_memory() - psutil.virtual_memory().available) < 512 * 2**20  # moves between the reads
+
+
+def test_a_manifest_path_with_a_nul_character_is_refused(bundle):
+    """A file name no file system holds: was `ValueError: embedded null byte` (exit 1) from load and inspect."""
+    edit(bundle, lambda m: m["files"].update({"target/\x00x": {"sha256": "0" * 64, "size": 1}}))
+    with pytest.raises(BundleError, match="NUL character"):
+        read_manifest(bundle)
+    proc = specrt_generate(bundle)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_bundle_path_that_is_a_file_says_so(tmp_path):
+    (tmp_path / "bundle").write_text("not a bundle")
+    with pytest.raises(BundleError, match="is a file, not a bundle directory"):
+        read_manifest(tmp_path / "bundle")
