@@ -3,6 +3,7 @@ flag and say what the directory needs (a bundle passed as a checkpoint is recogn
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from specrt.core.errors import CheckpointError
@@ -18,10 +19,14 @@ READ_FILES = ("config.json", "generation_config.json", "model.safetensors", "mod
 def check_checkpoint_dir(path: Path, flag: str) -> None:
     """Refuse `path` given as `flag` (e.g. --target) unless it looks like a Hugging Face checkpoint."""
     path = Path(path)
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise CheckpointError(f"{flag} {path}: no such directory") from None
+    except OSError as exc:  # a name too long for the file system, a symlink loop, ...
+        raise CheckpointError(f"{flag} {path}: {exc.strerror or exc}") from None
     if flag != "--medusa" and path.is_file() and path.suffix.lower() in (".gguf", ".whl", ".zip"):
         return  # a GGUF source: checked by specrt.models.gguf_source when it is opened
-    if not path.exists():
-        raise CheckpointError(f"{flag} {path}: no such directory")
     if not path.is_dir():
         raise CheckpointError(f"{flag} {path} is a file; {CHECKPOINT_NEEDS}")
     if (path / "manifest.json").exists():

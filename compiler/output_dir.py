@@ -136,6 +136,13 @@ def check_parent_writable(out: Path) -> None:
 def check_output(out: Path, force: bool, inputs: Iterable[Path | None] = (), kind: OutputKind = BUNDLE) -> None:
     """Every output rule that can be checked before compiling (see the module docstring)."""
     out = Path(os.path.abspath(out))
+    try:
+        os.lstat(out)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # a name too long for the file system, a file where a parent folder belongs, ...
+        if exc.errno != errno.ENOTDIR:
+            raise OutputError(f"cannot write output {out}: {exc.strerror or exc}") from None
     check_not_overlapping(out, inputs)
     if out.exists() or out.is_symlink():
         check_replaceable(out, kind)  # what --force could not replace is said first, not "pass --force"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -38,6 +39,12 @@ def manifest_json(root: Path) -> Any:
     """The parsed manifest.json of `root`, unvalidated (BundleError when missing or not UTF-8 JSON). For
     tools that must describe or recognise a bundle that fails its checks; everything else uses read_manifest."""
     mpath = Path(root) / MANIFEST
+    try:
+        os.lstat(mpath)
+    except (FileNotFoundError, NotADirectoryError):
+        raise BundleError(f"{root} has no {MANIFEST}: not a specrt bundle (create one with `specrt compile`)") from None
+    except OSError as exc:  # a name too long for the file system, a symlink loop, ...
+        raise BundleError(f"bundle {root}: {exc.strerror or exc}") from None
     if not mpath.exists():
         raise BundleError(f"{root} has no {MANIFEST}: not a specrt bundle (create one with `specrt compile`)")
     return load_json(mpath, lambda msg: BundleError(f"{msg}; recompile the bundle"))
@@ -73,7 +80,11 @@ def read_manifest(bundle: str | Path, verify_checksums: bool = True) -> Manifest
     """The bundle's validated `Manifest`: values, file list, sizes, sha256 (unless `verify_checksums` is
     False), graph shapes and memory. Raises BundleError / ChecksumMismatch / VersionMismatch / ManifestError."""
     root = Path(bundle)
-    if not root.is_dir():
+    try:
+        is_dir = root.is_dir()
+    except OSError as exc:  # a name too long for the file system (Path.is_dir raises that one)
+        raise BundleError(f"bundle {root}: {exc.strerror or exc}") from None
+    if not is_dir:
         make = DEMO_BUNDLES.get(root.name)  # the docs' examples name the demo's bundles
         hint = f"`{make}` makes it" if make else "create one with `specrt compile`"
         what = "is a file, not a bundle directory" if root.exists() else "does not exist"

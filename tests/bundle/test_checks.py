@@ -125,3 +125,17 @@ def test_a_bundle_path_that_is_a_file_says_so(tmp_path):
     (tmp_path / "bundle").write_text("not a bundle")
     with pytest.raises(BundleError, match="is a file, not a bundle directory"):
         read_manifest(tmp_path / "bundle")
+
+
+@pytest.mark.parametrize("command", ["inspect", "generate"])
+def test_a_bundle_name_too_long_for_the_file_system_is_one_line(tmp_path, command):
+    """Was `OSError: [Errno 36] File name too long` (exit 1) from inspect, generate and load."""
+    from helpers import run_cli
+
+    long = tmp_path / ("x" * 300)
+    with pytest.raises(BundleError, match="File name too long"):
+        read_manifest(long)
+    extra = ("--prompt", "x") if command == "generate" else ()
+    proc = run_cli(command, long, *extra)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "File name too long" in proc.stderr and "OSError" not in proc.stderr, proc.stderr

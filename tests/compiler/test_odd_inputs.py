@@ -128,3 +128,14 @@ def test_a_full_disk_while_writing_a_graph_is_one_line(tmp_path, llama_target, m
     assert r.returncode == 2 and len(errors) == 1 and errors[0].startswith("error: ") and "Traceback" not in r.stderr
     assert f"cannot write output {tmp_path / 'out'}: a write was cut short" in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flag", ["-o", "--target"])
+def test_a_name_too_long_for_the_file_system_is_one_line(tmp_path, llama_target, flag):
+    """Path.exists() raises ENAMETOOLONG (Python 3.11): was `OSError: [Errno 36] File name too long` (exit 1)."""
+    long = tmp_path / ("x" * 300)
+    args = {"-o": ("--target", llama_target, "-o", long), "--target": ("--target", long, "-o", tmp_path / "out")}[flag]
+    r = run_cli("compile", *args)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "File name too long" in r.stderr and "OSError" not in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
