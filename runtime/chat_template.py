@@ -21,9 +21,9 @@ import json
 from datetime import datetime
 from typing import Any, Optional, Sequence
 
-from specrt.core.errors import BundleError, InvalidArgument
+from specrt.core.errors import BundleError, InvalidArgument, SpecrtError
 from specrt.core.text import lone_surrogate
-from specrt.runtime.template_bounds import (RenderBounds, TemplateBoundExceeded, bounded_filter, bounded_join,
+from specrt.runtime.template_bounds import (RenderBounds, bounded_filter, bounded_join,
                                             check_args, check_binop, check_format, check_result, render_bounded)
 
 
@@ -210,10 +210,13 @@ class ChatFormatter:
             text = render_bounded(self.bounds, self._compiled.generate(
                 **{"add_generation_prompt": True, **(variables or {})}, messages=list(messages),
                 bos_token=self.bos_token, eos_token=self.eos_token, **({"tools": list(tools)} if tools else {})))
-        except TemplateBoundExceeded:
+        except SpecrtError:  # a bound (TemplateBoundExceeded): already one line
             raise
         except (TemplateError, OverflowError, MemoryError, RecursionError) as exc:
             raise InvalidArgument(f"the model's chat template rejected the messages: {exc}") from None
+        except (TypeError, ValueError, ArithmeticError, LookupError) as exc:  # `{{ messages + 1 }}`, `{{ 1 / 0 }}`
+            raise InvalidArgument(f"the model's chat template failed on the messages: {type(exc).__name__}: "
+                                  f"{exc}") from None
         where = lone_surrogate(text)
         if where is not None:  # no tokenizer takes it (a TypeError deep in `tokenizers`)
             raise InvalidArgument(f"the model's chat template rendered a lone surrogate ({where}), which is not valid "

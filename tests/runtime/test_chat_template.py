@@ -74,6 +74,15 @@ def test_a_template_rendering_a_lone_surrogate_is_one_clear_error():
         ChatFormatter("{{ messages[0].content }}").render([MSGS[0], {"role": "user", "content": "a\udcffb"}])
 
 
+@pytest.mark.parametrize("template, error", [("{{ messages + 1 }}", "TypeError: can only concatenate list"),
+                                             ("{{ 1 // 0 }}", "ZeroDivisionError: integer division")])
+def test_a_template_failing_in_python_is_one_clear_error(template, error):
+    """A checkpoint's template whose expression fails in Python was the bare exception (`TypeError: can only
+    concatenate list ...`, exit 1) from compile's successor-table prompts and `generate --chat`."""
+    with pytest.raises(InvalidArgument, match=f"the model's chat template failed on the messages: {error}"):
+        ChatFormatter(template).render(MSGS)
+
+
 def test_the_tokenizer_refuses_a_lone_surrogate_in_one_line(tokenizer_path):
     from specrt.core.tokenizer import Tokenizer
 
