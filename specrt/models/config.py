@@ -78,10 +78,15 @@ class RopeConfig:
         if factor is None and rope_type in ("yarn", "longrope") and raw.get("max_position_embeddings"):
             factor = raw["max_position_embeddings"] / original
         factor = float(1.0 if factor is None else factor)
+        theta = float(params.get("rope_theta", raw.get("rope_theta", 10000.0)))
+        scaled = rope_type in ("linear", "llama3", "yarn", "longrope")  # the types that read `factor`
+        for name, value in (("rope_theta", theta), *((("the rope scaling factor", factor),) if scaled else ())):
+            if not (math.isfinite(value) and value > 0):  # 0 or less: NaN logits after a whole export
+                raise CheckpointError(f"config.json: {name} must be a positive number, got {value!r}")
         attention_factor = (_yarn_attention_factor(params, factor) if rope_type == "yarn" else
                             _longrope_attention_factor(params, factor, original) if rope_type == "longrope" else 1.0)
         return cls(
-            theta=float(params.get("rope_theta", raw.get("rope_theta", 10000.0))),
+            theta=theta,
             rope_type=rope_type,
             factor=factor,
             low_freq_factor=float(params.get("low_freq_factor", 1.0)),

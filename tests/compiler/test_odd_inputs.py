@@ -54,6 +54,11 @@ CASES = {
                    r"eos_token_id must be a token id"),
     "eos_digits_as_text": (lambda ck: edit_json(ck / "generation_config.json", lambda c: c.update(
         eos_token_id=["2"])), r"eos_token_id must be a token id"),
+    # rope values that gave NaN logits, found only by the validation after a whole export (exit 1)
+    "rope_theta_zero": (lambda ck: edit_json(ck / "config.json", lambda c: c["rope_parameters"].update(rope_theta=0)),
+                        r"rope_theta must be a positive number, got 0\.0"),
+    "linear_factor_negative": (lambda ck: edit_json(ck / "config.json", lambda c: c["rope_parameters"].update(
+        rope_type="linear", factor=-2)), r"the rope scaling factor must be a positive number, got -2\.0"),
     # a tokenizer of another (larger) model
     "tokenizer_past_the_vocabulary": (lambda ck: edit_json(ck / "config.json", lambda c: c.update(vocab_size=100)),
                                       r"tokenizer\.json holds token ids up to \d+, but the target's config\.json "
