@@ -156,6 +156,10 @@ def check_external_data(facts: GraphFacts, key: str, rel: str, files: Mapping[st
         if ".." in Path(loc).parts or Path(loc).is_absolute() or ref not in files:
             raise ManifestError(f"{rel} ({key}) reads external data {loc!r}, which is not a listed bundle file; "
                                 "recompile the bundle")
+        end, size = facts.external_ends.get(loc, 0), getattr(files[ref], "size", None)
+        if isinstance(size, int) and end > size:  # the sizes were checked against the files: a truncated one
+            raise ManifestError(f"{rel} ({key}) reads {end} bytes of {ref}, which holds {size}: the data file was "
+                                "truncated or belongs to another graph; recompile the bundle")
 
 
 def check_declared_io(facts: GraphFacts, key: str, rel: str, declared: tuple[Any, Any]) -> None:

@@ -18,6 +18,7 @@ import dataclasses
 import mmap
 from collections import Counter
 from pathlib import Path
+from typing import Mapping
 
 __all__ = ["GraphFacts", "GraphScanError", "ValueFacts", "scan_graph", "ELEM_TYPES"]
 
@@ -55,6 +56,7 @@ class GraphFacts:
     op_counts: Counter  # op_type -> number of nodes in the main graph
     # (op_type, bits, block_size, accuracy_level) -> number of QUANTIZED_OPS nodes with those attributes
     quantized_nodes: Counter = dataclasses.field(default_factory=Counter)
+    external_ends: Mapping[str, int] = dataclasses.field(default_factory=dict)  # location -> last byte read + 1
 
 
 def _varint(buf, pos: int, end: int) -> tuple[int, int]:
@@ -125,8 +127,9 @@ def _value_info(buf, span) -> ValueFacts:
     return ValueFacts(name, elem_type, tuple(dims))
 
 
-def _external_locations(buf, span) -> list[str]:
-    out = []
+def _external_locations(buf, span) -> list[tuple[str, int]]:
+    """(location, end) of an initializer stored outside the file: end = offset + length, 0 when no length is given."""
+    entries = {}
     for field, wire, value in _fields(buf, *span):
         if field == 13 and wire == 2:  # StringStringEntryProto
             key = val = None
@@ -136,9 +139,15 @@ def _external_locations(buf, span) -> list[str]:
                         key = _text(buf, v2)
                     else:
                         val = _text(buf, v2)
-            if key == "location" and val is not None:
-                out.append(val)
-    return out
+            if key is not None and val is not None:
+                entries[key] = val
+    if "location" not in entries:
+        return []
+    try:
+        end = int(entries.get("offset", "0")) + int(entries["length"]) if "length" in entries else 0
+    except ValueError:
+        raise GraphScanError(f"external data of {entries['location']!r} has a non-integer offset or length") from None
+    return [(entries["location"], end)]
 
 
 def _node(buf, span) -> tuple[str, tuple | None]:
@@ -172,6 +181,7 @@ def scan_buffer(buf) -> GraphFacts:
     if graph is None:
         raise GraphScanError("no graph in the model")
     inputs, outputs, locations, ops, quantized = [], [], set(), Counter(), Counter()
+    ends: dict[str, int] = {}
     for field, wire, value in _fields(buf, *graph):
         if wire != 2:
             continue
@@ -181,12 +191,14 @@ def scan_buffer(buf) -> GraphFacts:
             if attrs is not None:
                 quantized[(op, *attrs)] += 1
         elif field == 5:
-            locations.update(_external_locations(buf, value))
+            for loc, end in _external_locations(buf, value):
+                locations.add(loc)
+                ends[loc] = max(ends.get(loc, 0), end)
         elif field == 11:
             inputs.append(_value_info(buf, value))
         elif field == 12:
             outputs.append(_value_info(buf, value))
-    return GraphFacts(tuple(inputs), tuple(outputs), frozenset(locations), ops, quantized)
+    return GraphFacts(tuple(inputs), tuple(outputs), frozenset(locations), ops, quantized, ends)
 
 
 def scan_graph(path: str | Path) -> GraphFacts:

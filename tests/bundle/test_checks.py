@@ -139,3 +139,22 @@ def test_a_bundle_name_too_long_for_the_file_system_is_one_line(tmp_path, comman
     proc = run_cli(command, long, *extra)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "File name too long" in proc.stderr and "OSError" not in proc.stderr, proc.stderr
+
+
+def test_a_truncated_data_file_with_a_rewritten_manifest_entry_is_refused(bundle):
+    """Sizes and sha256 edited to match a cut external-data file: was ONNX Runtime's multi-kilobyte `Deserialize
+    tensor ... failed` (BackendError, exit 1) at the first session, and `inspect` reported the bundle as fine."""
+    import hashlib
+
+    m = json.loads((bundle / "manifest.json").read_text())
+    rel = m["models"]["target"]["graphs"]["fused"]["onnx_data"]
+    data = bundle / rel
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    edit(bundle, lambda m: m["files"].update({rel: {"sha256": hashlib.sha256(data.read_bytes()).hexdigest(),
+                                                    "size": data.stat().st_size}}))
+    with pytest.raises(ManifestError, match=f"reads \\d+ bytes of {rel}, which holds {data.stat().st_size}"):
+        read_manifest(bundle)
+    from helpers import run_cli
+
+    proc = run_cli("inspect", bundle)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
