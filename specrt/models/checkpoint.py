@@ -97,10 +97,20 @@ def _shard_path(root: Path, name: str) -> Path:
     if p.is_absolute() or ".." in p.parts or name.startswith(("/", "\\")) or ":" in name:
         raise CheckpointError(f"safetensors index names the shard {name!r}: shard paths must be relative and stay "
                               f"inside {root}")
-    real_root, real = os.path.realpath(root), os.path.realpath(root / name)
-    if os.path.commonpath([real_root, real]) != real_root:
+    real = os.path.realpath(root / name)
+    if not any(os.path.commonpath([allowed, real]) == allowed for allowed in _shard_roots(root)):
         raise CheckpointError(f"shard {name} resolves to {real}, outside the checkpoint {root}")
     return root / name
+
+
+def _shard_roots(root: Path) -> tuple[str, ...]:
+    """Where a shard may really lie: inside the checkpoint directory, or, in the Hugging Face hub cache layout
+    (REPO/snapshots/REVISION/NAME linked to REPO/blobs/HASH, as `huggingface-cli download` leaves a model), in
+    that repository's blobs folder."""
+    snapshot = Path(os.path.abspath(root))
+    if snapshot.parent.name == "snapshots":
+        return os.path.realpath(root), os.path.realpath(snapshot.parent.parent / "blobs")
+    return (os.path.realpath(root),)
 
 
 def _weight_files(path: Path) -> tuple[Path, ...]:

@@ -43,3 +43,38 @@ def test_absurd_config_is_refused_before_allocating(tmp_path, llama_target):
     proc = run_cli("compile", "--target", ckpt, "-o", tmp_path / "b", "--max-seq-len", "64", "--max-draft-tokens", "4")
     assert proc.returncode == 2, proc.stderr
     assert "parameters" in proc.stderr and "GiB" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def hub_cache_layout(repo, source):
+    """`source`'s files as the Hugging Face hub cache holds them: REPO/snapshots/REV/NAME -> ../../blobs/HASH."""
+    import hashlib
+
+    (repo / "blobs").mkdir(parents=True)
+    snapshot = repo / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    for f in source.iterdir():
+        blob = hashlib.sha256(f.read_bytes()).hexdigest()
+        shutil.copy(f, repo / "blobs" / blob)
+        (snapshot / f.name).symlink_to(f"../../blobs/{blob}")
+    return snapshot
+
+
+def test_sharded_checkpoint_in_the_hub_cache_layout_opens(tmp_path, llama_target):
+    """A sharded model downloaded by `huggingface-cli download` links each shard into the repository's blobs
+    folder: it was refused ("resolves to .../blobs/..., outside the checkpoint"), so no sharded hub model compiled."""
+    from safetensors import safe_open
+
+    source = shutil.copytree(llama_target, tmp_path / "src")
+    with safe_open(str(source / "model.safetensors"), "pt") as f:
+        names = list(f.keys())
+    (source / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {n: "model.safetensors" for n in names}}))
+    snapshot = hub_cache_layout(tmp_path / "models--org--tiny", source)
+    ck = open_checkpoint(snapshot)
+    assert [p.name for p in ck.weight_files] == ["model.safetensors"]
+    assert sum(p.numel() for p in ck.load_decoder().parameters()) > 0
+    outside = tmp_path / "elsewhere.safetensors"  # a link out of the repository is still refused
+    shutil.copy(source / "model.safetensors", outside)
+    (snapshot / "model.safetensors").unlink()
+    (snapshot / "model.safetensors").symlink_to(outside)
+    with pytest.raises(CheckpointError, match="outside the checkpoint"):
+        open_checkpoint(snapshot)
