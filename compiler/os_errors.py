@@ -1,8 +1,8 @@
 """One line for an OS error that ends a compile, naming the side it came from: the output (a full disk, a read-only
 or vanished directory) or an input the compile reads (a checkpoint file that is a directory, unreadable, ...).
 
-A compile writes only under the output's parent, into `.NAME.tmp-XXXX` (compiler/output_dir.py), so an error whose
-file lies elsewhere is an input's. Writers that report a short write without an errno (numpy's `tofile`: "8192
+A compile writes its bundle under the output's parent, into `.NAME.tmp-XXXX` (compiler/output_dir.py), so an error
+whose file lies elsewhere is an input's, unless that disk is full (the system's temporary folder: named). Writers that report a short write without an errno (numpy's `tofile`: "8192
 requested and 2048 written", what a full disk gives the ONNX writer) are output errors too.
 """
 
@@ -48,7 +48,9 @@ def compile_os_error(exc: OSError, out: Path) -> SpecrtError | None:
     """The error to report for `exc`, raised while compiling into `out`; None: not one we can explain (re-raise)."""
     names = [n for n in (exc.filename, getattr(exc, "filename2", None)) if n is not None]
     reason = exc.strerror or str(exc)
-    if names and exc.errno not in FULL_DISK and not any(_is_output_path(n, out) for n in names):
+    if names and not any(_is_output_path(n, out) for n in names):
+        if exc.errno in FULL_DISK:  # another disk filled up (the system's temporary folder): name it
+            return InvalidArgument(f"cannot write {os.fsdecode(names[0])} while compiling {out}: {reason}")
         return CheckpointError(f"cannot read {os.fsdecode(names[0])}: {reason}")
     if is_short_write(exc):  # a short write: the disk filled up under a writer that keeps no errno
         return InvalidArgument(f"cannot write output {out}: a write was cut short ({exc}): is the disk full?")

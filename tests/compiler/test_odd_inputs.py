@@ -114,8 +114,10 @@ def test_os_errors_name_the_side_they_came_from(tmp_path):
     ck_file = tmp_path / "ck" / "special_tokens_map.json"
     theirs = compile_os_error(IsADirectoryError(errno.EISDIR, "Is a directory", str(ck_file)), out)
     assert isinstance(theirs, CheckpointError) and str(theirs) == f"cannot read {ck_file}: Is a directory"
-    full = compile_os_error(OSError(errno.ENOSPC, "No space left on device", "/elsewhere/x"), out)
-    assert isinstance(full, InvalidArgument) and "cannot write output" in str(full)
+    full = compile_os_error(OSError(errno.ENOSPC, "No space left on device", str(out / "target" / "model.onnx")), out)
+    assert isinstance(full, InvalidArgument) and str(full) == f"cannot write output {out}: No space left on device"
+    other = compile_os_error(OSError(errno.ENOSPC, "No space left on device", "/scratch/x.onnx"), out)
+    assert isinstance(other, InvalidArgument) and str(other).startswith("cannot write /scratch/x.onnx while compiling")
     short = compile_os_error(OSError("8192 requested and 2048 written"), out)
     assert isinstance(short, InvalidArgument) and "is the disk full?" in str(short)
     assert compile_os_error(OSError("could not get source code"), out) is None  # not ours to explain: re-raised
