@@ -54,9 +54,9 @@ def check_chat_template(checkpoint: Path) -> None:
     cfg = checkpoint / "tokenizer_config.json"
     if cfg.exists():
         template = read_json(cfg).get("chat_template")
-        named = isinstance(template, list) and all(
+        named = (isinstance(template, list) and all(
             isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("template"), str)
-            for t in template)
+            for t in template)) or (isinstance(template, dict) and all(isinstance(t, str) for t in template.values()))
         if template is not None and not isinstance(template, str) and not named:
             raise CheckpointError(f"{cfg}: chat_template must be a Jinja template (a string) or a list of "
                                   f"{{\"name\", \"template\"}} objects, got {json_excerpt(template)}")

@@ -52,8 +52,8 @@ def _pick_template(raw: Any, name: str = "default") -> Optional[str]:
     """The named template of a checkpoint that has several (`tool_use`: None when it has no such one)."""
     if isinstance(raw, str):
         return raw if name == "default" else None
-    if isinstance(raw, list):  # [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
-        named = {t.get("name"): t.get("template") for t in raw if isinstance(t, dict)}
+    if isinstance(raw, (list, dict)):  # [{"name": "default", "template": "..."}, ...] or {"default": "...", ...}
+        named = raw if isinstance(raw, dict) else {t.get("name"): t.get("template") for t in raw if isinstance(t, dict)}
         if name != "default":
             return named.get(name)
         return named.get("default") or next(iter(named.values()), None)
@@ -177,14 +177,19 @@ class ChatFormatter:
         where = tok.chat_template_source
         try:
             cfg = json.loads(manifest.path(cfg_rel).read_text()) if cfg_rel else {}
+            if not isinstance(cfg, dict):
+                raise ValueError(f"{cfg_rel} holds a JSON {type(cfg).__name__}, not an object")
             if where is None:
                 return cls()
             template = (manifest.path(where).read_text() if where.endswith(".jinja")
                         else _pick_template(cfg.get("chat_template")))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError
             raise BundleError(f"cannot read the bundle's chat template ({where}): {exc}") from None
-        if template is None:
+        if template is None and not cfg.get("chat_template"):  # none (bundles from before `chat_template`)
             return cls()
+        if not isinstance(template, str):  # the file names a template it does not hold (`chat_template: 5`)
+            raise BundleError(f"the bundle's chat template file {where} holds no template (chat_template is "
+                              f"{str(cfg.get('chat_template'))[:60]}); recompile the bundle")
         formatter = cls(template, _token_text(cfg.get("bos_token")), _token_text(cfg.get("eos_token")))
         return cls._with_tool_template(formatter, cfg) if not where.endswith(".jinja") else formatter
 

@@ -146,3 +146,15 @@ def test_a_name_too_long_for_the_file_system_is_one_line(tmp_path, llama_target,
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "File name too long" in r.stderr and "OSError" not in r.stderr, r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_named_templates_as_a_mapping_are_accepted(tmp_path):
+    """transformers reads `chat_template` as text, a list of {"name", "template"} or a {name: template} mapping."""
+    from specrt.compiler.tokenizer_check import check_chat_template
+
+    for ok in ("{{ messages }}", [{"name": "default", "template": "x"}], {"default": "x", "tool_use": "y"}, None):
+        (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": ok}))
+        check_chat_template(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": {"default": 5}}))
+    with pytest.raises(CheckpointError, match="chat_template must be"):
+        check_chat_template(tmp_path)

@@ -117,3 +117,40 @@ def test_templates_render_as_transformers_renders_them(template, tokenizer_path)
                                   add_generation_prompt=True)
     text, _ = ChatFormatter(template, "<s>", "</s>").render(MESSAGES, tools=TOOLS)
     assert text == want
+
+
+def bundle_with_tokenizer_config(tmp_path, pair_bundle, cfg: dict):
+    """A copy of the pair bundle whose manifest lists `cfg` as its tokenizer_config.json and chat template file."""
+    import hashlib
+    import json
+    import shutil
+
+    from specrt.bundle.manifest import read_manifest
+
+    bundle = shutil.copytree(pair_bundle, tmp_path / "b")
+    f = bundle / "tokenizer" / "tokenizer_config.json"
+    f.write_text(json.dumps(cfg))
+    m = json.loads((bundle / "manifest.json").read_text())
+    m["tokenizer"].update(config="tokenizer/tokenizer_config.json", chat_template="tokenizer/tokenizer_config.json")
+    m["files"]["tokenizer/tokenizer_config.json"] = {"sha256": hashlib.sha256(f.read_bytes()).hexdigest(),
+                                                     "size": f.stat().st_size}
+    (bundle / "manifest.json").write_text(json.dumps(m))
+    return read_manifest(bundle)
+
+
+def test_a_template_file_without_a_template_is_refused_not_replaced(tmp_path, pair_bundle):
+    """`chat_template: 5` (compiled before compile checked it): `generate --chat` and the server used the plain format
+    while `inspect` named the file as the bundle's template; now one BundleError naming the file."""
+    from specrt.core.errors import BundleError
+
+    with pytest.raises(BundleError, match=r"chat template file tokenizer/tokenizer_config\.json holds no template "
+                                          r"\(chat_template is 5\)"):
+        ChatFormatter.from_manifest(bundle_with_tokenizer_config(tmp_path, pair_bundle, {"chat_template": 5}))
+
+
+def test_named_templates_as_a_mapping_render(tmp_path, pair_bundle):
+    """transformers also keeps named templates as {name: template}: the default one renders, `tool_use` serves tools."""
+    manifest = bundle_with_tokenizer_config(tmp_path, pair_bundle, {"chat_template": {
+        "default": "D:{{ messages[0].content }}", "tool_use": "T:{{ messages[0].content }}"}})
+    fmt = ChatFormatter.from_manifest(manifest)
+    assert fmt.render(MSGS)[0] == "D:hi" and fmt.with_tools().render(MSGS)[0] == "T:hi"
