@@ -18,7 +18,7 @@ from specrt.bundle.parts import MedusaEntry
 from specrt.bundle.writer import ManifestDraft
 from specrt.models.checkpoint import check_finite, open_checkpoint
 from specrt.core.errors import CheckpointError
-from specrt.models.config import read_json
+from specrt.models.config_files import read_json
 from specrt.models.medusa import MedusaHeadsWithLMHead
 from specrt.compiler.export import export_module
 from specrt.compiler.validate import ValidationError

@@ -19,7 +19,7 @@ from specrt.bundle.entries import GraphVariant, ModelEntry, TensorSpec
 from specrt.bundle.parts import TokenizerEntry
 from specrt.bundle.writer import ManifestDraft, write_manifest
 from specrt.models.checkpoint import Checkpoint
-from specrt.models.config import read_json
+from specrt.models.config_files import read_json
 from specrt.core.errors import CheckpointError, InvalidArgument
 from specrt.bundle import graph_io
 from specrt.compiler.output_dir import staged_output

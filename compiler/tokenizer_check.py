@@ -49,7 +49,7 @@ def check_chat_template(checkpoint: Path) -> None:
     """The checkpoint's chat template, copied into the bundle, must be one the runtime can read: tokenizer_config.json
     a JSON object whose `chat_template` is text or a list of {"name", "template"} (transformers' named templates),
     chat_template.jinja UTF-8 text. Checked before export, so a bad file costs no compile."""
-    from specrt.models.config import read_json
+    from specrt.models.config_files import read_json
 
     cfg = checkpoint / "tokenizer_config.json"
     if cfg.exists():

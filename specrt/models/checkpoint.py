@@ -15,7 +15,7 @@ import torch
 
 from specrt.core.errors import CheckpointError
 from specrt.models import Decoder, DecoderConfig, build_decoder, parse_config
-from specrt.models.config import eos_and_bos, read_json
+from specrt.models.config_files import eos_and_bos, read_json
 
 
 @dataclasses.dataclass(frozen=True)
