@@ -2,12 +2,14 @@
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from specrt.bench.concurrency import _until_eos, concurrency_markdown
 from specrt.cli.main import main
 
 
+@pytest.mark.slow  # the concurrency bench end to end (~11 s on 2 cores)
 def test_concurrency_bench_writes_identical_rows_and_its_section(pair_bundle, tmp_path):
     md, js = tmp_path / "c.md", tmp_path / "c.json"
     res = CliRunner().invoke(main, ["bench", str(pair_bundle), "--concurrency", "1,2", "--max-new-tokens", "6",

@@ -106,6 +106,7 @@ def gemma_pair(workdir, tokenizer_path):
     return target, bundle
 
 
+@pytest.mark.slow  # the Gemma 3 pair's compile (~20 s on 2 cores)
 def test_bundle_has_fused_graphs_validated_across_the_window(gemma_pair):
     from specrt.bundle.manifest import read_manifest
 
@@ -116,6 +117,7 @@ def test_bundle_has_fused_graphs_validated_across_the_window(gemma_pair):
         assert any(p > GEMMA3_WINDOW for _, p in e.graphs["fused"].validation["shapes"])
 
 
+@pytest.mark.slow
 def test_every_proposer_on_fused_equals_portable_and_transformers(gemma_pair):
     import transformers
 
@@ -138,6 +140,7 @@ def test_every_proposer_on_fused_equals_portable_and_transformers(gemma_pair):
                 (prompt, method, k)
 
 
+@pytest.mark.slow
 def test_fused_runner_equals_portable_across_the_window_and_rollback(gemma_pair):
     from specrt.runtime import load
 
@@ -179,6 +182,7 @@ def test_quantized_fused_gemma3(workdir, tokenizer_path, qtype):
             assert gen.generate(prompt, 40, method=method, num_speculative_tokens=k).token_ids == plain, (method, k)
 
 
+@pytest.mark.slow
 def test_inspect_states_the_lm_head_share(gemma_pair):
     from specrt.cli.describe import bundle_summary, lm_head_share
 

@@ -48,6 +48,7 @@ def arch_bundle(arch_checkpoints, workdir):
                                         max_draft_tokens=6))
 
 
+@pytest.mark.slow  # a compile per architecture (~6 s each on 2 cores): the fast lane keeps the reference checks
 def test_greedy_matches_transformers_generate(arch_bundle):
     import transformers
 
@@ -70,6 +71,7 @@ def test_greedy_matches_transformers_generate(arch_bundle):
                 assert res.token_ids == expected, f"{arch} {backend} {method} k={k}"
 
 
+@pytest.mark.slow
 def test_fused_graph_variant_in_manifest(arch_bundle):
     from specrt.bundle.manifest import read_manifest
 
@@ -83,6 +85,7 @@ def test_fused_graph_variant_in_manifest(arch_bundle):
             assert fused.onnx == f"{role}/model.fused.onnx" and fused.validation["max_abs_diff"] < 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["ort", "ort-portable"])
 def test_ort_matches_torch_reference(arch_bundle, backend):
     """Every backend (both ONNX Runtime graph variants) matches the PyTorch reference: logits through prefill,
