@@ -12,15 +12,14 @@ from click.testing import CliRunner
 
 from specrt.cli.main import main
 
-TOY = Path(__file__).resolve().parents[2] / "artifacts" / "demo"
 TEMPLATE = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:"
             "{% if enable_thinking is defined and not enable_thinking %} <think></think>{% endif %}")
 
 
 @pytest.fixture(scope="module")
-def templated(tmp_path_factory) -> Path:
-    """The packaged toy bundle with a chat template that reads `enable_thinking` (manifest entry and checksum)."""
-    bundle = shutil.copytree(TOY, tmp_path_factory.mktemp("tpl") / "bundle")
+def templated(tmp_path_factory, pair_bundle) -> Path:
+    """The session's pair bundle with a chat template that reads `enable_thinking` (manifest entry and checksum)."""
+    bundle = shutil.copytree(pair_bundle, tmp_path_factory.mktemp("tpl") / "bundle")
     rel = "tokenizer/chat_template.jinja"
     (bundle / rel).write_text(TEMPLATE)
     manifest = json.loads((bundle / "manifest.json").read_text())

@@ -2,21 +2,18 @@
 token_ids, finish_reason "stop"), `ignore_eos` lets the model's EOS pass; the same tokens for every method, alone
 and on the batch engine, as plain decoding with the same stop set; bad values name the field."""
 
-from pathlib import Path
-
 import pytest
 
 from specrt.core.errors import InvalidArgument
 from specrt.runtime import load
 
-TOY = Path(__file__).resolve().parents[2] / "artifacts" / "demo"
 PROMPT = "def add(a, b):\n    return"
 METHODS = ("none", "ngram", "auto", "draft")
 
 
 @pytest.fixture(scope="module")
-def gen():
-    return load(TOY, warmup=False)
+def gen(pair_bundle):
+    return load(pair_bundle, warmup=False)
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +42,10 @@ def test_a_stop_token_id_ends_the_output_where_plain_decoding_emits_it(gen, plai
     assert [r.token_ids for r in out] == [plain[:i + 1]] * 2 and {r.finish_reason for r in out} == {"stop"}
 
 
-def test_ignore_eos_lets_the_models_eos_pass(plain):
+def test_ignore_eos_lets_the_models_eos_pass(pair_bundle, plain):
     """A model whose EOS is a token its greedy output holds (the bundle's EOS id replaced by it): without ignore_eos
     the output ends there; with it, it is plain decoding's whole output (finish_reason length)."""
-    gen = load(TOY, warmup=False)
+    gen = load(pair_bundle, warmup=False)
     i, t = first_repeat_free(plain)
     gen.eos_ids = frozenset({t})  # the model's EOS for this test (the manifest's id never comes up here)
     for method in METHODS:
