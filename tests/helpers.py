@@ -311,3 +311,22 @@ def assert_greedy_matches_transformers(checkpoint: Path, bundle: Path, methods, 
             for method in methods:
                 res = gen.generate(prompt, new_tokens, method=method)
                 assert res.token_ids == expected, (backend, method, prompt)
+
+
+def assert_logits_match_transformers(checkpoint: Path, length: int = 30, tol: float = 1e-4):
+    """One forward of `length` random tokens: the PyTorch reference's logits equal transformers' (atol = rtol =
+    `tol`). Returns the reference decoder."""
+    import torch
+    import transformers
+
+    from specrt.models import empty_past
+    from specrt.models.checkpoint import open_checkpoint
+
+    hf = transformers.AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+    ours = open_checkpoint(checkpoint).load_decoder()
+    ids = torch.randint(0, ours.config.vocab_size, (1, length), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = hf(ids).logits
+        got = ours(ids, torch.arange(length)[None], *empty_past(ours.config)).logits
+    assert torch.allclose(got, ref, atol=tol, rtol=tol), (checkpoint, (got - ref).abs().max())
+    return ours

@@ -6,12 +6,10 @@ plainly and speculatively on both runners."""
 import json
 
 import pytest
-import torch
 
-from helpers import assert_greedy_matches_transformers, make_checkpoint
+from helpers import assert_greedy_matches_transformers, assert_logits_match_transformers, make_checkpoint
 
-from specrt.models import empty_past, parse_config
-from specrt.models.checkpoint import open_checkpoint
+from specrt.models import parse_config
 
 
 @pytest.fixture(scope="module")
@@ -34,17 +32,7 @@ def test_released_and_default_configs():
 
 
 def test_reference_matches_transformers(granite_target):
-    import transformers
-
-    hf = transformers.AutoModelForCausalLM.from_pretrained(granite_target).eval()
-    ours = open_checkpoint(granite_target).load_decoder()
-    ids = torch.randint(0, ours.config.vocab_size, (1, 30), generator=torch.Generator().manual_seed(1))
-    pos = torch.arange(30)[None]
-    with torch.no_grad():
-        ref = hf(ids).logits
-        k, v = empty_past(ours.config)
-        got = ours(ids, pos, k, v).logits
-    assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4), (got - ref).abs().max()
+    assert_logits_match_transformers(granite_target)
 
 
 @pytest.mark.slow  # a compile (~40 s on 2 loaded cores)

@@ -10,10 +10,10 @@ import shutil
 import pytest
 import torch
 
-from helpers import assert_greedy_matches_transformers, make_checkpoint
+from helpers import assert_greedy_matches_transformers, assert_logits_match_transformers, make_checkpoint
 
 from specrt.core.errors import CheckpointError
-from specrt.models import empty_past, parse_config
+from specrt.models import parse_config
 from specrt.models.checkpoint import open_checkpoint
 
 CONTEXT = 40  # < the longrope case's original_max_position_embeddings (64)
@@ -100,18 +100,7 @@ def test_config_and_weights_load_as_transformers_reads_them(phi3_target):
 
 
 def test_reference_matches_transformers(phi3_target):
-    import transformers
-
-    case, path = phi3_target
-    hf = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
-    ours = open_checkpoint(path).load_decoder()
-    ids = torch.randint(0, ours.config.vocab_size, (1, CONTEXT), generator=torch.Generator().manual_seed(1))
-    pos = torch.arange(CONTEXT)[None]
-    with torch.no_grad():
-        ref = hf(ids).logits
-        k, v = empty_past(ours.config)
-        got = ours(ids, pos, k, v).logits
-    assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4), (case, (got - ref).abs().max())
+    assert_logits_match_transformers(phi3_target[1], CONTEXT)
 
 
 def test_bad_fused_weight_is_one_clear_error(tmp_path, workdir, tokenizer_path):

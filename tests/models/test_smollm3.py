@@ -6,13 +6,11 @@ rotary on those layers; token trees against chains: tests/runtime/test_tree_grap
 import json
 
 import pytest
-import torch
 
-from helpers import assert_greedy_matches_transformers, make_checkpoint
+from helpers import assert_greedy_matches_transformers, assert_logits_match_transformers, make_checkpoint
 
 from specrt.core.errors import CheckpointError
-from specrt.models import empty_past, parse_config
-from specrt.models.checkpoint import open_checkpoint
+from specrt.models import parse_config
 
 
 @pytest.fixture(scope="module")
@@ -51,18 +49,7 @@ def test_bad_configs_are_one_clear_error(overrides, message):
 
 
 def test_reference_matches_transformers(smollm3_target):
-    import transformers
-
-    hf = transformers.AutoModelForCausalLM.from_pretrained(smollm3_target).eval()
-    ours = open_checkpoint(smollm3_target).load_decoder()
-    assert ours.config.nope_layers == (3,)
-    ids = torch.randint(0, ours.config.vocab_size, (1, 30), generator=torch.Generator().manual_seed(1))
-    pos = torch.arange(30)[None]
-    with torch.no_grad():
-        ref = hf(ids).logits
-        k, v = empty_past(ours.config)
-        got = ours(ids, pos, k, v).logits
-    assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4), (got - ref).abs().max()
+    assert assert_logits_match_transformers(smollm3_target).config.nope_layers == (3,)
 
 
 @pytest.mark.slow  # a compile (~40 s on 2 loaded cores)
